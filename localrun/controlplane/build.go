@@ -1,0 +1,183 @@
+package controlplane
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+)
+
+// Versions pins what the local control plane is built from. KubernetesVersion
+// tracks the minor of the k8s.io client libraries in go.mod (0.33 → 1.33), and
+// EtcdVersion is the etcd that Kubernetes release itself is tested with.
+type Versions struct {
+	Kubernetes string // e.g. "v1.33.13"
+	Etcd       string // e.g. "v3.5.21"
+}
+
+// DefaultVersions are the versions labkeep tests against.
+var DefaultVersions = Versions{Kubernetes: "v1.33.13", Etcd: "v3.5.21"}
+
+// stagingModules are the k8s.io modules that k8s.io/kubernetes requires at
+// v0.0.0 and replaces with its own staging directory; outside that repository
+// each must be replaced with the published v0.<minor>.<patch> release.
+var stagingModules = []string{
+	"api", "apiextensions-apiserver", "apimachinery", "apiserver", "cli-runtime",
+	"client-go", "cloud-provider", "cluster-bootstrap", "code-generator",
+	"component-base", "component-helpers", "controller-manager", "cri-api",
+	"cri-client", "csi-translation-lib", "dynamic-resource-allocation",
+	"endpointslice", "externaljwt", "kms", "kube-aggregator",
+	"kube-controller-manager", "kube-proxy", "kube-scheduler", "kubectl",
+	"kubelet", "metrics", "mount-utils", "pod-security-admission",
+	"sample-apiserver",
+}
+
+// Binaries are the paths of the three control-plane programs.
+type Binaries struct {
+	Etcd, APIServer, ControllerManager string
+}
+
+// DefaultCacheDir is where built binaries are kept between runs:
+// $LABKEEP_BIN_CACHE when the caller passes it, else <user cache>/labkeep/bin.
+func DefaultCacheDir(override string) (string, error) {
+	if override != "" {
+		return override, nil
+	}
+	base, err := os.UserCacheDir()
+	if err != nil {
+		return "", fmt.Errorf("no user cache dir (set LABKEEP_BIN_CACHE): %w", err)
+	}
+	return filepath.Join(base, "labkeep", "bin"), nil
+}
+
+// EnsureBinaries returns the control-plane binaries for v under cacheDir,
+// building any that are missing from the Go module proxy first. A cold build
+// takes minutes, so progress goes to progress. Binaries are written to a temp
+// name and renamed, so an interrupted build never leaves a half-written file
+// that a later run would trust.
+func EnsureBinaries(ctx context.Context, cacheDir string, v Versions, progress io.Writer) (Binaries, error) {
+	dir := filepath.Join(cacheDir, "k8s-"+v.Kubernetes+"_etcd-"+v.Etcd)
+	b := Binaries{
+		Etcd:              filepath.Join(dir, "etcd"),
+		APIServer:         filepath.Join(dir, "kube-apiserver"),
+		ControllerManager: filepath.Join(dir, "kube-controller-manager"),
+	}
+	if exists(b.Etcd) && exists(b.APIServer) && exists(b.ControllerManager) {
+		return b, nil
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return Binaries{}, err
+	}
+	lock, err := lockFile(filepath.Join(dir, ".lock"))
+	if err != nil {
+		return Binaries{}, err
+	}
+	defer lock.Close()
+
+	if !exists(b.Etcd) {
+		if err := buildEtcd(ctx, dir, v.Etcd, b.Etcd, progress); err != nil {
+			return Binaries{}, fmt.Errorf("build etcd %s: %w", v.Etcd, err)
+		}
+	}
+	if !exists(b.APIServer) || !exists(b.ControllerManager) {
+		if err := buildKubernetes(ctx, dir, v.Kubernetes, b, progress); err != nil {
+			return Binaries{}, fmt.Errorf("build kubernetes %s: %w", v.Kubernetes, err)
+		}
+	}
+	return b, nil
+}
+
+func exists(p string) bool {
+	st, err := os.Stat(p)
+	return err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0
+}
+
+func buildEtcd(ctx context.Context, dir, version, out string, progress io.Writer) error {
+	mod, err := os.MkdirTemp(dir, "etcd-build-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(mod)
+	gomod := fmt.Sprintf("module labkeep.local/etcdbuild\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 %s\n", version)
+	main := "package main\n\nimport (\n\t\"os\"\n\n\t\"go.etcd.io/etcd/server/v3/etcdmain\"\n)\n\nfunc main() { etcdmain.Main(os.Args) }\n"
+	if err := os.WriteFile(filepath.Join(mod, "go.mod"), []byte(gomod), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(mod, "main.go"), []byte(main), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(progress, "labkeep: building etcd %s (once; cached in %s)\n", version, dir)
+	if err := goCmd(ctx, mod, progress, "mod", "tidy"); err != nil {
+		return err
+	}
+	return buildTo(ctx, mod, ".", out, progress)
+}
+
+func buildKubernetes(ctx context.Context, dir, version string, b Binaries, progress io.Writer) error {
+	mod, err := os.MkdirTemp(dir, "k8s-build-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(mod)
+	staging := "v0" + strings.TrimPrefix(version, "v1")
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "module labkeep.local/k8sbuild\n\ngo 1.24\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n", version)
+	for _, m := range stagingModules {
+		fmt.Fprintf(&sb, "\tk8s.io/%s => k8s.io/%s %s\n", m, m, staging)
+	}
+	sb.WriteString(")\n")
+	tools := "//go:build tools\n\npackage tools\n\nimport (\n\t_ \"k8s.io/kubernetes/cmd/kube-apiserver\"\n\t_ \"k8s.io/kubernetes/cmd/kube-controller-manager\"\n)\n"
+	if err := os.WriteFile(filepath.Join(mod, "go.mod"), []byte(sb.String()), 0o644); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(mod, "tools.go"), []byte(tools), 0o644); err != nil {
+		return err
+	}
+	fmt.Fprintf(progress, "labkeep: building kube-apiserver and kube-controller-manager %s (once, about 6 minutes on 2 cores; cached in %s)\n", version, dir)
+	if err := goCmd(ctx, mod, progress, "mod", "tidy", "-e"); err != nil {
+		return err
+	}
+	for _, p := range []struct{ pkg, out string }{
+		{"k8s.io/kubernetes/cmd/kube-apiserver", b.APIServer},
+		{"k8s.io/kubernetes/cmd/kube-controller-manager", b.ControllerManager},
+	} {
+		start := time.Now()
+		fmt.Fprintf(progress, "labkeep: go build %s ...\n", p.pkg)
+		if err := buildTo(ctx, mod, p.pkg, p.out, progress); err != nil {
+			return err
+		}
+		fmt.Fprintf(progress, "labkeep: built %s in %s\n", filepath.Base(p.out), time.Since(start).Round(time.Second))
+	}
+	return nil
+}
+
+func buildTo(ctx context.Context, mod, pkg, out string, progress io.Writer) error {
+	tmp := out + ".partial"
+	_ = os.Remove(tmp)
+	if err := goCmd(ctx, mod, progress, "build", "-trimpath", "-ldflags=-s -w", "-o", tmp, pkg); err != nil {
+		_ = os.Remove(tmp)
+		return err
+	}
+	return os.Rename(tmp, out)
+}
+
+func goCmd(ctx context.Context, dir string, progress io.Writer, args ...string) error {
+	gobin := filepath.Join(os.Getenv("GOROOT"), "bin", "go")
+	if !exists(gobin) {
+		var err error
+		if gobin, err = exec.LookPath("go"); err != nil {
+			return errors.New("the go command is needed to build the control plane")
+		}
+	}
+	cmd := exec.CommandContext(ctx, gobin, args...)
+	cmd.Dir = dir
+	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
+	cmd.Stdout = progress
+	cmd.Stderr = progress
+	return cmd.Run()
+}
