@@ -1,0 +1,230 @@
+package victim
+
+import (
+	"sort"
+	"time"
+)
+
+// MemoryLevel is how close the workspace is to its memory limit.
+type MemoryLevel int
+
+// Memory levels, in increasing severity.
+const (
+	MemoryOK    MemoryLevel = iota
+	MemoryAlert             // at or above the alert fraction: tell the platform
+	MemoryKill              // at or above the kill fraction: kill the largest unprotected process
+)
+
+func (l MemoryLevel) String() string {
+	switch l {
+	case MemoryAlert:
+		return "alert"
+	case MemoryKill:
+		return "kill"
+	default:
+		return "ok"
+	}
+}
+
+// MemoryPolicy turns usage against the limit M into a level.
+type MemoryPolicy struct {
+	AlertFraction float64 // of M; default 0.95
+	KillFraction  float64 // of M; default 0.98 minus a safety margin chosen by the caller
+}
+
+// Level classifies usage against the limit. A zero limit (unknown) is never
+// an emergency.
+func (m MemoryPolicy) Level(usage, limit uint64) MemoryLevel {
+	if limit == 0 {
+		return MemoryOK
+	}
+	switch f := float64(usage) / float64(limit); {
+	case f >= m.KillFraction:
+		return MemoryKill
+	case f >= m.AlertFraction:
+		return MemoryAlert
+	default:
+		return MemoryOK
+	}
+}
+
+// Unfreeable reports whether memory held outside processes (tmpfs, shm:
+// shmem in memory.stat) alone keeps usage at or above the alert threshold,
+// so that killing processes cannot bring it down. guardian then alerts
+// instead of killing in a loop.
+func (m MemoryPolicy) Unfreeable(usage, shmem, limit uint64) bool {
+	if limit == 0 {
+		return false
+	}
+	target := uint64(m.AlertFraction * float64(limit))
+	return usage >= target && shmem >= target
+}
+
+// KillBudget stops a kill-restart loop: after Max kills within Window,
+// killing pauses for Pause. Its fields are exported so guardian can persist
+// them and take them up again after a restart.
+type KillBudget struct {
+	Max         int           `json:"-"`
+	Window      time.Duration `json:"-"`
+	Pause       time.Duration `json:"-"`
+	Kills       []time.Time   `json:"kills"`
+	PausedUntil time.Time     `json:"paused_until"`
+}
+
+// Allow reports whether a kill may happen now.
+func (b *KillBudget) Allow(now time.Time) bool {
+	return !now.Before(b.PausedUntil)
+}
+
+// Record notes a kill at now and reports whether it started a pause.
+func (b *KillBudget) Record(now time.Time) (paused bool) {
+	kept := b.Kills[:0]
+	for _, k := range b.Kills {
+		if now.Sub(k) < b.Window {
+			kept = append(kept, k)
+		}
+	}
+	b.Kills = append(kept, now)
+	if b.Max > 0 && len(b.Kills) >= b.Max {
+		b.PausedUntil = now.Add(b.Pause)
+		b.Kills = nil
+		return true
+	}
+	return false
+}
+
+// ForkDetector recognises a fork bomb: more than Threshold new processes
+// within Window. It learns process births from successive snapshots of the
+// cgroup and from forks the kernel refused at pids.max (each is a birth the
+// limit prevented).
+type ForkDetector struct {
+	Threshold int
+	Window    time.Duration
+
+	seen   map[Key]bool
+	births []birth
+	primed bool
+}
+
+type birth struct {
+	at time.Time
+	n  int
+}
+
+// Observe records a snapshot taken at now plus the forks refused since the
+// last call, and returns the births within the window and whether they make
+// a bomb. The first snapshot is the baseline and counts no births.
+func (d *ForkDetector) Observe(now time.Time, procs []Process, refused int) (births int, bomb bool) {
+	cur := make(map[Key]bool, len(procs))
+	n := refused
+	for _, p := range procs {
+		k := p.Key()
+		cur[k] = true
+		if d.primed && !d.seen[k] {
+			n++
+		}
+	}
+	d.seen, d.primed = cur, true
+	if n > 0 {
+		d.births = append(d.births, birth{now, n})
+	}
+	kept := d.births[:0]
+	total := 0
+	for _, b := range d.births {
+		if now.Sub(b.at) < d.Window {
+			kept = append(kept, b)
+			total += b.n
+		}
+	}
+	d.births = kept
+	return total, total > d.Threshold
+}
+
+// Reset forgets the birth history, after a bomb was contained, so the
+// processes killed during containment do not re-trigger it.
+func (d *ForkDetector) Reset() {
+	d.births = nil
+	d.primed = false
+	d.seen = nil
+}
+
+// CPUFraction is the share of the cgroup's CPU capacity (cpus: the CFS quota
+// in CPUs, or the number of online CPUs without a quota) used over elapsed.
+func CPUFraction(used, elapsed time.Duration, cpus float64) float64 {
+	if elapsed <= 0 || cpus <= 0 {
+		return 0
+	}
+	return used.Seconds() / (elapsed.Seconds() * cpus)
+}
+
+// HangPolicy is the escalation for a hung workspace: only CPU above
+// CPUFraction while SSH is unreachable counts; high CPU alone never kills,
+// it may be a training job.
+type HangPolicy struct {
+	CPUFraction float64       // default 0.95
+	AlertAfter  time.Duration // default 30s
+	KillOne     time.Duration // default 90s: kill the top-CPU unprotected process
+	KillThree   time.Duration // default 180s: kill the top 3
+	KillAll     time.Duration // default 300s: kill every unprotected process
+}
+
+// HangAction is what the hang tracker asks for. Kill is the number of
+// top-CPU unprotected processes to kill, -1 for all of them, 0 for none.
+type HangAction struct {
+	Alert bool
+	Kill  int
+	Hung  time.Duration // how long the workspace has been hung
+}
+
+// HangTracker follows one hang from its start. It is persisted so that a
+// restarted guardian continues the escalation instead of starting over.
+type HangTracker struct {
+	Policy HangPolicy `json:"-"`
+	Since  time.Time  `json:"since"` // zero while not hung
+	Stage  int        `json:"stage"` // escalation steps already taken
+	Acted  time.Time  `json:"acted"` // when the last step was taken
+}
+
+// Observe feeds one CPU measurement and the latest SSH probe result and
+// returns the action due now. Each step happens once per hang; once every
+// step was taken the last one (kill all) repeats every AlertAfter while the
+// hang lasts.
+func (h *HangTracker) Observe(now time.Time, cpu float64, sshOK bool) HangAction {
+	if sshOK || cpu <= h.Policy.CPUFraction {
+		h.Since, h.Stage, h.Acted = time.Time{}, 0, time.Time{}
+		return HangAction{}
+	}
+	if h.Since.IsZero() {
+		h.Since = now
+	}
+	hung := now.Sub(h.Since)
+	steps := []struct {
+		after time.Duration
+		act   HangAction
+	}{
+		{h.Policy.AlertAfter, HangAction{Alert: true}},
+		{h.Policy.KillOne, HangAction{Alert: true, Kill: 1}},
+		{h.Policy.KillThree, HangAction{Alert: true, Kill: 3}},
+		{h.Policy.KillAll, HangAction{Alert: true, Kill: -1}},
+	}
+	sort.SliceStable(steps, func(i, j int) bool { return steps[i].after < steps[j].after })
+	due := 0
+	for i, s := range steps {
+		if hung >= s.after {
+			due = i + 1
+		}
+	}
+	if due > h.Stage {
+		h.Stage, h.Acted = due, now
+		a := steps[due-1].act
+		a.Hung = hung
+		return a
+	}
+	if h.Stage == len(steps) && now.Sub(h.Acted) >= h.Policy.AlertAfter {
+		h.Acted = now
+		a := steps[len(steps)-1].act
+		a.Hung = hung
+		return a
+	}
+	return HangAction{Hung: hung}
+}
