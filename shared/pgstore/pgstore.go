@@ -1,0 +1,300 @@
+// Package pgstore is the PostgreSQL implementation of session.Store (pgx/v5)
+// plus what the reaper needs from the database: named advisory locks and
+// the record of reaper runs. The schema is embedded and migrated by Open.
+// The one-live-session-per-student rule is a partial unique index, and the
+// capacity check-and-create is serialised with an advisory lock, so both
+// hold across any number of backend instances.
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"labkeep/shared/labs"
+	"labkeep/shared/lifetime"
+	"labkeep/shared/session"
+)
+
+// PG is a session store backed by a pgx connection pool.
+type PG struct {
+	pool *pgxpool.Pool
+}
+
+var _ session.Store = (*PG)(nil)
+
+// Open connects to dsn (pool settings such as pool_max_conns may be given
+// in it) and migrates the schema. Close the store when done.
+func Open(ctx context.Context, dsn string) (*PG, error) {
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		return nil, fmt.Errorf("database url: %w", err)
+	}
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		return nil, err
+	}
+	if err := pool.Ping(ctx); err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("database: %w", err)
+	}
+	if err := migrate(ctx, pool); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &PG{pool: pool}, nil
+}
+
+// Close closes the pool.
+func (p *PG) Close() { p.pool.Close() }
+
+// Pool exposes the pool for tests and admin reads that need plain SQL.
+func (p *PG) Pool() *pgxpool.Pool { return p.pool }
+
+const columns = `id, student, lab, kind, status, started_at, expires_at, max_expires_at,
+	ready_at, finished_at, nodes, failure_reason, grading_token`
+
+const liveStatuses = `('provisioning', 'running')`
+
+// Create implements session.Store.
+func (p *PG) Create(ctx context.Context, s session.Session) error {
+	nodes, err := json.Marshal(nonNil(s.Nodes))
+	if err != nil {
+		return err
+	}
+	_, err = p.pool.Exec(ctx, `INSERT INTO sessions (`+columns+`)
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+		s.ID, s.Student, s.Lab, string(s.Kind), string(s.Status), s.StartedAt, s.ExpiresAt, s.MaxExpiresAt,
+		nullTime(s.ReadyAt), nullTime(s.FinishedAt), nodes, s.FailureReason, s.GradingToken)
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "sessions_one_live_per_student" {
+		return fmt.Errorf("%w: student %q already has a live session", session.ErrSessionExists, s.Student)
+	}
+	return err
+}
+
+// Get implements session.Store.
+func (p *PG) Get(ctx context.Context, id string) (session.Session, error) {
+	s, err := p.queryOne(ctx, `SELECT `+columns+` FROM sessions WHERE id::text = $1`, id)
+	if errors.Is(err, session.ErrNoSession) {
+		return s, fmt.Errorf("%w: no session %s", session.ErrNoSession, id)
+	}
+	return s, err
+}
+
+// LiveFor implements session.Store.
+func (p *PG) LiveFor(ctx context.Context, student string) (session.Session, error) {
+	s, err := p.queryOne(ctx, `SELECT `+columns+` FROM sessions WHERE student = $1 AND status IN `+liveStatuses, student)
+	if errors.Is(err, session.ErrNoSession) {
+		return s, fmt.Errorf("%w: no live session", session.ErrNoSession)
+	}
+	return s, err
+}
+
+// Latest implements session.Store.
+func (p *PG) Latest(ctx context.Context, student string) (session.Session, error) {
+	s, err := p.queryOne(ctx, `SELECT `+columns+` FROM sessions WHERE student = $1
+		ORDER BY status IN `+liveStatuses+` DESC, started_at DESC LIMIT 1`, student)
+	if errors.Is(err, session.ErrNoSession) {
+		return s, fmt.Errorf("%w: no session", session.ErrNoSession)
+	}
+	return s, err
+}
+
+// ListLive implements session.Store. One query however many rows, so the
+// reaper's database load does not grow with calls per row.
+func (p *PG) ListLive(ctx context.Context) ([]session.Session, error) {
+	rows, err := p.pool.Query(ctx, `SELECT `+columns+` FROM sessions WHERE status IN `+liveStatuses+` ORDER BY started_at, id`)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanSession)
+}
+
+// MarkRunning implements session.Store.
+func (p *PG) MarkRunning(ctx context.Context, id string, readyAt time.Time, nodes []session.Node) (session.Session, error) {
+	data, err := json.Marshal(nonNil(nodes))
+	if err != nil {
+		return session.Session{}, err
+	}
+	return p.update(ctx, id, `UPDATE sessions SET status = 'running', ready_at = $2, nodes = $3
+		WHERE id = $1 AND status = 'provisioning' RETURNING `+columns, id, readyAt, data)
+}
+
+// Extend implements session.Store.
+func (p *PG) Extend(ctx context.Context, id string, from, to time.Time) (session.Session, error) {
+	s, err := p.queryOne(ctx, `UPDATE sessions SET expires_at = $3
+		WHERE id = $1 AND status = 'running' AND expires_at = $2 AND $3 <= max_expires_at
+		RETURNING `+columns, id, from, to)
+	if !errors.Is(err, session.ErrNoSession) {
+		return s, err
+	}
+	cur, err := p.Get(ctx, id)
+	if err != nil {
+		return cur, err
+	}
+	if cur.Status != session.StatusRunning {
+		return cur, fmt.Errorf("%w: session %s is %s", session.ErrNotLive, id, cur.Status)
+	}
+	if to.After(cur.MaxExpiresAt) {
+		return cur, fmt.Errorf("expiry %s beyond the cap %s", to, cur.MaxExpiresAt)
+	}
+	return cur, session.ErrConflict
+}
+
+// Finish implements session.Store.
+func (p *PG) Finish(ctx context.Context, id string, status session.Status, reason string, at time.Time) (session.Session, error) {
+	if status.Live() {
+		return session.Session{}, fmt.Errorf("finish with live status %q", status)
+	}
+	return p.update(ctx, id, `UPDATE sessions SET status = $2, failure_reason = $3, finished_at = $4
+		WHERE id = $1 AND status IN `+liveStatuses+` RETURNING `+columns, id, string(status), reason, at)
+}
+
+// update runs a conditional UPDATE … RETURNING on a live row; if it matched
+// nothing, it returns the current row with ErrNotLive (or ErrNoSession).
+func (p *PG) update(ctx context.Context, id, sql string, args ...any) (session.Session, error) {
+	s, err := p.queryOne(ctx, sql, args...)
+	if !errors.Is(err, session.ErrNoSession) {
+		return s, err
+	}
+	cur, err := p.Get(ctx, id)
+	if err != nil {
+		return cur, err
+	}
+	return cur, fmt.Errorf("%w: session %s is %s", session.ErrNotLive, id, cur.Status)
+}
+
+// LockCapacity implements session.Store with the advisory lock "capacity".
+func (p *PG) LockCapacity(ctx context.Context) (func(), error) {
+	return p.Lock(ctx, "capacity")
+}
+
+// Lock blocks until it holds the database-wide advisory lock called name
+// (e.g. "capacity"), on a connection reserved for it. unlock releases it;
+// if the process dies the database releases it with the connection. The
+// holder needs no other pool connection while waiting, so waiters can never
+// starve the holder.
+func (p *PG) Lock(ctx context.Context, name string) (unlock func(), err error) {
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", lockKey(name)); err != nil {
+		// The lock may have been granted as the wait was cancelled; never
+		// return a connection that might hold it to the pool.
+		conn.Conn().Close(context.Background())
+		conn.Release()
+		return nil, fmt.Errorf("advisory lock %s: %w", name, err)
+	}
+	return releaser(conn, name), nil
+}
+
+// TryLock takes the advisory lock called name if it is free and reports
+// whether it did; the reaper uses it so a second concurrent run returns
+// "busy" instead of waiting. unlock is nil when ok is false.
+func (p *PG) TryLock(ctx context.Context, name string) (unlock func(), ok bool, err error) {
+	conn, err := p.pool.Acquire(ctx)
+	if err != nil {
+		return nil, false, err
+	}
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", lockKey(name)).Scan(&ok); err != nil {
+		conn.Conn().Close(context.Background())
+		conn.Release()
+		return nil, false, fmt.Errorf("advisory lock %s: %w", name, err)
+	}
+	if !ok {
+		conn.Release()
+		return nil, false, nil
+	}
+	return releaser(conn, name), true, nil
+}
+
+func releaser(conn *pgxpool.Conn, name string) func() {
+	done := false
+	return func() {
+		if done {
+			return
+		}
+		done = true
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		var released bool
+		if err := conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", lockKey(name)).Scan(&released); err != nil || !released {
+			// Dropping the connection releases every lock it holds.
+			conn.Conn().Close(ctx)
+		}
+		conn.Release()
+	}
+}
+
+// lockKey maps a lock name to the 64-bit key Postgres advisory locks use,
+// namespaced so other applications sharing the database don't collide.
+func lockKey(name string) int64 {
+	h := fnv.New64a()
+	h.Write([]byte("labkeep:" + name))
+	return int64(h.Sum64())
+}
+
+func (p *PG) queryOne(ctx context.Context, sql string, args ...any) (session.Session, error) {
+	rows, err := p.pool.Query(ctx, sql, args...)
+	if err != nil {
+		return session.Session{}, err
+	}
+	s, err := pgx.CollectExactlyOneRow(rows, scanSession)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s, session.ErrNoSession
+	}
+	return s, err
+}
+
+func scanSession(row pgx.CollectableRow) (session.Session, error) {
+	var s session.Session
+	var kind, status string
+	var readyAt, finishedAt *time.Time
+	var nodes []byte
+	var id [16]byte
+	err := row.Scan(&id, &s.Student, &s.Lab, &kind, &status, &s.StartedAt, &s.ExpiresAt, &s.MaxExpiresAt,
+		&readyAt, &finishedAt, &nodes, &s.FailureReason, &s.GradingToken)
+	if err != nil {
+		return s, err
+	}
+	s.ID = formatUUID(id)
+	s.Kind, s.Status = labs.Kind(kind), session.Status(status)
+	s.Window = lifetime.Window{StartedAt: s.StartedAt.UTC(), ExpiresAt: s.ExpiresAt.UTC(), MaxExpiresAt: s.MaxExpiresAt.UTC()}
+	if readyAt != nil {
+		s.ReadyAt = readyAt.UTC()
+	}
+	if finishedAt != nil {
+		s.FinishedAt = finishedAt.UTC()
+	}
+	if err := json.Unmarshal(nodes, &s.Nodes); err != nil {
+		return s, fmt.Errorf("session %s nodes: %w", s.ID, err)
+	}
+	return s, nil
+}
+
+func formatUUID(b [16]byte) string {
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+func nullTime(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return &t
+}
+
+func nonNil(n []session.Node) []session.Node {
+	if n == nil {
+		return []session.Node{}
+	}
+	return n
+}

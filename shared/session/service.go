@@ -1,0 +1,295 @@
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"time"
+
+	"github.com/google/uuid"
+
+	"labkeep/shared/labs"
+	"labkeep/shared/lifetime"
+)
+
+// Service implements openSession, extendSession, getSession and
+// closeSession. It holds no state between calls, so any number of
+// instances (Knative pods, Lambda invocations) can serve at once.
+type Service struct {
+	Store   Store
+	Cluster Cluster
+	Labs    *labs.Catalog
+	Policy  lifetime.Policy
+	// MaxVMs is the limit of VirtualMachines live in the namespace.
+	MaxVMs int
+	// Now is the clock; time.Now in production.
+	Now func() time.Time
+	Log *slog.Logger
+	// CleanupTimeout bounds the rollback after a failed open, which runs
+	// even if the caller's request was cancelled.
+	CleanupTimeout time.Duration
+}
+
+func (s *Service) now() time.Time { return s.Now().UTC().Truncate(time.Microsecond) }
+
+// Open starts a session of lab for student and returns it (provisioning;
+// poll Get until running). Returns:
+//   - ErrUnknownLab, listing the valid labs;
+//   - ErrSessionExists together with the student's live session;
+//   - ErrNoCapacity when the VM limit or the cluster quota is reached;
+//   - ErrProvisioning when the cluster refused for another reason.
+//
+// On the last two, everything already created is deleted and the row ends
+// failed with the reason, so the student can retry at once. The row is
+// written before any object exists, so a crash mid-way leaves a live row
+// the reaper will find, never an object without a row.
+func (s *Service) Open(ctx context.Context, student, labName string) (Session, error) {
+	lab, ok := s.Labs.Get(labName)
+	if !ok {
+		return Session{}, fmt.Errorf("%w %q; valid labs: %s", ErrUnknownLab, labName, strings.Join(s.Labs.Names(), ", "))
+	}
+	if live, err := s.Store.LiveFor(ctx, student); err == nil {
+		return live, fmt.Errorf("%w: student already has session %s (%s)", ErrSessionExists, live.ID, live.Status)
+	} else if !errors.Is(err, ErrNoSession) {
+		return Session{}, err
+	}
+	token, err := newToken()
+	if err != nil {
+		return Session{}, err
+	}
+	sess := Session{
+		ID:           uuid.NewString(),
+		Student:      student,
+		Lab:          lab.Name,
+		Kind:         lab.Kind,
+		Status:       StatusProvisioning,
+		Window:       s.Policy.Open(s.now()),
+		GradingToken: token,
+	}
+	for _, n := range lab.Nodes {
+		sess.Nodes = append(sess.Nodes, Node{Name: n.Name, Role: n.Role, SSHPort: lab.SSHPort})
+	}
+	if err := s.Store.Create(ctx, sess); err != nil {
+		if errors.Is(err, ErrSessionExists) {
+			live, gerr := s.Store.LiveFor(ctx, student)
+			if gerr != nil {
+				return Session{}, err
+			}
+			return live, fmt.Errorf("%w: student already has session %s (%s)", ErrSessionExists, live.ID, live.Status)
+		}
+		return Session{}, err
+	}
+	log := s.Log.With("session", sess.ID, "lab", lab.Name)
+	if err := s.provision(ctx, sess, lab); err != nil {
+		return s.rollback(ctx, log, sess, err)
+	}
+	log.Info("session provisioned", "nodes", len(sess.Nodes))
+	return s.Store.Get(ctx, sess.ID)
+}
+
+// provision checks capacity and creates the objects under the capacity
+// lock, so concurrent opens cannot all see room for one more VM.
+func (s *Service) provision(ctx context.Context, sess Session, lab labs.Lab) error {
+	if need := lab.VMCount(); need > 0 {
+		unlock, err := s.Store.LockCapacity(ctx)
+		if err != nil {
+			return fmt.Errorf("capacity lock: %w", err)
+		}
+		defer unlock()
+		used, err := s.Cluster.CountVMs(ctx)
+		switch {
+		case err != nil:
+			// Don't lock every student out because a list failed: the
+			// namespace's ResourceQuota still refuses VMs beyond the limit.
+			s.Log.Warn("cannot count VMs; relying on the ResourceQuota", "session", sess.ID, "err", err)
+		case used+need > s.MaxVMs:
+			return fmt.Errorf("%w: %d of %d VMs in use, lab %s needs %d", ErrNoCapacity, used, s.MaxVMs, lab.Name, need)
+		}
+	}
+	if err := s.Cluster.Provision(ctx, sess, lab); err != nil {
+		if errors.Is(err, ErrNoCapacity) {
+			return err
+		}
+		return fmt.Errorf("%w: %w", ErrProvisioning, err)
+	}
+	return nil
+}
+
+// rollback deletes whatever the failed open created and marks the row
+// failed. It runs on a context detached from the request's cancellation. If
+// the deletes fail, the row is still marked failed (so the student is not
+// locked out); the leftovers are labelled orphans for the reaper.
+func (s *Service) rollback(ctx context.Context, log *slog.Logger, sess Session, cause error) (Session, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cleanupTimeout())
+	defer cancel()
+	reason := cause.Error()
+	if err := s.Cluster.Teardown(cctx, sess); err != nil {
+		log.Error("rollback left objects for the reaper", "err", err)
+		reason += "; cleanup incomplete: " + err.Error()
+	}
+	failed, err := s.Store.Finish(cctx, sess.ID, StatusFailed, reason, s.now())
+	if err != nil && !errors.Is(err, ErrNotLive) {
+		log.Error("cannot mark failed session", "err", err)
+	}
+	log.Warn("open failed, rolled back", "reason", reason)
+	return failed, cause
+}
+
+func (s *Service) cleanupTimeout() time.Duration {
+	if s.CleanupTimeout > 0 {
+		return s.CleanupTimeout
+	}
+	return 30 * time.Second
+}
+
+// Get returns the student's session: the one with id if id is non-empty,
+// else their live one or, failing that, their most recent. A provisioning
+// session is checked against the cluster first and becomes running once
+// every node is ready. Returns ErrNoSession if there is none, or if id
+// belongs to another student (indistinguishable on purpose).
+func (s *Service) Get(ctx context.Context, student, id string) (Session, error) {
+	var sess Session
+	var err error
+	if id != "" {
+		sess, err = s.Store.Get(ctx, id)
+		if err == nil && sess.Student != student {
+			err = fmt.Errorf("%w: no session %s for this student", ErrNoSession, id)
+		}
+	} else {
+		sess, err = s.Store.Latest(ctx, student)
+	}
+	if err != nil {
+		return Session{}, err
+	}
+	return s.refresh(ctx, sess), nil
+}
+
+// refresh moves a provisioning session to running when the cluster says
+// every node is ready; the ready time comes from the cluster's condition
+// timestamps, so time-to-ready does not depend on how often anyone polls.
+// Cluster errors are logged and the stored state returned.
+func (s *Service) refresh(ctx context.Context, sess Session) Session {
+	if sess.Status != StatusProvisioning {
+		return sess
+	}
+	states, err := s.Cluster.Observe(ctx, sess)
+	if err != nil {
+		s.Log.Warn("cannot observe session", "session", sess.ID, "err", err)
+		return sess
+	}
+	ready := len(states) == len(sess.Nodes)
+	var readyAt time.Time
+	for i := range sess.Nodes {
+		if i >= len(states) {
+			break
+		}
+		st := states[i]
+		sess.Nodes[i].Ready = st.Ready
+		if st.Host != "" {
+			sess.Nodes[i].SSHHost = st.Host
+		}
+		ready = ready && st.Ready
+		if st.ReadyAt.After(readyAt) {
+			readyAt = st.ReadyAt
+		}
+	}
+	if !ready {
+		return sess
+	}
+	if readyAt.IsZero() || readyAt.Before(sess.StartedAt) {
+		readyAt = s.now()
+	}
+	updated, err := s.Store.MarkRunning(ctx, sess.ID, readyAt.UTC().Truncate(time.Microsecond), sess.Nodes)
+	if err != nil && !errors.Is(err, ErrNotLive) {
+		s.Log.Warn("cannot mark session running", "session", sess.ID, "err", err)
+		return sess
+	}
+	if err == nil {
+		s.Log.Info("session ready", "session", sess.ID, "timeToReady", updated.TimeToReady())
+	}
+	return updated
+}
+
+// Extend pushes the student's running session's expiry to
+// min(now + lifetime, maxExpiresAt). id, if non-empty, must name that
+// session. Returns ErrNoSession if the student has no live session (or id
+// is not it), ErrNotRunning if it is still provisioning or already expired,
+// and ErrExtensionCap if it already runs until its maximum lifetime.
+func (s *Service) Extend(ctx context.Context, student, id string) (Session, error) {
+	for attempt := 0; ; attempt++ {
+		sess, err := s.liveOwned(ctx, student, id)
+		if err != nil {
+			return Session{}, err
+		}
+		sess = s.refresh(ctx, sess)
+		if sess.Status != StatusRunning {
+			return sess, fmt.Errorf("%w: session is %s", ErrNotRunning, sess.Status)
+		}
+		w, err := s.Policy.Extend(sess.Window, s.now())
+		switch {
+		case errors.Is(err, lifetime.ErrExpired):
+			return sess, fmt.Errorf("%w: session expired at %s", ErrNotRunning, sess.ExpiresAt.Format(time.RFC3339))
+		case errors.Is(err, lifetime.ErrAtCap):
+			return sess, fmt.Errorf("%w: session already runs until its maximum lifetime %s", ErrExtensionCap, sess.MaxExpiresAt.Format(time.RFC3339))
+		case err != nil:
+			return sess, err
+		}
+		updated, err := s.Store.Extend(ctx, sess.ID, sess.ExpiresAt, w.ExpiresAt)
+		if errors.Is(err, ErrConflict) && attempt < 5 {
+			continue
+		}
+		if errors.Is(err, ErrNotLive) {
+			return updated, fmt.Errorf("%w: session is %s", ErrNotRunning, updated.Status)
+		}
+		return updated, err
+	}
+}
+
+// Close deletes the student's live session's resources and then marks it
+// closed; reason records who closed it. id, if non-empty, must name that
+// session. Returns ErrNoSession if there is no live session. If a delete
+// fails the row stays live (so the reaper retries) and the error is
+// returned.
+func (s *Service) Close(ctx context.Context, student, id, reason string) (Session, error) {
+	sess, err := s.liveOwned(ctx, student, id)
+	if err != nil {
+		return Session{}, err
+	}
+	if err := s.Cluster.Teardown(ctx, sess); err != nil {
+		return sess, fmt.Errorf("deleting session resources: %w", err)
+	}
+	closed, err := s.Store.Finish(ctx, sess.ID, StatusClosed, reason, s.now())
+	if errors.Is(err, ErrNotLive) {
+		// The reaper finished it between our read and our write; the
+		// resources are gone either way.
+		return closed, nil
+	}
+	if err == nil {
+		s.Log.Info("session closed", "session", sess.ID, "reason", reason)
+	}
+	return closed, err
+}
+
+func (s *Service) liveOwned(ctx context.Context, student, id string) (Session, error) {
+	sess, err := s.Store.LiveFor(ctx, student)
+	if err != nil {
+		return Session{}, err
+	}
+	if id != "" && id != sess.ID {
+		return Session{}, fmt.Errorf("%w: no live session %s for this student", ErrNoSession, id)
+	}
+	return sess, nil
+}
+
+// newToken returns 256 random bits, hex encoded.
+func newToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}

@@ -1,0 +1,108 @@
+// Package session is the domain of labkeep's student-facing half: what a lab
+// session is, the rules for opening, extending, reading and closing one, and
+// the two ports it needs — a Store (the database, the source of truth for
+// who has which session) and a Cluster (where the session's VMs or Pod run).
+// Service orchestrates them, including the rollback that guarantees a failed
+// open leaves nothing behind. Adapters live in pgstore and kube; the HTTP
+// layer in httpapi. The reaper (package reap) reuses Store, Cluster and the
+// lifetime package so both halves agree on every rule.
+package session
+
+import (
+	"errors"
+	"time"
+
+	"labkeep/shared/labs"
+	"labkeep/shared/lifetime"
+)
+
+// Status is where a session is in its life. Provisioning and running are
+// live: a student has at most one live session (enforced by the database).
+// The others are final.
+type Status string
+
+// The statuses a session row can have.
+const (
+	StatusProvisioning Status = "provisioning"
+	StatusRunning      Status = "running"
+	StatusExpired      Status = "expired"
+	StatusFailed       Status = "failed"
+	StatusClosed       Status = "closed"
+)
+
+// Live reports whether the status holds cluster resources and counts for
+// the one-session-per-student rule.
+func (s Status) Live() bool { return s == StatusProvisioning || s == StatusRunning }
+
+// Session is one student's lab session as stored.
+type Session struct {
+	// ID is a random UUID; it is part of every object name, so a new session
+	// can never pick up an old session's objects.
+	ID      string
+	Student string
+	Lab     string
+	Kind    labs.Kind
+	Status  Status
+	lifetime.Window
+	// ReadyAt is when the last node became ready; zero until running.
+	// ReadyAt - StartedAt is the recorded time-to-ready.
+	ReadyAt time.Time
+	// FinishedAt is when the session reached a final status; zero while live.
+	FinishedAt time.Time
+	Nodes      []Node
+	// FailureReason says why a session is failed (or, for other final
+	// statuses, who ended it).
+	FailureReason string
+	// GradingToken is 256 random bits (hex) handed to every node through
+	// cloud-init, so a grader can tell this session's submissions apart. It
+	// is never shown in API responses.
+	GradingToken string
+}
+
+// Node is one machine of a session.
+type Node struct {
+	Name  string `json:"name"`
+	Role  string `json:"role"`
+	Ready bool   `json:"ready"`
+	// SSHHost is where a student reaches the node; empty until known.
+	SSHHost string `json:"sshHost,omitempty"`
+	SSHPort int32  `json:"sshPort"`
+}
+
+// TimeToReady is how long the session took from open to every node being
+// ready; zero if it never became ready.
+func (s Session) TimeToReady() time.Duration {
+	if s.ReadyAt.IsZero() {
+		return 0
+	}
+	return s.ReadyAt.Sub(s.StartedAt)
+}
+
+// Errors the Service returns; the HTTP layer maps each to one status code.
+// They are wrapped with a message saying why, so match them with errors.Is.
+var (
+	// ErrSessionExists: the student already has a live session.
+	ErrSessionExists = errors.New("session_exists")
+	// ErrNoCapacity: the concurrent-VM limit (or the cluster quota) is reached.
+	ErrNoCapacity = errors.New("no_capacity")
+	// ErrExtensionCap: the session already expires at its maximum lifetime.
+	ErrExtensionCap = errors.New("extension_cap")
+	// ErrNotRunning: the session cannot be extended because it is still
+	// provisioning or has expired.
+	ErrNotRunning = errors.New("not_running")
+	// ErrNoSession: no such session for this student.
+	ErrNoSession = errors.New("no_session")
+	// ErrUnknownLab: the lab name is not in the catalog.
+	ErrUnknownLab = errors.New("unknown_lab")
+	// ErrProvisioning: creating the session's resources failed for a reason
+	// other than capacity; everything created was deleted and the row is
+	// failed, so the student may retry at once.
+	ErrProvisioning = errors.New("provisioning_failed")
+	// ErrNotLive is returned by Store updates that require a live session
+	// when the row has meanwhile reached a final status (e.g. the reaper
+	// expired it).
+	ErrNotLive = errors.New("session is no longer live")
+	// ErrConflict is returned by Store.Extend when the expiry changed since
+	// it was read; the caller re-reads and retries.
+	ErrConflict = errors.New("session changed concurrently")
+)
