@@ -222,11 +222,11 @@ func TestKillBudget(t *testing.T) {
 	steps := []step{
 		{0, true, true, false},
 		{10 * time.Second, true, true, false},
-		{45 * time.Second, true, true, false},   // first kill fell out of the window
-		{50 * time.Second, true, true, true},    // 3 kills within 30s: pause 60s
+		{35 * time.Second, true, true, false},   // the first kill fell out of the window
+		{38 * time.Second, true, true, true},    // 3 kills within 30s: pause 60s
 		{51 * time.Second, false, false, false}, // paused
-		{109 * time.Second, false, false, false},
-		{110 * time.Second, true, true, false}, // pause over, history cleared
+		{97 * time.Second, false, false, false},
+		{98 * time.Second, true, true, false}, // pause over, history cleared
 	}
 	for _, s := range steps {
 		now := t0.Add(s.at)

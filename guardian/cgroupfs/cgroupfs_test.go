@@ -1,0 +1,441 @@
+package cgroupfs
+
+import (
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"labkeep/guardian/internal/testcgroup"
+)
+
+func mkfile(t *testing.T, path, content string) {
+	t.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func readFile(t *testing.T, path string) string {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func TestResolveWithinRefusesEscapes(t *testing.T) {
+	root := t.TempDir()
+	mount := filepath.Join(root, "cg")
+	for _, d := range []string{"kubepods/podA/ws", "kubepods/podB/other", "elsewhere"} {
+		if err := os.MkdirAll(filepath.Join(mount, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Symlink(filepath.Join(mount, "kubepods/podB/other"), filepath.Join(mount, "kubepods/podA/escape")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(mount, "kubepods/podA/ws"), filepath.Join(mount, "kubepods/podA/alias")); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, subtree, rel string
+		wantErr            error
+	}{
+		{"the container inside the pod", "/kubepods/podA", "/kubepods/podA/ws", nil},
+		{"the pod itself", "/kubepods/podA", "/kubepods/podA", nil},
+		{"a symlink that stays inside is fine", "/kubepods/podA", "/kubepods/podA/alias", nil},
+		{"a symlink out of the pod", "/kubepods/podA", "/kubepods/podA/escape", ErrOutsideSubtree},
+		{"dot-dot out of the pod", "/kubepods/podA", "/kubepods/podA/../podB/other", ErrOutsideSubtree},
+		{"dot-dot out of the mount", "/kubepods/podA", "/kubepods/podA/../../../../etc", os.ErrNotExist},
+		{"a sibling pod", "/kubepods/podA", "/kubepods/podB/other", ErrOutsideSubtree},
+		{"a prefix-sharing name is not inside", "/kubepods/pod", "/kubepods/podA", os.ErrNotExist},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := resolveWithin(mount, tt.subtree, tt.rel)
+			if tt.wantErr == nil && err != nil {
+				t.Fatalf("resolveWithin() error = %v; want nil", err)
+			}
+			if tt.wantErr != nil && !errors.Is(err, tt.wantErr) {
+				t.Fatalf("resolveWithin() error = %v; want %v", err, tt.wantErr)
+			}
+		})
+	}
+	t.Run("etc escape is refused even when the target exists", func(t *testing.T) {
+		_, err := resolveWithin(mount, "/kubepods/podA", "/kubepods/podA/../../elsewhere")
+		if !errors.Is(err, ErrOutsideSubtree) {
+			t.Fatalf("error = %v; want ErrOutsideSubtree", err)
+		}
+	})
+}
+
+// v2Fixture lays out the v2 files of a container cgroup as the kernel would.
+func v2Fixture(t *testing.T) (mount string, c *V2) {
+	t.Helper()
+	mount = t.TempDir()
+	d := filepath.Join(mount, "kubepods.slice/pod.slice/ws.scope")
+	files := map[string]string{
+		"memory.current":     "943718400\n",
+		"memory.max":         "1073741824\n",
+		"memory.high":        "max\n",
+		"memory.oom.group":   "1\n",
+		"memory.stat":        "anon 800000000\nfile 100000\nshmem 123456\n",
+		"memory.events":      "low 0\nhigh 12\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n",
+		"memory.pressure":    "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+		"pids.max":           "max\n",
+		"pids.events":        "max 42\n",
+		"cpu.max":            "50000 100000\n",
+		"cpu.stat":           "usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\n",
+		"cgroup.procs":       "10\n11\n",
+		"child/cgroup.procs": "12\n",
+	}
+	for name, content := range files {
+		mkfile(t, filepath.Join(d, name), content)
+	}
+	c, err := OpenV2(mount, "/kubepods.slice/pod.slice", "/kubepods.slice/pod.slice/ws.scope")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mount, c
+}
+
+func TestV2Fixture(t *testing.T) {
+	_, c := v2Fixture(t)
+	d := c.Dir()
+
+	usage, shmem, err := c.MemoryUsage()
+	if err != nil || usage != 943718400 || shmem != 123456 {
+		t.Errorf("MemoryUsage() = %d,%d,%v", usage, shmem, err)
+	}
+	if lim, err := c.MemoryLimit(); err != nil || lim != 1<<30 {
+		t.Errorf("MemoryLimit() = %d,%v", lim, err)
+	}
+	if err := c.SetMemory(966367641, 1052266987); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(d, "memory.high")); got != "966367641" {
+		t.Errorf("memory.high = %s", got)
+	}
+	if got := readFile(t, filepath.Join(d, "memory.max")); got != "1052266987" {
+		t.Errorf("memory.max = %s", got)
+	}
+	if err := c.HandleOOM(); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(d, "memory.oom.group")); got != "0" {
+		t.Errorf("memory.oom.group = %s; want 0", got)
+	}
+	ev, err := c.MemoryEvents()
+	if diff := cmp.Diff(MemoryEvents{High: 12, Max: 3, OOM: 1, OOMKill: 1}, ev); diff != "" || err != nil {
+		t.Errorf("MemoryEvents() err=%v (-want +got):\n%s", err, diff)
+	}
+	if err := c.SetPidsMax(4096); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := c.PidsLimit(); err != nil || n != 4096 {
+		t.Errorf("PidsLimit() = %d,%v", n, err)
+	}
+	if n, err := c.PidsRefused(); err != nil || n != 42 {
+		t.Errorf("PidsRefused() = %d,%v", n, err)
+	}
+	if cpus, err := c.CPUs(); err != nil || cpus != 0.5 {
+		t.Errorf("CPUs() = %v,%v", cpus, err)
+	}
+	if u, err := c.CPUUsage(); err != nil || u != 1500*time.Millisecond {
+		t.Errorf("CPUUsage() = %v,%v", u, err)
+	}
+	pids, err := c.Procs()
+	if diff := cmp.Diff([]int{10, 11, 12}, pids); diff != "" || err != nil {
+		t.Errorf("Procs() err=%v (-want +got):\n%s", err, diff)
+	}
+}
+
+func TestV2WatchMemoryEventsFixture(t *testing.T) {
+	_, c := v2Fixture(t)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := c.WatchMemory(ctx, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The kernel rewrites memory.events when a counter grows; inotify sees
+	// the same modification on the fixture.
+	mkfile(t, filepath.Join(c.Dir(), "memory.events"), "low 0\nhigh 13\nmax 3\noom 1\noom_kill 1\n")
+	select {
+	case <-ch:
+	case <-time.After(5 * time.Second):
+		t.Fatal("no notification after memory.events changed")
+	}
+	cancel()
+	for range ch {
+	}
+}
+
+func TestV2RealFreezeAndPSI(t *testing.T) {
+	dir := testcgroup.NewV2(t)
+	c, err := OpenV2(testcgroup.V2Root, strings.TrimPrefix(dir, testcgroup.V2Root), strings.TrimPrefix(dir, testcgroup.V2Root))
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := testcgroup.CommandV2(dir, "/bin/sh", "-c", "while :; do :; done")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	waitProcs(t, c, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := c.Freeze(ctx); err != nil {
+		t.Fatalf("Freeze() = %v", err)
+	}
+	u1, _ := c.CPUUsage()
+	time.Sleep(200 * time.Millisecond)
+	u2, _ := c.CPUUsage()
+	if u2 != u1 {
+		t.Errorf("CPU usage grew from %v to %v while frozen", u1, u2)
+	}
+	if err := c.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(200 * time.Millisecond)
+	if u3, _ := c.CPUUsage(); u3 <= u2 {
+		t.Errorf("CPU usage did not grow after thaw: %v then %v", u2, u3)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "memory.pressure")); err == nil && !c.PSIWatched() {
+		t.Errorf("memory.pressure exists but refuses a PSI trigger")
+	}
+	if err := c.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	waitProcs(t, c, 0)
+}
+
+func waitProcs(t *testing.T, c Cgroup, n int) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		p, err := c.Procs()
+		if err == nil && len(p) == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("cgroup has %v processes; want %d (err %v)", p, n, err)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func openV1(t *testing.T, rel string) *V1 {
+	t.Helper()
+	mi, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mounts, _ := MountsV1(string(mi))
+	c, err := OpenV1(mounts, rel, rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestV1Real(t *testing.T) {
+	const limit = 256 << 20
+	rel := testcgroup.NewV1(t, testcgroup.Limits{MemoryBytes: limit, Pids: 64, CPUs: 0.5})
+	c := openV1(t, rel)
+
+	if lim, err := c.MemoryLimit(); err != nil || lim != limit {
+		t.Fatalf("MemoryLimit() = %d,%v", lim, err)
+	}
+	if err := c.SetMemory(limit*90/100, limit*98/100); err != nil {
+		t.Fatal(err)
+	}
+	// The kernel rounds limits to pages.
+	if lim, _ := c.MemoryLimit(); lim > limit*98/100 || lim < limit*98/100-4096 {
+		t.Errorf("limit after SetMemory = %d", lim)
+	}
+	if err := c.SetPidsMax(32); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := c.PidsLimit(); n != 32 {
+		t.Errorf("pids.max = %d", n)
+	}
+	if cpus, err := c.CPUs(); err != nil || cpus != 0.5 {
+		t.Errorf("CPUs() = %v,%v", cpus, err)
+	}
+	if err := c.GrantRT(10000); err != nil {
+		t.Errorf("GrantRT() = %v", err)
+	}
+	if got := readFile(t, filepath.Join(c.Dir("cpu"), "cpu.rt_runtime_us")); got != "10000" {
+		t.Errorf("cpu.rt_runtime_us = %s", got)
+	}
+	if err := c.HandleOOM(); err != nil {
+		t.Fatal(err)
+	}
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := c.WatchMemory(ctx, []uint64{64 << 20})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A hog of 100 MiB crosses the 64 MiB threshold: the eventfd fires.
+	hog := testcgroup.Command(rel, "/bin/sh", "-c", "head -c 100M /dev/zero | tail > /dev/null; sleep 60")
+	if err := hog.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { hog.Process.Kill(); hog.Wait() })
+	select {
+	case <-ch:
+	case <-time.After(10 * time.Second):
+		t.Fatal("no threshold notification")
+	}
+	usage, _, err := c.MemoryUsage()
+	if err != nil || usage < 64<<20 {
+		t.Errorf("MemoryUsage() = %d,%v after the threshold fired", usage, err)
+	}
+
+	pids, err := c.Procs()
+	if err != nil || len(pids) == 0 {
+		t.Fatalf("Procs() = %v,%v", pids, err)
+	}
+	fctx, fcancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer fcancel()
+	if err := c.Freeze(fctx); err != nil {
+		t.Fatalf("Freeze() = %v", err)
+	}
+	if s := readFile(t, filepath.Join(c.Dir("freezer"), "freezer.state")); s != "FROZEN" {
+		t.Errorf("freezer.state = %s", s)
+	}
+	if err := c.Thaw(); err != nil {
+		t.Fatal(err)
+	}
+	if s := readFile(t, filepath.Join(c.Dir("freezer"), "freezer.state")); s != "THAWED" {
+		t.Errorf("freezer.state = %s", s)
+	}
+	for _, p := range pids {
+		syscall.Kill(p, syscall.SIGKILL)
+	}
+	ev, err := c.MemoryEvents()
+	if err != nil || ev.OOMKill != 0 {
+		t.Errorf("MemoryEvents() = %+v,%v", ev, err)
+	}
+}
+
+func TestV1PidsRefusedReal(t *testing.T) {
+	rel := testcgroup.NewV1(t, testcgroup.Limits{MemoryBytes: 64 << 20, Pids: 5})
+	c := openV1(t, rel)
+	before, err := c.PidsRefused()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := testcgroup.Command(rel, "/bin/sh", "-c", "for i in 1 2 3 4 5 6 7 8; do sleep 30 & done; wait")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		n, _ := c.PidsRefused()
+		if n > before {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pids.events max stayed at %d", n)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestMountsV1(t *testing.T) {
+	mi := `30 25 0:26 / /sys/fs/cgroup ro,nosuid - tmpfs tmpfs ro,mode=755
+31 30 0:27 / /sys/fs/cgroup/unified rw,nosuid - cgroup2 cgroup2 rw
+33 30 0:29 / /sys/fs/cgroup/cpu,cpuacct rw,nosuid - cgroup cgroup rw,cpu,cpuacct
+34 30 0:30 / /sys/fs/cgroup/memory rw,nosuid - cgroup cgroup rw,memory`
+	v1, v2 := MountsV1(mi)
+	if v2 != "/sys/fs/cgroup/unified" {
+		t.Errorf("v2 = %q", v2)
+	}
+	want := map[string]string{"rw": "/sys/fs/cgroup/cpu,cpuacct", "cpu": "/sys/fs/cgroup/cpu,cpuacct", "cpuacct": "/sys/fs/cgroup/cpu,cpuacct", "memory": "/sys/fs/cgroup/memory"}
+	if diff := cmp.Diff(want, v1); diff != "" {
+		t.Errorf("MountsV1() (-want +got):\n%s", diff)
+	}
+}
+
+func TestDiscovery(t *testing.T) {
+	const uid = "0f3c2a51-6b7e-4c1d-9a8b-1234567890ab"
+	layouts := []struct {
+		name, pod  string
+		containers []string
+	}{
+		{"cgroupfs driver", "kubepods/burstable/pod" + uid, []string{"aaaa", "bbbb", "cccc"}},
+		{"systemd driver", "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice",
+			[]string{"cri-containerd-aaaa.scope", "cri-containerd-bbbb.scope", "cri-containerd-cccc.scope", "crio-conmon-dddd.scope"}},
+		{"guaranteed QoS, cgroupfs driver", "kubepods/pod" + uid, []string{"aaaa", "bbbb", "cccc"}},
+	}
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) {
+			mount := t.TempDir()
+			for _, c := range l.containers {
+				mkfile(t, filepath.Join(mount, l.pod, c, "cgroup.procs"), "")
+			}
+			mkfile(t, filepath.Join(mount, "kubepods/burstable/podother/x/cgroup.procs"), "")
+			pod, err := FindPod(mount, uid)
+			if err != nil || pod != "/"+l.pod {
+				t.Fatalf("FindPod() = %q,%v; want /%s", pod, err, l.pod)
+			}
+			self := filepath.Join(pod, l.containers[2])
+			cands, err := ContainerCandidates(mount, pod, self)
+			if err != nil || len(cands) != 2 {
+				t.Fatalf("ContainerCandidates() = %v,%v", cands, err)
+			}
+			pause := filepath.Join(pod, l.containers[0])
+			isPause := func(rel string) bool { return rel == pause }
+			never := func(string) bool { return false }
+			got, err := PickContainer(cands, never, isPause)
+			if want := filepath.Join(pod, l.containers[1]); err != nil || got != want {
+				t.Errorf("PickContainer() = %q,%v; want %q", got, err, want)
+			}
+			if _, err := PickContainer(cands, never, never); !errors.Is(err, ErrNotFound) {
+				t.Errorf("ambiguous PickContainer() error = %v; want ErrNotFound", err)
+			}
+			byEnv := func(rel string) bool { return rel == pause }
+			if got, _ := PickContainer(cands, byEnv, never); got != pause {
+				t.Errorf("PickContainer() by environment = %q; want %q", got, pause)
+			}
+		})
+	}
+	t.Run("malformed uid is refused", func(t *testing.T) {
+		if _, err := FindPod(t.TempDir(), "../../etc"); err == nil {
+			t.Fatal("FindPod accepted a malformed POD_UID")
+		}
+	})
+	t.Run("unknown pod", func(t *testing.T) {
+		if _, err := FindPod(t.TempDir(), uid); !errors.Is(err, ErrNotFound) {
+			t.Fatalf("error = %v; want ErrNotFound", err)
+		}
+	})
+}
+
+func TestOwnCgroup(t *testing.T) {
+	content := "9:name=systemd:/\n4:memory:/process_api/x\n1:cpu,cpuacct:/a\n0::/unified/b\n"
+	for ctrl, want := range map[string]string{"memory": "/process_api/x", "cpuacct": "/a", "": "/unified/b"} {
+		if got, err := OwnCgroup(content, ctrl); err != nil || got != want {
+			t.Errorf("OwnCgroup(%q) = %q,%v; want %q", ctrl, got, err, want)
+		}
+	}
+	if _, err := OwnCgroup(content, "pids"); !errors.Is(err, ErrNotFound) {
+		t.Errorf("OwnCgroup(pids) error = %v", err)
+	}
+}

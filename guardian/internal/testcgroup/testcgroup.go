@@ -1,0 +1,179 @@
+// Package testcgroup creates real, throwaway cgroups for guardian's tests
+// and removes them, with every process inside, when the test ends — even
+// when it fails. Limits are always written before any process is placed in
+// the cgroup, so a test's memory hog or fork bomb can never reach the host.
+package testcgroup
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// V1Root is where this machine mounts its cgroup v1 controllers.
+const V1Root = "/sys/fs/cgroup"
+
+// V2Root is the cgroup2 mount (hybrid layout).
+const V2Root = "/sys/fs/cgroup/unified"
+
+// Controllers are the v1 controllers a workspace cgroup gets.
+var Controllers = []string{"memory", "pids", "freezer", "cpu", "cpuacct"}
+
+// Limits are written before anything runs in the cgroup.
+type Limits struct {
+	MemoryBytes uint64  // memory.limit_in_bytes, required
+	Pids        int     // pids.max, required
+	CPUs        float64 // CFS quota in CPUs; 0 means no quota
+}
+
+// RequireRoot skips the test unless it runs as root with cgroup v1
+// controllers mounted at V1Root.
+func RequireRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates real cgroups (CI runs as root)")
+	}
+	for _, c := range Controllers {
+		if _, err := os.Stat(filepath.Join(V1Root, c, "cgroup.procs")); err != nil {
+			t.Skipf("needs the cgroup v1 %s controller at %s: %v", c, V1Root, err)
+		}
+	}
+}
+
+// NewV1 creates a cgroup named like the test under every v1 controller with
+// lim applied and returns its path relative to each mount ("/name").
+func NewV1(t testing.TB, lim Limits) string {
+	t.Helper()
+	RequireRoot(t)
+	if lim.MemoryBytes == 0 || lim.Pids == 0 {
+		t.Fatal("testcgroup: a memory and a pids limit are required")
+	}
+	rel := fmt.Sprintf("/labkeep-test-%d-%d", os.Getpid(), time.Now().UnixNano())
+	for _, c := range Controllers {
+		if err := os.Mkdir(filepath.Join(V1Root, c, rel), 0o755); err != nil {
+			t.Fatalf("create cgroup: %v", err)
+		}
+	}
+	t.Cleanup(func() { RemoveV1(t, rel) })
+	mustWrite(t, Dir(rel, "memory"), "memory.limit_in_bytes", strconv.FormatUint(lim.MemoryBytes, 10))
+	_ = os.WriteFile(filepath.Join(Dir(rel, "memory"), "memory.memsw.limit_in_bytes"), []byte(strconv.FormatUint(lim.MemoryBytes, 10)), 0)
+	mustWrite(t, Dir(rel, "pids"), "pids.max", strconv.Itoa(lim.Pids))
+	if lim.CPUs > 0 {
+		mustWrite(t, Dir(rel, "cpu"), "cpu.cfs_period_us", "100000")
+		mustWrite(t, Dir(rel, "cpu"), "cpu.cfs_quota_us", strconv.Itoa(int(lim.CPUs*100000)))
+	}
+	return rel
+}
+
+// Dir returns the directory of rel under one v1 controller.
+func Dir(rel, controller string) string { return filepath.Join(V1Root, controller, rel) }
+
+func mustWrite(t testing.TB, dir, name, v string) {
+	t.Helper()
+	if err := os.WriteFile(filepath.Join(dir, name), []byte(v), 0); err != nil {
+		t.Fatalf("write %s=%s: %v", name, v, err)
+	}
+}
+
+// Procs lists the PIDs in the cgroup (memory controller).
+func Procs(rel string) []int {
+	b, _ := os.ReadFile(filepath.Join(Dir(rel, "memory"), "cgroup.procs"))
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		if p, err := strconv.Atoi(f); err == nil {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// RemoveV1 kills everything in the cgroup (freeze, SIGKILL, thaw, until
+// empty) and removes it from every controller.
+func RemoveV1(t testing.TB, rel string) {
+	fz := Dir(rel, "freezer")
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		pids := Procs(rel)
+		if len(pids) == 0 {
+			break
+		}
+		_ = os.WriteFile(filepath.Join(fz, "freezer.state"), []byte("FROZEN"), 0)
+		for _, p := range pids {
+			_ = syscall.Kill(p, syscall.SIGKILL)
+		}
+		_ = os.WriteFile(filepath.Join(fz, "freezer.state"), []byte("THAWED"), 0)
+		// Tasks waiting at the memory limit with the OOM killer off leave
+		// once the limit is lifted.
+		_ = os.WriteFile(filepath.Join(Dir(rel, "memory"), "memory.oom_control"), []byte("0"), 0)
+		time.Sleep(20 * time.Millisecond)
+	}
+	for _, c := range Controllers {
+		d := Dir(rel, c)
+		var err error
+		for i := 0; i < 100; i++ {
+			if err = os.Remove(d); err == nil || os.IsNotExist(err) {
+				err = nil
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if err != nil {
+			t.Errorf("remove cgroup %s: %v", d, err)
+		}
+	}
+}
+
+// NewV2 creates a child of the cgroup2 mount for the test and removes it
+// (killing its processes with cgroup.kill) at cleanup. It skips when the
+// mount is absent.
+func NewV2(t testing.TB) string {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: creates real cgroups (CI runs as root)")
+	}
+	if _, err := os.Stat(filepath.Join(V2Root, "cgroup.freeze")); err != nil {
+		if _, err := os.Stat(filepath.Join(V2Root, "cgroup.procs")); err != nil {
+			t.Skipf("no cgroup2 mount at %s", V2Root)
+		}
+	}
+	dir := filepath.Join(V2Root, fmt.Sprintf("labkeep-test-%d-%d", os.Getpid(), time.Now().UnixNano()))
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatalf("create cgroup2: %v", err)
+	}
+	t.Cleanup(func() {
+		_ = os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte("0"), 0)
+		for i := 0; i < 250; i++ {
+			_ = os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
+			if err := os.Remove(dir); err == nil || os.IsNotExist(err) {
+				return
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		t.Errorf("remove cgroup2 %s", dir)
+	})
+	return dir
+}
+
+// Command returns a command that enters the v1 cgroup rel (every
+// controller) and then execs name with args: the process is limited from
+// its first instruction.
+func Command(rel, name string, args ...string) *exec.Cmd {
+	var script strings.Builder
+	for _, c := range Controllers {
+		fmt.Fprintf(&script, "echo $$ > %s/cgroup.procs || exit 97; ", Dir(rel, c))
+	}
+	script.WriteString(`exec "$@"`)
+	return exec.Command("/bin/sh", append([]string{"-c", script.String(), "sh", name}, args...)...)
+}
+
+// CommandV2 is Command for a cgroup2 directory.
+func CommandV2(dir, name string, args ...string) *exec.Cmd {
+	script := fmt.Sprintf(`echo $$ > %s/cgroup.procs || exit 97; exec "$@"`, dir)
+	return exec.Command("/bin/sh", append([]string{"-c", script, "sh", name}, args...)...)
+}
