@@ -1,0 +1,368 @@
+package controlplane
+
+import (
+	"context"
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	authenticationv1 "k8s.io/api/authentication/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+)
+
+// Options configures Start. The zero value is usable: binaries are built or
+// taken from the default cache, and temp files go to the system temp dir.
+type Options struct {
+	// Binaries to run; if empty, EnsureBinaries fills them from BinCache.
+	Binaries Binaries
+	// BinCache overrides the binary cache dir (LABKEEP_BIN_CACHE).
+	BinCache string
+	// TempRoot is where the control plane's temp dir is made ("" = os.TempDir).
+	TempRoot string
+	// QuotaSyncPeriod is kube-controller-manager's --resource-quota-sync-period.
+	// Short, so quotas naming CRDs never stay "status unknown" for long.
+	QuotaSyncPeriod time.Duration
+	// Progress receives build progress and start-up messages (nil = discard).
+	Progress io.Writer
+	// StartTimeout bounds the whole start-up (default 2 minutes).
+	StartTimeout time.Duration
+}
+
+// ControlPlane is a running etcd + kube-apiserver + kube-controller-manager.
+type ControlPlane struct {
+	// Dir is the temp dir holding data, certificates, logs and kubeconfigs;
+	// Stop removes it.
+	Dir string
+	// Admin is a system:masters config for tests and virt-sim.
+	Admin *rest.Config
+	// AdminKubeconfig is a kubeconfig file with the same credentials.
+	AdminKubeconfig string
+	// APIServerURL is https://127.0.0.1:<port>.
+	APIServerURL string
+
+	pki      *pki
+	procs    []*process // in start order
+	stopOnce sync.Once
+}
+
+// ControllersRun lists the kube-controller-manager controllers the local
+// control plane runs: exactly those labkeep's behaviour depends on.
+var ControllersRun = []string{
+	"garbage-collector-controller",
+	"resourcequota-controller",
+	"job-controller",
+	"ttl-after-finished-controller",
+	"namespace-controller",
+	"serviceaccount-controller",
+}
+
+const adminToken = "labkeep-local-admin-token"
+
+// Start launches a fresh control plane on free loopback ports and returns once
+// the API server is ready, the KubeVirt CRDs are established and the
+// controllers are running. On error everything started so far is stopped.
+func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
+	if opts.QuotaSyncPeriod == 0 {
+		opts.QuotaSyncPeriod = 2 * time.Second
+	}
+	if opts.StartTimeout == 0 {
+		opts.StartTimeout = 2 * time.Minute
+	}
+	progress := opts.Progress
+	if progress == nil {
+		progress = io.Discard
+	}
+	if opts.Binaries.APIServer == "" {
+		cache, err := DefaultCacheDir(opts.BinCache)
+		if err != nil {
+			return nil, err
+		}
+		if opts.Binaries, err = EnsureBinaries(ctx, cache, DefaultVersions, progress); err != nil {
+			return nil, err
+		}
+	}
+	sweepStale(opts.TempRoot)
+	dir, err := os.MkdirTemp(opts.TempRoot, fmt.Sprintf("labkeep-cp-%d-", os.Getpid()))
+	if err != nil {
+		return nil, err
+	}
+	cp = &ControlPlane{Dir: dir}
+	defer func() {
+		if err != nil {
+			cp.Stop()
+			cp = nil
+		}
+	}()
+	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
+	defer cancel()
+
+	if cp.pki, err = writePKI(dir); err != nil {
+		return cp, err
+	}
+	ports, err := freePorts(4)
+	if err != nil {
+		return cp, err
+	}
+	etcdClient, etcdPeer, apiPort, kcmPort := ports[0], ports[1], ports[2], ports[3]
+	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
+	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
+	etcd, err := startProcess("etcd", filepath.Join(dir, "etcd.log"), opts.Binaries.Etcd,
+		"--name=labkeep", "--data-dir="+filepath.Join(dir, "etcd"),
+		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
+		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
+		"--initial-cluster=labkeep="+peerURL, "--unsafe-no-fsync=true",
+		"--log-level=warn", "--quota-backend-bytes=4294967296")
+	if err != nil {
+		return cp, err
+	}
+	cp.procs = append(cp.procs, etcd)
+
+	tokens := filepath.Join(dir, "tokens.csv")
+	if err := os.WriteFile(tokens, []byte(adminToken+",labkeep-admin,labkeep-admin,system:masters\n"), 0o600); err != nil {
+		return cp, err
+	}
+	cp.APIServerURL = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
+	api, err := startProcess("kube-apiserver", filepath.Join(dir, "kube-apiserver.log"), opts.Binaries.APIServer,
+		"--etcd-servers="+etcdURL,
+		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(apiPort),
+		"--tls-cert-file="+cp.pki.certFile, "--tls-private-key-file="+cp.pki.keyFile,
+		"--token-auth-file="+tokens,
+		"--authorization-mode=RBAC",
+		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+		"--service-account-key-file="+cp.pki.saPubFile,
+		"--service-account-signing-key-file="+cp.pki.saKeyFile,
+		"--service-cluster-ip-range=10.0.0.0/24",
+		"--allow-privileged=true",
+		"--enable-priority-and-fairness=false",
+		"--profiling=false",
+		"--cert-dir="+filepath.Join(dir, "apiserver-certs"),
+		"--v=0")
+	if err != nil {
+		return cp, err
+	}
+	cp.procs = append(cp.procs, api)
+	cp.Admin = &rest.Config{
+		Host:            cp.APIServerURL,
+		BearerToken:     adminToken,
+		TLSClientConfig: rest.TLSClientConfig{CAData: cp.pki.caPEM},
+		QPS:             200,
+		Burst:           400,
+	}
+	if err := cp.waitReady(ctx, api); err != nil {
+		return cp, err
+	}
+	cp.AdminKubeconfig = filepath.Join(dir, "admin.kubeconfig")
+	if err := WriteKubeconfig(cp.AdminKubeconfig, cp.Admin, "labkeep-admin"); err != nil {
+		return cp, err
+	}
+	fmt.Fprintf(progress, "labkeep: kube-apiserver ready at %s\n", cp.APIServerURL)
+
+	// CRDs first, so the garbage collector and quota controller discover
+	// them at start instead of after a resync.
+	if err := InstallKubeVirtCRDs(ctx, cp.Admin); err != nil {
+		return cp, fmt.Errorf("install KubeVirt CRDs: %w", err)
+	}
+
+	kcm, err := startProcess("kube-controller-manager", filepath.Join(dir, "kube-controller-manager.log"), opts.Binaries.ControllerManager,
+		"--kubeconfig="+cp.AdminKubeconfig,
+		"--controllers="+strings.Join(ControllersRun, ","),
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1", "--secure-port="+strconv.Itoa(kcmPort),
+		"--resource-quota-sync-period="+opts.QuotaSyncPeriod.String(),
+		"--concurrent-gc-syncs=10",
+		"--use-service-account-credentials=false",
+		"--controller-start-interval=0s",
+		"--profiling=false",
+		"--v=0")
+	if err != nil {
+		return cp, err
+	}
+	cp.procs = append(cp.procs, kcm)
+	if err := cp.waitControllers(ctx, kcm); err != nil {
+		return cp, err
+	}
+	fmt.Fprintln(progress, "labkeep: kube-controller-manager running ("+strings.Join(ControllersRun, ", ")+")")
+	return cp, nil
+}
+
+// waitReady polls /readyz until the API server answers ok.
+func (cp *ControlPlane) waitReady(ctx context.Context, api *process) error {
+	pool := x509.NewCertPool()
+	pool.AppendCertsFromPEM(cp.pki.caPEM)
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
+	defer hc.CloseIdleConnections()
+	for {
+		for _, p := range cp.procs {
+			if done, err := p.exited(); done {
+				return fmt.Errorf("%s %w (%v); log:\n%s", p.name, errExited, err, p.logTail(3000))
+			}
+		}
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, cp.APIServerURL+"/readyz", nil)
+		req.Header.Set("Authorization", "Bearer "+adminToken)
+		if resp, err := hc.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kube-apiserver not ready: %w; log:\n%s", ctx.Err(), api.logTail(3000))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// waitControllers returns once the serviceaccount controller has created the
+// "default" ServiceAccount in kube-system: proof that kube-controller-manager
+// is up and its informers synced.
+func (cp *ControlPlane) waitControllers(ctx context.Context, kcm *process) error {
+	cs, err := kubernetes.NewForConfig(cp.Admin)
+	if err != nil {
+		return err
+	}
+	for {
+		if done, err := kcm.exited(); done {
+			return fmt.Errorf("kube-controller-manager %w (%v); log:\n%s", errExited, err, kcm.logTail(3000))
+		}
+		_, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
+		if err == nil {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kube-controller-manager not running: %w; log:\n%s", ctx.Err(), kcm.logTail(3000))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// Stop stops every component (controllers first, etcd last) and removes the
+// temp dir. It is safe to call more than once and on a partly started plane.
+func (cp *ControlPlane) Stop() {
+	if cp == nil {
+		return
+	}
+	cp.stopOnce.Do(func() {
+		for i := len(cp.procs) - 1; i >= 0; i-- {
+			cp.procs[i].stop(10 * time.Second)
+		}
+		if cp.Dir != "" {
+			os.RemoveAll(cp.Dir)
+		}
+	})
+}
+
+// Pids returns the process ids of the running components, for leak checks.
+func (cp *ControlPlane) Pids() []int {
+	var pids []int
+	for _, p := range cp.procs {
+		pids = append(pids, p.cmd.Process.Pid)
+	}
+	return pids
+}
+
+// ServiceAccountConfig creates (if missing) the ServiceAccount ns/name and
+// returns a config authenticated as it through a TokenRequest, so tests can
+// run code with exactly the RBAC bound to that account and nothing more.
+// Binding roles is the caller's job (e.g. applying infra/ manifests).
+func (cp *ControlPlane) ServiceAccountConfig(ctx context.Context, ns, name string) (*rest.Config, error) {
+	cs, err := kubernetes.NewForConfig(cp.Admin)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := cs.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	if _, err := cs.CoreV1().ServiceAccounts(ns).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return nil, err
+	}
+	ttl := int64(24 * 3600)
+	tr, err := cs.CoreV1().ServiceAccounts(ns).CreateToken(ctx, name, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: &ttl},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		return nil, fmt.Errorf("token for %s/%s: %w", ns, name, err)
+	}
+	return &rest.Config{
+		Host:            cp.APIServerURL,
+		BearerToken:     tr.Status.Token,
+		TLSClientConfig: rest.TLSClientConfig{CAData: cp.pki.caPEM},
+		QPS:             200,
+		Burst:           400,
+	}, nil
+}
+
+// WriteKubeconfig writes cfg (token auth, CA data) as a kubeconfig file that
+// kubectl and client-go accept.
+func WriteKubeconfig(path string, cfg *rest.Config, user string) error {
+	kc := clientcmdapi.NewConfig()
+	kc.Clusters["labkeep-local"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
+	kc.Contexts["labkeep-local"] = &clientcmdapi.Context{Cluster: "labkeep-local", AuthInfo: user, Namespace: "default"}
+	kc.CurrentContext = "labkeep-local"
+	return clientcmd.WriteToFile(*kc, path)
+}
+
+// freePorts reserves n distinct loopback ports by listening and closing. A
+// port can in principle be taken between close and use; Start reports that
+// as a component failing to bind, and callers may retry.
+func freePorts(n int) ([]int, error) {
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			l.Close()
+		}
+	}()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			return nil, err
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports, nil
+}
+
+// sweepStale removes temp dirs left by control planes whose owning process
+// is gone (killed with SIGKILL, where no cleanup can run; PDEATHSIG already
+// took its children down).
+func sweepStale(root string) {
+	if root == "" {
+		root = os.TempDir()
+	}
+	matches, _ := filepath.Glob(filepath.Join(root, "labkeep-cp-*-*"))
+	for _, m := range matches {
+		parts := strings.SplitN(filepath.Base(m), "-", 4)
+		if len(parts) < 4 {
+			continue
+		}
+		pid, err := strconv.Atoi(parts[2])
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(m)
+		}
+	}
+}
