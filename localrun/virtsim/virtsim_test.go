@@ -1,0 +1,234 @@
+package virtsim_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"labkeep/localrun/stack"
+	"labkeep/localrun/virtsim"
+)
+
+var st *stack.Stack
+
+func TestMain(m *testing.M) {
+	var err error
+	st, err = stack.Start(context.Background(), stack.Options{
+		Progress: os.Stderr,
+		VirtSim: virtsim.Options{
+			BootDelay: 500 * time.Millisecond,
+			Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+		},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stack:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	st.Stop()
+	os.Exit(code)
+}
+
+type env struct {
+	t   *testing.T
+	ns  string
+	dyn dynamic.Interface
+}
+
+func newEnv(t *testing.T) *env {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(st.Admin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(st.Admin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "virtsim-"}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cs.CoreV1().Namespaces().Delete(context.Background(), ns.Name, metav1.DeleteOptions{}) })
+	return &env{t: t, ns: ns.Name, dyn: dyn}
+}
+
+func (e *env) createVM(name string, annotations map[string]string, dataVolume string) {
+	e.t.Helper()
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+		"metadata": map[string]any{"name": name},
+		"spec": map[string]any{
+			"runStrategy": "Always",
+			"template": map[string]any{
+				"metadata": map[string]any{"labels": map[string]any{"labkeep.io/role": "control"}},
+				"spec":     map[string]any{"domain": map[string]any{"resources": map[string]any{"requests": map[string]any{"memory": "4Gi"}}}},
+			},
+		},
+	}}
+	if dataVolume != "" {
+		_ = unstructured.SetNestedSlice(u.Object, []any{map[string]any{
+			"metadata": map[string]any{"name": dataVolume},
+			"spec":     map[string]any{"source": map[string]any{"pvc": map[string]any{"namespace": "golden", "name": "ubuntu"}}, "storage": map[string]any{}},
+		}}, "spec", "dataVolumeTemplates")
+	}
+	u.SetAnnotations(annotations)
+	if _, err := e.dyn.Resource(virtsim.VirtualMachines).Namespace(e.ns).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+func (e *env) get(gvr any, name string) (*unstructured.Unstructured, error) {
+	switch gvr {
+	case "vm":
+		return e.dyn.Resource(virtsim.VirtualMachines).Namespace(e.ns).Get(context.Background(), name, metav1.GetOptions{})
+	case "vmi":
+		return e.dyn.Resource(virtsim.VirtualMachineInstances).Namespace(e.ns).Get(context.Background(), name, metav1.GetOptions{})
+	default:
+		return e.dyn.Resource(virtsim.DataVolumes).Namespace(e.ns).Get(context.Background(), name, metav1.GetOptions{})
+	}
+}
+
+func (e *env) eventually(what string, cond func() bool) time.Duration {
+	e.t.Helper()
+	start := time.Now()
+	for !cond() {
+		if time.Since(start) > 30*time.Second {
+			e.t.Fatalf("%s: not within 30s", what)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	return time.Since(start)
+}
+
+func (e *env) vmState(name string) (ready bool, printable string, created bool) {
+	vm, err := e.get("vm", name)
+	if err != nil {
+		return false, "", false
+	}
+	ready, _, _ = unstructured.NestedBool(vm.Object, "status", "ready")
+	created, _, _ = unstructured.NestedBool(vm.Object, "status", "created")
+	printable, _, _ = unstructured.NestedString(vm.Object, "status", "printableStatus")
+	return
+}
+
+func (e *env) vmiPhase(name string) string {
+	vmi, err := e.get("vmi", name)
+	if err != nil {
+		return "<none>"
+	}
+	p, _, _ := unstructured.NestedString(vmi.Object, "status", "phase")
+	return p
+}
+
+// Must show 3a: a VM becomes ready; its VMI is controlled by it.
+func TestVMBecomesReady(t *testing.T) {
+	e := newEnv(t)
+	e.createVM("ready-vm", nil, "ready-vm-disk")
+	took := e.eventually("VM ready", func() bool { r, p, c := e.vmState("ready-vm"); return r && c && p == "Running" })
+	if got := e.vmiPhase("ready-vm"); got != "Running" {
+		t.Fatalf("VMI phase = %q, want Running", got)
+	}
+	vmi, _ := e.get("vmi", "ready-vm")
+	ref := metav1.GetControllerOf(vmi)
+	vm, _ := e.get("vm", "ready-vm")
+	if ref == nil || ref.UID != vm.GetUID() || ref.Kind != "VirtualMachine" {
+		t.Fatalf("VMI controller ref = %+v, want the VM %s", ref, vm.GetUID())
+	}
+	if l := vmi.GetLabels()["labkeep.io/role"]; l != "control" {
+		t.Fatalf("VMI did not get the template's labels: %v", vmi.GetLabels())
+	}
+	dv, err := e.get("dv", "ready-vm-disk")
+	if err != nil {
+		t.Fatalf("DataVolume from dataVolumeTemplates: %v", err)
+	}
+	if ref := metav1.GetControllerOf(dv); ref == nil || ref.UID != vm.GetUID() {
+		t.Fatalf("DataVolume not owned by the VM: %+v", dv.GetOwnerReferences())
+	}
+	t.Logf("VM ready %s after create (boot delay 500ms)", took.Round(10*time.Millisecond))
+}
+
+// Must show 3b: deleting the VM removes its VMI (through the garbage
+// collector) and its DataVolume.
+func TestDeletingVMRemovesVMI(t *testing.T) {
+	e := newEnv(t)
+	e.createVM("doomed", nil, "doomed-disk")
+	e.eventually("VM ready", func() bool { r, _, _ := e.vmState("doomed"); return r })
+	if err := e.dyn.Resource(virtsim.VirtualMachines).Namespace(e.ns).Delete(context.Background(), "doomed", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	took := e.eventually("VMI and DataVolume gone", func() bool {
+		_, errVMI := e.get("vmi", "doomed")
+		_, errDV := e.get("dv", "doomed-disk")
+		return apierrors.IsNotFound(errVMI) && apierrors.IsNotFound(errDV)
+	})
+	t.Logf("VMI and DataVolume removed %s after the VM delete", took.Round(10*time.Millisecond))
+}
+
+// Must show 3c: the "VMI vanishes" knob leaves a VM without a VMI, shown not
+// ready, and virtsim does not bring the VMI back.
+func TestVanishLeavesVMWithoutVMI(t *testing.T) {
+	e := newEnv(t)
+	e.createVM("lost", nil, "")
+	e.eventually("VM ready", func() bool { r, _, _ := e.vmState("lost"); return r })
+	if err := st.Sim.Vanish(context.Background(), e.ns, "lost"); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("VM not ready, VMI gone", func() bool {
+		r, p, c := e.vmState("lost")
+		return !r && !c && p == "Stopped" && e.vmiPhase("lost") == "<none>"
+	})
+	time.Sleep(1500 * time.Millisecond) // three boot delays: a recreated VMI would be back
+	if _, err := e.get("vmi", "lost"); !apierrors.IsNotFound(err) {
+		t.Fatalf("VMI came back after vanishing: %v", err)
+	}
+	if _, err := e.get("vm", "lost"); err != nil {
+		t.Fatalf("the VM itself must stay: %v", err)
+	}
+}
+
+// The never-ready and boot-delay annotations hold a VM short of ready.
+func TestNeverReadyAnnotation(t *testing.T) {
+	e := newEnv(t)
+	e.createVM("stuck", map[string]string{virtsim.AnnotationNeverReady: "true"}, "")
+	e.createVM("slow", map[string]string{virtsim.AnnotationBootDelay: "3s"}, "")
+	e.eventually("stuck VMI scheduled", func() bool { return e.vmiPhase("stuck") == "Scheduled" })
+	time.Sleep(time.Second)
+	if r, p, _ := e.vmState("stuck"); r || p != "Starting" {
+		t.Fatalf("never-ready VM: ready=%v printable=%q, want not ready and Starting", r, p)
+	}
+	if r, _, _ := e.vmState("slow"); r {
+		t.Fatal("slow VM ready before its 3s boot delay")
+	}
+	e.eventually("slow VM ready", func() bool { r, _, _ := e.vmState("slow"); return r })
+	if r, _, _ := e.vmState("stuck"); r {
+		t.Fatal("never-ready VM became ready")
+	}
+}
+
+// A VM that should not run gets no VMI.
+func TestHaltedVMGetsNoVMI(t *testing.T) {
+	e := newEnv(t)
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+		"metadata": map[string]any{"name": "halted"},
+		"spec":     map[string]any{"runStrategy": "Halted", "template": map[string]any{"spec": map[string]any{}}},
+	}}
+	if _, err := e.dyn.Resource(virtsim.VirtualMachines).Namespace(e.ns).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	e.eventually("halted VM shows Stopped", func() bool { _, p, _ := e.vmState("halted"); return p == "Stopped" })
+	if got := e.vmiPhase("halted"); got != "<none>" {
+		t.Fatalf("halted VM has a VMI in phase %q", got)
+	}
+}
