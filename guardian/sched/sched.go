@@ -1,0 +1,64 @@
+// Package sched sets the CPU scheduling of protected processes: SCHED_RR
+// with SCHED_RESET_ON_FORK for the sshd listener (its children go back to
+// normal scheduling, so a user's shell cannot inherit real-time priority),
+// and a nice value as the fallback where real-time is refused.
+package sched
+
+import (
+	"fmt"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Attr is the scheduling state of a process.
+type Attr struct {
+	Policy      int  // unix.SCHED_NORMAL, SCHED_RR, ...
+	ResetOnFork bool // SCHED_RESET_ON_FORK
+	Priority    int  // real-time priority
+	Nice        int
+}
+
+// IsRR reports whether the attributes are SCHED_RR at priority prio with
+// reset-on-fork, the state the protector wants for the listener.
+func (a Attr) IsRR(prio int) bool {
+	return a.Policy == unix.SCHED_RR && a.ResetOnFork && a.Priority == prio
+}
+
+// Get reads the scheduling attributes of pid.
+func Get(pid int) (Attr, error) {
+	sa, err := unix.SchedGetAttr(pid, 0)
+	if err != nil {
+		return Attr{}, fmt.Errorf("sched_getattr %d: %w", pid, err)
+	}
+	return Attr{
+		Policy:      int(sa.Policy),
+		ResetOnFork: sa.Flags&unix.SCHED_FLAG_RESET_ON_FORK != 0,
+		Priority:    int(sa.Priority),
+		Nice:        int(sa.Nice),
+	}, nil
+}
+
+// SetRR puts pid under SCHED_RR|SCHED_RESET_ON_FORK at priority prio. The
+// kernel refuses (EPERM) without CAP_SYS_NICE, or when the task's cgroup has
+// no RT budget (cpu.rt_runtime_us 0 under RT group scheduling).
+func SetRR(pid, prio int) error {
+	attr := unix.SchedAttr{
+		Size:     uint32(unsafe.Sizeof(unix.SchedAttr{})),
+		Policy:   unix.SCHED_RR,
+		Flags:    unix.SCHED_FLAG_RESET_ON_FORK,
+		Priority: uint32(prio),
+	}
+	if err := unix.SchedSetAttr(pid, &attr, 0); err != nil {
+		return fmt.Errorf("SCHED_RR for %d: %w", pid, err)
+	}
+	return nil
+}
+
+// SetNice sets the nice value of pid (process-wide for its main thread).
+func SetNice(pid, nice int) error {
+	if err := unix.Setpriority(unix.PRIO_PROCESS, pid, nice); err != nil {
+		return fmt.Errorf("nice %d for %d: %w", nice, pid, err)
+	}
+	return nil
+}
