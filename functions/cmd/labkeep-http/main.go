@@ -1,0 +1,58 @@
+// Command labkeep-http serves the session functions over HTTP: the
+// Knative Service (or any on-prem Deployment) entry point. All settings
+// come from LABKEEP_* environment variables (see app.Config); an invalid
+// setting stops it at start with a message naming the variable.
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+
+	"labkeep/functions/app"
+)
+
+func main() {
+	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
+	if err := run(log); err != nil {
+		fmt.Fprintln(os.Stderr, "labkeep-http:", err)
+		os.Exit(1)
+	}
+}
+
+func run(log *slog.Logger) error {
+	var cfg app.Config
+	if err := envconfig.Process(app.EnvPrefix, &cfg); err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	a, err := app.Build(ctx, cfg, time.Now, log)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	errc := make(chan error, 1)
+	go func() { errc <- srv.ListenAndServe() }()
+	log.Info("serving", "addr", cfg.HTTPAddr, "env", cfg.Env, "namespace", cfg.Namespace)
+	select {
+	case err := <-errc:
+		return err
+	case <-ctx.Done():
+	}
+	shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}

@@ -1,0 +1,343 @@
+// Package httpapi serves the session functions over HTTP/JSON for the
+// student portal: authentication (HS256 JWT), request validation, the
+// session JSON and the single table mapping errors to status codes. The
+// same http.Handler runs on Knative, behind the AWS Lambda shim and under
+// Google Cloud Functions, so every platform behaves identically.
+//
+// Every request is fully validated (auth, method, content type, size,
+// unknown fields) before anything changes, so a bad request changes
+// nothing.
+package httpapi
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"mime"
+	"net/http"
+	"strconv"
+	"time"
+
+	"labkeep/shared/lifetime"
+	"labkeep/shared/session"
+)
+
+// MaxBodyBytes is the largest request body accepted (413 beyond).
+const MaxBodyBytes = 64 << 10
+
+// Options configures an API.
+type Options struct {
+	Sessions *session.Service
+	Auth     *Authenticator
+	// Now is the clock for serverTime and remainingSeconds; it must be the
+	// clock the Service uses.
+	Now func() time.Time
+	Log *slog.Logger
+	// RetryAfter is the Retry-After sent with 503 no_capacity.
+	RetryAfter time.Duration
+}
+
+// API is the HTTP handler of the session functions.
+type API struct {
+	svc        *session.Service
+	auth       *Authenticator
+	now        func() time.Time
+	log        *slog.Logger
+	retryAfter time.Duration
+	mux        *http.ServeMux
+}
+
+// routes lists each path with its only method (used for 405 Allow).
+var routes = map[string]string{
+	"/openSession":   http.MethodPost,
+	"/extendSession": http.MethodPost,
+	"/getSession":    http.MethodGet,
+	"/closeSession":  http.MethodPost,
+	"/healthz":       http.MethodGet,
+}
+
+func allowFor(path string) string { return routes[path] }
+
+// New returns the API. Register more routes (e.g. the reaper's) on a mux
+// in front of it; everything else falls through to a JSON 404.
+func New(o Options) *API {
+	a := &API{svc: o.Sessions, auth: o.Auth, now: o.Now, log: o.Log, retryAfter: o.RetryAfter}
+	if a.log == nil {
+		a.log = slog.Default()
+	}
+	if a.retryAfter <= 0 {
+		a.retryAfter = 30 * time.Second
+	}
+	a.mux = http.NewServeMux()
+	a.mux.HandleFunc("/openSession", a.open)
+	a.mux.HandleFunc("/extendSession", a.extend)
+	a.mux.HandleFunc("/getSession", a.get)
+	a.mux.HandleFunc("/closeSession", a.close)
+	a.mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
+	})
+	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
+		a.writeError(w, r, fmt.Errorf("%w: no endpoint %s", ErrNotFound, r.URL.Path), nil)
+	})
+	return a
+}
+
+// ServeHTTP implements http.Handler.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	if m, ok := routes[r.URL.Path]; ok && r.Method != m && !(m == http.MethodGet && r.Method == http.MethodHead) {
+		a.writeError(w, r, fmt.Errorf("%w: %s %s; use %s", ErrMethodNotAllowed, r.Method, r.URL.Path, m), nil)
+		return
+	}
+	a.mux.ServeHTTP(w, r)
+}
+
+// Authenticate exposes the API's authentication for other handlers on the
+// same server (e.g. the reaper's admin endpoints) and writes the 401 itself
+// when it fails; ok is false then.
+func (a *API) Authenticate(w http.ResponseWriter, r *http.Request) (p Principal, ok bool) {
+	p, err := a.auth.Authenticate(r)
+	if err != nil {
+		a.writeError(w, r, err, nil)
+		return p, false
+	}
+	return p, true
+}
+
+// WriteError writes err through the status table (for handlers added
+// next to the API).
+func (a *API) WriteError(w http.ResponseWriter, r *http.Request, err error) {
+	a.writeError(w, r, err, nil)
+}
+
+type openRequest struct {
+	Lab string `json:"lab"`
+	// Student lets an admin act for a student; students may not set it.
+	Student string `json:"student,omitempty"`
+}
+
+type sessionRequest struct {
+	// ID optionally names the session; it must be the caller's live one.
+	ID      string `json:"id,omitempty"`
+	Student string `json:"student,omitempty"`
+}
+
+func (a *API) open(w http.ResponseWriter, r *http.Request) {
+	p, ok := a.Authenticate(w, r)
+	if !ok {
+		return
+	}
+	var req openRequest
+	if err := decodeBody(w, r, &req, true); err != nil {
+		a.writeError(w, r, err, nil)
+		return
+	}
+	student, err := actingFor(p, req.Student)
+	if err != nil {
+		a.writeError(w, r, err, nil)
+		return
+	}
+	if req.Lab == "" {
+		a.writeError(w, r, fmt.Errorf("%w: \"lab\" is required", ErrBadRequest), nil)
+		return
+	}
+	sess, err := a.svc.Open(r.Context(), student, req.Lab)
+	if err != nil {
+		a.writeError(w, r, err, &sess)
+		return
+	}
+	writeJSON(w, http.StatusCreated, a.view(sess))
+}
+
+func (a *API) extend(w http.ResponseWriter, r *http.Request) {
+	_, student, req, ok := a.sessionRequest(w, r)
+	if !ok {
+		return
+	}
+	sess, err := a.svc.Extend(r.Context(), student, req.ID)
+	if err != nil {
+		if errors.Is(err, session.ErrNoSession) {
+			a.writeError(w, r, err, nil)
+		} else {
+			a.writeError(w, r, err, &sess)
+		}
+		return
+	}
+	writeJSON(w, http.StatusOK, a.view(sess))
+}
+
+func (a *API) close(w http.ResponseWriter, r *http.Request) {
+	p, student, req, ok := a.sessionRequest(w, r)
+	if !ok {
+		return
+	}
+	sess, err := a.svc.Close(r.Context(), student, req.ID, "closed by "+p.Role+" "+p.Subject)
+	if err != nil {
+		a.writeError(w, r, err, nil)
+		return
+	}
+	writeJSON(w, http.StatusOK, a.view(sess))
+}
+
+func (a *API) get(w http.ResponseWriter, r *http.Request) {
+	p, ok := a.Authenticate(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	for k := range q {
+		if k != "id" && k != "student" {
+			a.writeError(w, r, fmt.Errorf("%w: unknown query parameter %q (allowed: id, student)", ErrBadRequest, k), nil)
+			return
+		}
+	}
+	student, err := actingFor(p, q.Get("student"))
+	if err != nil {
+		a.writeError(w, r, err, nil)
+		return
+	}
+	sess, err := a.svc.Get(r.Context(), student, q.Get("id"))
+	if err != nil {
+		a.writeError(w, r, err, nil)
+		return
+	}
+	writeJSON(w, http.StatusOK, a.view(sess))
+}
+
+// sessionRequest authenticates and parses the optional body of extend and
+// close, returning the student acted for.
+func (a *API) sessionRequest(w http.ResponseWriter, r *http.Request) (Principal, string, sessionRequest, bool) {
+	var req sessionRequest
+	p, ok := a.Authenticate(w, r)
+	if !ok {
+		return p, "", req, false
+	}
+	if err := decodeBody(w, r, &req, false); err != nil {
+		a.writeError(w, r, err, nil)
+		return p, "", req, false
+	}
+	student, err := actingFor(p, req.Student)
+	if err != nil {
+		a.writeError(w, r, err, nil)
+		return p, "", req, false
+	}
+	return p, student, req, true
+}
+
+// actingFor returns whose session the caller acts on: a student always
+// their own; an admin the named student, or their own subject if none.
+func actingFor(p Principal, student string) (string, error) {
+	if student == "" || student == p.Subject {
+		return p.Subject, nil
+	}
+	if !p.Admin() {
+		return "", fmt.Errorf("%w: students can only act on their own session", ErrForbidden)
+	}
+	return student, nil
+}
+
+// decodeBody reads a JSON object into v: at most MaxBodyBytes, content
+// type application/json, no unknown fields, nothing after the object. An
+// empty body is accepted only if !required.
+func decodeBody(w http.ResponseWriter, r *http.Request, v any, required bool) error {
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
+	var tooBig *http.MaxBytesError
+	if errors.As(err, &tooBig) {
+		return fmt.Errorf("%w: request body exceeds %d bytes", ErrTooLarge, MaxBodyBytes)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: reading body: %v", ErrBadRequest, err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		if required {
+			return fmt.Errorf("%w: a JSON body is required", ErrBadRequest)
+		}
+		return nil
+	}
+	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
+	if err != nil || mt != "application/json" {
+		return fmt.Errorf("%w: Content-Type must be application/json, got %q", ErrUnsupportedMedia, r.Header.Get("Content-Type"))
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: invalid JSON body: %v", ErrBadRequest, err)
+	}
+	if dec.More() {
+		return fmt.Errorf("%w: invalid JSON body: data after the object", ErrBadRequest)
+	}
+	if _, err := dec.Token(); err != io.EOF {
+		return fmt.Errorf("%w: invalid JSON body: data after the object", ErrBadRequest)
+	}
+	return nil
+}
+
+type sshJSON struct {
+	Host string `json:"host"`
+	Port int32  `json:"port"`
+}
+
+type nodeJSON struct {
+	Name  string  `json:"name"`
+	Role  string  `json:"role"`
+	Ready bool    `json:"ready"`
+	SSH   sshJSON `json:"ssh"`
+}
+
+type sessionJSON struct {
+	ID               string     `json:"id"`
+	Student          string     `json:"student"`
+	Lab              string     `json:"lab"`
+	Kind             string     `json:"kind"`
+	Status           string     `json:"status"`
+	StartedAt        time.Time  `json:"startedAt"`
+	ExpiresAt        time.Time  `json:"expiresAt"`
+	MaxExpiresAt     time.Time  `json:"maxExpiresAt"`
+	ReadyAt          *time.Time `json:"readyAt,omitempty"`
+	FinishedAt       *time.Time `json:"finishedAt,omitempty"`
+	RemainingSeconds int64      `json:"remainingSeconds"`
+	Extendable       bool       `json:"extendable"`
+	ServerTime       time.Time  `json:"serverTime"`
+	Nodes            []nodeJSON `json:"nodes"`
+	FailureReason    string     `json:"failureReason"`
+}
+
+// view renders a session at the server's now. remainingSeconds is the
+// lifetime package's Remaining — the reaper's own expiry test — so the
+// countdown and the reaper agree to the second.
+func (a *API) view(s session.Session) sessionJSON {
+	now := a.now().UTC()
+	v := sessionJSON{
+		ID: s.ID, Student: s.Student, Lab: s.Lab, Kind: string(s.Kind), Status: string(s.Status),
+		StartedAt: s.StartedAt, ExpiresAt: s.ExpiresAt, MaxExpiresAt: s.MaxExpiresAt,
+		ServerTime: now, FailureReason: s.FailureReason, Nodes: []nodeJSON{},
+	}
+	if s.Status.Live() {
+		v.RemainingSeconds = int64(lifetime.Remaining(s.Window, now) / time.Second)
+		v.Extendable = s.Status == session.StatusRunning && lifetime.Extendable(s.Window, now)
+	}
+	if !s.ReadyAt.IsZero() {
+		t := s.ReadyAt
+		v.ReadyAt = &t
+	}
+	if !s.FinishedAt.IsZero() {
+		t := s.FinishedAt
+		v.FinishedAt = &t
+	}
+	for _, n := range s.Nodes {
+		v.Nodes = append(v.Nodes, nodeJSON{Name: n.Name, Role: n.Role, Ready: n.Ready, SSH: sshJSON{Host: n.SSHHost, Port: n.SSHPort}})
+	}
+	return v
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(status)
+	enc := json.NewEncoder(w)
+	_ = enc.Encode(v)
+}
+
+func itoa(n int) string { return strconv.Itoa(n) }

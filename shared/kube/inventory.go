@@ -1,0 +1,178 @@
+package kube
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Kind is a kind of object labkeep creates.
+type Kind string
+
+// The kinds of labkeep objects, in the order Teardown deletes them.
+const (
+	KindVirtualMachine Kind = "VirtualMachine"
+	KindPod            Kind = "Pod"
+	KindService        Kind = "Service"
+	KindNetworkPolicy  Kind = "NetworkPolicy"
+	KindSecret         Kind = "Secret"
+	KindAnchor         Kind = "Job"
+)
+
+// ObjectRef names one object in the namespace. UID, if set, makes Delete
+// remove exactly that object and not a newer one of the same name.
+type ObjectRef struct {
+	Kind Kind
+	Name string
+	UID  types.UID
+}
+
+// Object is one labelled object found by Inventory.
+type Object struct {
+	ObjectRef
+	// Env, Session and Role are the object's labkeep.io labels.
+	Env, Session, Role string
+	CreatedAt          time.Time
+	// Deleting is true if the object already has a deletion timestamp.
+	Deleting bool
+}
+
+// VMIInfo is one VirtualMachineInstance (any labels) found by Inventory.
+type VMIInfo struct {
+	Name  string
+	Ready bool
+}
+
+// Inventory is a snapshot of the namespace, read with one list call per
+// kind however many sessions exist.
+type Inventory struct {
+	// Objects are this environment's labelled objects (label labkeep.io/env
+	// equal to Config.Env), every kind. Objects of other environments and
+	// unlabelled ones are never included, so they are never touched.
+	Objects []Object
+	// VMs is the number of VirtualMachines in the namespace, any label or
+	// none: the number that counts against capacity.
+	VMs int
+	// VMIs are all VirtualMachineInstances by name (VMI name = VM name).
+	VMIs map[string]VMIInfo
+	// ListedAt is when the first list started; anything created later may
+	// be missing from the snapshot.
+	ListedAt time.Time
+}
+
+// Inventory lists the namespace: every VM and VMI, plus this environment's
+// labelled Jobs, Secrets, Services, NetworkPolicies and Pods — seven list
+// calls in all. It is what the reaper plans a run from.
+func (c *Cluster) Inventory(ctx context.Context) (Inventory, error) {
+	inv := Inventory{ListedAt: time.Now(), VMIs: map[string]VMIInfo{}}
+	envSel := metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{LabelEnv: c.cfg.Env}).String()}
+	ns := c.cfg.Namespace
+	add := func(kind Kind, m metav1.ObjectMeta) {
+		if m.Labels[LabelEnv] != c.cfg.Env {
+			return
+		}
+		inv.Objects = append(inv.Objects, Object{
+			ObjectRef: ObjectRef{Kind: kind, Name: m.Name, UID: m.UID},
+			Env:       m.Labels[LabelEnv], Session: m.Labels[LabelSession], Role: m.Labels[LabelRole],
+			CreatedAt: m.CreationTimestamp.Time, Deleting: m.DeletionTimestamp != nil,
+		})
+	}
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	vms, err := c.virt.KubevirtV1().VirtualMachines(ns).List(cctx, metav1.ListOptions{})
+	if err != nil {
+		return inv, fmt.Errorf("listing VirtualMachines: %w", err)
+	}
+	inv.VMs = len(vms.Items)
+	for _, vm := range vms.Items {
+		add(KindVirtualMachine, vm.ObjectMeta)
+	}
+	vmis, err := c.virt.KubevirtV1().VirtualMachineInstances(ns).List(cctx, metav1.ListOptions{})
+	if err != nil {
+		return inv, fmt.Errorf("listing VirtualMachineInstances: %w", err)
+	}
+	for i := range vmis.Items {
+		st := VMIState("", &vmis.Items[i])
+		inv.VMIs[vmis.Items[i].Name] = VMIInfo{Name: vmis.Items[i].Name, Ready: st.Ready}
+	}
+	jobs, err := c.kube.BatchV1().Jobs(ns).List(cctx, envSel)
+	if err != nil {
+		return inv, fmt.Errorf("listing Jobs: %w", err)
+	}
+	for _, o := range jobs.Items {
+		add(KindAnchor, o.ObjectMeta)
+	}
+	secrets, err := c.kube.CoreV1().Secrets(ns).List(cctx, envSel)
+	if err != nil {
+		return inv, fmt.Errorf("listing Secrets: %w", err)
+	}
+	for _, o := range secrets.Items {
+		add(KindSecret, o.ObjectMeta)
+	}
+	svcs, err := c.kube.CoreV1().Services(ns).List(cctx, envSel)
+	if err != nil {
+		return inv, fmt.Errorf("listing Services: %w", err)
+	}
+	for _, o := range svcs.Items {
+		add(KindService, o.ObjectMeta)
+	}
+	nps, err := c.kube.NetworkingV1().NetworkPolicies(ns).List(cctx, envSel)
+	if err != nil {
+		return inv, fmt.Errorf("listing NetworkPolicies: %w", err)
+	}
+	for _, o := range nps.Items {
+		add(KindNetworkPolicy, o.ObjectMeta)
+	}
+	pods, err := c.kube.CoreV1().Pods(ns).List(cctx, envSel)
+	if err != nil {
+		return inv, fmt.Errorf("listing Pods: %w", err)
+	}
+	for _, o := range pods.Items {
+		add(KindPod, o.ObjectMeta)
+	}
+	return inv, nil
+}
+
+// Delete removes one object; an object already gone (or, with a UID, one
+// replaced by a newer object of the same name) counts as deleted. The
+// anchor is deleted with background propagation so the garbage collector
+// removes what it owns.
+func (c *Cluster) Delete(ctx context.Context, r ObjectRef) error {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	bg := metav1.DeletePropagationBackground
+	opts := metav1.DeleteOptions{PropagationPolicy: &bg}
+	if r.UID != "" {
+		opts.Preconditions = &metav1.Preconditions{UID: &r.UID}
+	}
+	ns := c.cfg.Namespace
+	var err error
+	switch r.Kind {
+	case KindVirtualMachine:
+		err = c.virt.KubevirtV1().VirtualMachines(ns).Delete(ctx, r.Name, opts)
+	case KindPod:
+		err = c.kube.CoreV1().Pods(ns).Delete(ctx, r.Name, opts)
+	case KindService:
+		err = c.kube.CoreV1().Services(ns).Delete(ctx, r.Name, opts)
+	case KindNetworkPolicy:
+		err = c.kube.NetworkingV1().NetworkPolicies(ns).Delete(ctx, r.Name, opts)
+	case KindSecret:
+		err = c.kube.CoreV1().Secrets(ns).Delete(ctx, r.Name, opts)
+	case KindAnchor:
+		err = c.kube.BatchV1().Jobs(ns).Delete(ctx, r.Name, opts)
+	default:
+		return fmt.Errorf("delete: unknown kind %q", r.Kind)
+	}
+	if apierrors.IsNotFound(err) || (r.UID != "" && apierrors.IsConflict(err)) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("deleting %s %s: %w", r.Kind, r.Name, err)
+	}
+	return nil
+}

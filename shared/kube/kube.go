@@ -1,0 +1,263 @@
+// Package kube is the Kubernetes adapter of session.Cluster (client-go and
+// the KubeVirt clientset): it creates a session's deadline anchor, cloud-init
+// Secrets, VirtualMachines, Service and NetworkPolicy or workspace Pod;
+// observes readiness; deletes by name; and gives the reaper a one-list-per-
+// kind inventory of the namespace. All objects live in one namespace, carry
+// the labels in this package, and are owned by the session's anchor Job, so
+// Kubernetes itself deletes them when the anchor's deadline passes even if
+// labkeep is gone.
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	"kubevirt.io/client-go/kubevirt"
+
+	"labkeep/shared/labs"
+	"labkeep/shared/session"
+)
+
+// Config says where and how sessions are created.
+type Config struct {
+	// Namespace holds every session object (shared by environments).
+	Namespace string
+	// Env is this backend's environment, the value of labkeep.io/env.
+	Env string
+	// MaxLifetime + DeadlineGrace is the anchor's activeDeadlineSeconds.
+	MaxLifetime   time.Duration
+	DeadlineGrace time.Duration
+	// AnchorImage is the tiny container the anchor Job runs.
+	AnchorImage string
+	// GuardianImage is the sidecar of workspace Pods.
+	GuardianImage string
+	// SSHAuthorizedKeys go into every node's cloud-init.
+	SSHAuthorizedKeys []string
+	// CallTimeout bounds every single API call.
+	CallTimeout time.Duration
+}
+
+// Cluster implements session.Cluster against a real API server.
+type Cluster struct {
+	cfg  Config
+	kube kubernetes.Interface
+	virt kubevirt.Interface
+}
+
+var _ session.Cluster = (*Cluster)(nil)
+
+// New returns a Cluster using the given clients.
+func New(cfg Config, kube kubernetes.Interface, virt kubevirt.Interface) (*Cluster, error) {
+	if cfg.Namespace == "" || cfg.Env == "" {
+		return nil, errors.New("kube: namespace and env are required")
+	}
+	if cfg.AnchorImage == "" {
+		cfg.AnchorImage = "registry.k8s.io/pause:3.10"
+	}
+	if cfg.CallTimeout <= 0 {
+		cfg.CallTimeout = 10 * time.Second
+	}
+	return &Cluster{cfg: cfg, kube: kube, virt: virt}, nil
+}
+
+// NewForConfig builds both clients from rc.
+func NewForConfig(cfg Config, rc *rest.Config) (*Cluster, error) {
+	kc, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	vc, err := kubevirt.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	return New(cfg, kc, vc)
+}
+
+func (c *Cluster) call(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(ctx, c.cfg.CallTimeout)
+}
+
+// CountVMs implements session.Cluster: one list of every VirtualMachine in
+// the namespace, labelled or not.
+func (c *Cluster) CountVMs(ctx context.Context) (int, error) {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	list, err := c.virt.KubevirtV1().VirtualMachines(c.cfg.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("listing VirtualMachines: %w", err)
+	}
+	return len(list.Items), nil
+}
+
+// Provision implements session.Cluster. Order: anchor Job (everything else
+// is owned by it), per-node cloud-init Secrets, then for VM labs the
+// NetworkPolicy and Service of a multi-node session (before any VM boots,
+// so no node is ever unconfined) and the VMs; for pod labs the workspace.
+func (c *Cluster) Provision(ctx context.Context, s session.Session, lab labs.Lab) error {
+	b := builder{cfg: c.cfg, sess: s, lab: lab}
+	anchor, err := create(ctx, c, "anchor Job", b.anchor(), c.kube.BatchV1().Jobs(c.cfg.Namespace).Create)
+	if err != nil {
+		return err
+	}
+	for _, n := range lab.Nodes {
+		if _, err := create(ctx, c, "cloud-init Secret "+n.Name, b.cloudInit(n, anchor), c.kube.CoreV1().Secrets(c.cfg.Namespace).Create); err != nil {
+			return err
+		}
+	}
+	if lab.Kind == labs.KindPod {
+		_, err := create(ctx, c, "workspace Pod", b.workspace(anchor), c.kube.CoreV1().Pods(c.cfg.Namespace).Create)
+		return err
+	}
+	if b.multiNode() {
+		if _, err := create(ctx, c, "NetworkPolicy", b.networkPolicy(anchor), c.kube.NetworkingV1().NetworkPolicies(c.cfg.Namespace).Create); err != nil {
+			return err
+		}
+		if _, err := create(ctx, c, "Service", b.service(anchor), c.kube.CoreV1().Services(c.cfg.Namespace).Create); err != nil {
+			return err
+		}
+	}
+	for _, n := range lab.Nodes {
+		if _, err := create(ctx, c, "VirtualMachine "+n.Name, b.vm(n, anchor), c.virt.KubevirtV1().VirtualMachines(c.cfg.Namespace).Create); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func create[T any](ctx context.Context, c *Cluster, what string, obj T, fn func(context.Context, T, metav1.CreateOptions) (T, error)) (T, error) {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	out, err := fn(ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		if isQuotaRefusal(err) {
+			return out, fmt.Errorf("%w: creating %s: %w", session.ErrNoCapacity, what, err)
+		}
+		return out, fmt.Errorf("creating %s: %w", what, err)
+	}
+	return out, nil
+}
+
+// isQuotaRefusal recognises the ResourceQuota admission error, the
+// backstop when the VM count could not be read or was raced.
+func isQuotaRefusal(err error) bool {
+	return apierrors.IsForbidden(err) && strings.Contains(err.Error(), "exceeded quota")
+}
+
+// Observe implements session.Cluster: one get per node (a VMI for VM
+// labs, the Pod for pod labs).
+func (c *Cluster) Observe(ctx context.Context, s session.Session) ([]session.NodeState, error) {
+	states := make([]session.NodeState, 0, len(s.Nodes))
+	for _, n := range s.Nodes {
+		st := session.NodeState{Name: n.Name}
+		cctx, cancel := c.call(ctx)
+		name := NodeName(s.ID, n.Name)
+		if s.Kind == labs.KindPod {
+			pod, err := c.kube.CoreV1().Pods(c.cfg.Namespace).Get(cctx, name, metav1.GetOptions{})
+			cancel()
+			switch {
+			case apierrors.IsNotFound(err):
+			case err != nil:
+				return nil, fmt.Errorf("reading Pod %s: %w", name, err)
+			default:
+				st = PodState(n.Name, pod)
+			}
+		} else {
+			vmi, err := c.virt.KubevirtV1().VirtualMachineInstances(c.cfg.Namespace).Get(cctx, name, metav1.GetOptions{})
+			cancel()
+			switch {
+			case apierrors.IsNotFound(err):
+				// Either not created yet by virt-controller, or gone; the
+				// VM tells which.
+				cctx, cancel := c.call(ctx)
+				_, verr := c.virt.KubevirtV1().VirtualMachines(c.cfg.Namespace).Get(cctx, name, metav1.GetOptions{})
+				cancel()
+				if verr != nil && !apierrors.IsNotFound(verr) {
+					return nil, fmt.Errorf("reading VirtualMachine %s: %w", name, verr)
+				}
+				st.Exists = verr == nil
+			case err != nil:
+				return nil, fmt.Errorf("reading VirtualMachineInstance %s: %w", name, err)
+			default:
+				st = VMIState(n.Name, vmi)
+			}
+		}
+		states = append(states, st)
+	}
+	return states, nil
+}
+
+// VMIState derives a node's state from its VMI: ready when Running with
+// condition Ready=True; the ready time is that condition's transition time.
+func VMIState(node string, vmi *kubevirtv1.VirtualMachineInstance) session.NodeState {
+	st := session.NodeState{Name: node, Exists: vmi.DeletionTimestamp == nil}
+	if vmi.Status.Phase == kubevirtv1.Running {
+		for _, c := range vmi.Status.Conditions {
+			if c.Type == kubevirtv1.VirtualMachineInstanceReady && c.Status == corev1.ConditionTrue {
+				st.Ready, st.ReadyAt = true, c.LastTransitionTime.Time
+			}
+		}
+	}
+	for _, i := range vmi.Status.Interfaces {
+		if i.IP != "" {
+			st.Host = i.IP
+			break
+		}
+	}
+	return st
+}
+
+// PodState derives a workspace node's state from its Pod.
+func PodState(node string, pod *corev1.Pod) session.NodeState {
+	st := session.NodeState{Name: node, Exists: pod.DeletionTimestamp == nil, Host: pod.Status.PodIP}
+	if pod.Status.Phase == corev1.PodRunning {
+		for _, c := range pod.Status.Conditions {
+			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+				st.Ready, st.ReadyAt = true, c.LastTransitionTime.Time
+			}
+		}
+	}
+	return st
+}
+
+// Teardown implements session.Cluster. It deletes by name, with no list
+// call, in an order that never leaves a running VM without its owner: VMs
+// (or the workspace Pod) first, then the network objects, then the
+// cloud-init Secrets, and last the anchor Job with background propagation
+// so the garbage collector also removes anything it owns that a name did
+// not reach (e.g. DataVolumes). Objects already gone count as deleted.
+func (c *Cluster) Teardown(ctx context.Context, s session.Session) error {
+	var refs []ObjectRef
+	for _, n := range s.Nodes {
+		kind := KindVirtualMachine
+		if s.Kind == labs.KindPod {
+			kind = KindPod
+		}
+		refs = append(refs, ObjectRef{Kind: kind, Name: NodeName(s.ID, n.Name)})
+	}
+	if len(s.Nodes) > 1 {
+		refs = append(refs,
+			ObjectRef{Kind: KindService, Name: NetworkName(s.ID)},
+			ObjectRef{Kind: KindNetworkPolicy, Name: NetworkName(s.ID)})
+	}
+	for _, n := range s.Nodes {
+		refs = append(refs, ObjectRef{Kind: KindSecret, Name: CloudInitName(s.ID, n.Name)})
+	}
+	refs = append(refs, ObjectRef{Kind: KindAnchor, Name: AnchorName(s.ID)})
+	var errs []error
+	for _, r := range refs {
+		if err := c.Delete(ctx, r); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+

@@ -1,0 +1,334 @@
+package kube
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"strings"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+
+	"labkeep/shared/labs"
+	"labkeep/shared/session"
+)
+
+// Labels every labkeep object carries. The reaper only ever touches objects
+// whose LabelEnv equals its own environment.
+const (
+	LabelEnv     = "labkeep.io/env"
+	LabelSession = "labkeep.io/session"
+	LabelRole    = "labkeep.io/role"
+	LabelNode    = "labkeep.io/node"
+	// LabelStudent is a hash of the student id: enough to group a student's
+	// objects, without putting personal data into the cluster.
+	LabelStudent = "labkeep.io/student"
+	// LabelAnchorOf marks the deadline anchor Job's own Pod, which the Job
+	// controller owns and deletes; it deliberately has no LabelEnv so the
+	// reaper never mistakes it for a workspace.
+	LabelAnchorOf = "labkeep.io/anchor-of"
+)
+
+// RoleAnchor and RoleNetwork are the labkeep.io/role values of the objects
+// that belong to the whole session rather than to one node.
+const (
+	RoleAnchor  = "anchor"
+	RoleNetwork = "network"
+)
+
+// Object names. Every name contains the session id, so a new session can
+// never pick up an old session's objects (in particular its cloud-init).
+
+// AnchorName is the deadline anchor Job of a session.
+func AnchorName(sessionID string) string { return "lk-" + sessionID + "-anchor" }
+
+// NodeName is the VirtualMachine (or workspace Pod) of one node.
+func NodeName(sessionID, node string) string { return "lk-" + sessionID + "-" + node }
+
+// CloudInitName is the cloud-init Secret of one node.
+func CloudInitName(sessionID, node string) string {
+	return "lk-" + sessionID + "-" + node + "-cloudinit"
+}
+
+// NetworkName is the Service and NetworkPolicy of a multi-node session.
+func NetworkName(sessionID string) string { return "lk-" + sessionID }
+
+// StudentHash is the value of LabelStudent for student.
+func StudentHash(student string) string {
+	sum := sha256.Sum256([]byte(student))
+	return hex.EncodeToString(sum[:16])
+}
+
+// builder turns a session and its lab into Kubernetes objects. It is pure,
+// so object shapes are unit-tested without a cluster.
+type builder struct {
+	cfg  Config
+	sess session.Session
+	lab  labs.Lab
+}
+
+func (b builder) labels(role, node string) map[string]string {
+	l := map[string]string{
+		LabelEnv:                       b.cfg.Env,
+		LabelSession:                   b.sess.ID,
+		LabelRole:                      role,
+		LabelStudent:                   StudentHash(b.sess.Student),
+		"app.kubernetes.io/managed-by": "labkeep",
+	}
+	if node != "" {
+		l[LabelNode] = node
+	}
+	return l
+}
+
+// deadlineSeconds is how long Kubernetes lets the session live if the
+// whole backend is gone: the maximum lifetime plus a grace period.
+func (b builder) deadlineSeconds() int64 {
+	return int64((b.cfg.MaxLifetime + b.cfg.DeadlineGrace).Seconds())
+}
+
+func (b builder) anchor() *batchv1.Job {
+	deadline := b.deadlineSeconds()
+	zero, none := int32(0), int32(0)
+	grace := int64(0)
+	return &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      AnchorName(b.sess.ID),
+			Namespace: b.cfg.Namespace,
+			Labels:    b.labels(RoleAnchor, ""),
+		},
+		Spec: batchv1.JobSpec{
+			ActiveDeadlineSeconds:   &deadline,
+			TTLSecondsAfterFinished: &zero,
+			BackoffLimit:            &none,
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelAnchorOf: b.sess.ID}},
+				Spec: corev1.PodSpec{
+					RestartPolicy:                 corev1.RestartPolicyNever,
+					TerminationGracePeriodSeconds: &grace,
+					AutomountServiceAccountToken:  ptr(false),
+					Containers: []corev1.Container{{
+						Name:  "pause",
+						Image: b.cfg.AnchorImage,
+						Resources: corev1.ResourceRequirements{
+							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1m"), corev1.ResourceMemory: resource.MustParse("8Mi")},
+							Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
+						},
+					}},
+				},
+			},
+		},
+	}
+}
+
+// owned returns metadata owned by the anchor, set at creation (the backend
+// cannot patch Secrets later, by design).
+func (b builder) owned(name, role, node string, anchor *batchv1.Job) metav1.ObjectMeta {
+	return metav1.ObjectMeta{
+		Name:      name,
+		Namespace: b.cfg.Namespace,
+		Labels:    b.labels(role, node),
+		OwnerReferences: []metav1.OwnerReference{{
+			APIVersion: "batch/v1",
+			Kind:       "Job",
+			Name:       anchor.Name,
+			UID:        anchor.UID,
+		}},
+	}
+}
+
+func (b builder) cloudInit(n labs.Node, anchor *batchv1.Job) *corev1.Secret {
+	var ud strings.Builder
+	ud.WriteString("#cloud-config\n")
+	fmt.Fprintf(&ud, "hostname: %s\n", n.Name)
+	ud.WriteString("disable_root: false\nssh_pwauth: false\n")
+	if len(b.cfg.SSHAuthorizedKeys) > 0 {
+		ud.WriteString("ssh_authorized_keys:\n")
+		for _, k := range b.cfg.SSHAuthorizedKeys {
+			fmt.Fprintf(&ud, "  - %q\n", k)
+		}
+	}
+	ud.WriteString("write_files:\n")
+	fmt.Fprintf(&ud, "  - path: /etc/labkeep/grading-token\n    permissions: '0600'\n    content: %q\n", b.sess.GradingToken)
+	fmt.Fprintf(&ud, "  - path: /etc/labkeep/session\n    permissions: '0644'\n    content: %q\n", b.sess.ID+"\n")
+	return &corev1.Secret{
+		ObjectMeta: b.owned(CloudInitName(b.sess.ID, n.Name), n.Role, n.Name, anchor),
+		Immutable:  ptr(true),
+		Type:       corev1.SecretTypeOpaque,
+		StringData: map[string]string{
+			"userdata":            ud.String(),
+			"grading-token":       b.sess.GradingToken,
+			"ssh-authorized-keys": strings.Join(b.cfg.SSHAuthorizedKeys, "\n"),
+		},
+	}
+}
+
+func (b builder) resources(n labs.Node) corev1.ResourceList {
+	return corev1.ResourceList{
+		corev1.ResourceCPU:    resource.MustParse(n.CPU),
+		corev1.ResourceMemory: resource.MustParse(n.Memory),
+	}
+}
+
+func (b builder) multiNode() bool { return len(b.lab.Nodes) > 1 }
+
+func (b builder) vm(n labs.Node, anchor *batchv1.Job) *kubevirtv1.VirtualMachine {
+	name := NodeName(b.sess.ID, n.Name)
+	always := kubevirtv1.RunStrategyAlways
+	grace := int64(30)
+	mem := resource.MustParse(n.Memory)
+	spec := kubevirtv1.VirtualMachineInstanceSpec{
+		Hostname:                      n.Name,
+		TerminationGracePeriodSeconds: &grace,
+		Domain: kubevirtv1.DomainSpec{
+			// Requests equal limits: VM memory is never overcommitted.
+			Resources: kubevirtv1.ResourceRequirements{Requests: b.resources(n), Limits: b.resources(n)},
+			Memory:    &kubevirtv1.Memory{Guest: &mem},
+			Devices: kubevirtv1.Devices{
+				Disks: []kubevirtv1.Disk{
+					{Name: "root", DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}},
+					{Name: "cloudinit", DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}},
+				},
+				Interfaces: []kubevirtv1.Interface{{
+					Name:                   "default",
+					InterfaceBindingMethod: kubevirtv1.InterfaceBindingMethod{Masquerade: &kubevirtv1.InterfaceMasquerade{}},
+				}},
+			},
+		},
+		Networks: []kubevirtv1.Network{{Name: "default", NetworkSource: kubevirtv1.NetworkSource{Pod: &kubevirtv1.PodNetwork{}}}},
+		Volumes: []kubevirtv1.Volume{{
+			Name: "cloudinit",
+			VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{
+				UserDataSecretRef: &corev1.LocalObjectReference{Name: CloudInitName(b.sess.ID, n.Name)},
+			}},
+		}},
+	}
+	if b.multiNode() {
+		spec.Subdomain = NetworkName(b.sess.ID)
+	}
+	vm := &kubevirtv1.VirtualMachine{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine"},
+		ObjectMeta: b.owned(name, n.Role, n.Name, anchor),
+		Spec: kubevirtv1.VirtualMachineSpec{
+			RunStrategy: &always,
+			Template: &kubevirtv1.VirtualMachineInstanceTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: b.labels(n.Role, n.Name)},
+			},
+		},
+	}
+	root := kubevirtv1.Volume{Name: "root"}
+	if g := b.lab.Disk.GoldenPVC; g != nil {
+		dv := name + "-root"
+		root.VolumeSource = kubevirtv1.VolumeSource{DataVolume: &kubevirtv1.DataVolumeSource{Name: dv}}
+		storage := &cdiv1.StorageSpec{
+			Resources: corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(g.Size)}},
+		}
+		if g.StorageClassName != "" {
+			storage.StorageClassName = &g.StorageClassName
+		}
+		vm.Spec.DataVolumeTemplates = []kubevirtv1.DataVolumeTemplateSpec{{
+			ObjectMeta: metav1.ObjectMeta{Name: dv, Labels: b.labels(n.Role, n.Name)},
+			Spec: cdiv1.DataVolumeSpec{
+				Source:  &cdiv1.DataVolumeSource{PVC: &cdiv1.DataVolumeSourcePVC{Namespace: g.Namespace, Name: g.Name}},
+				Storage: storage,
+			},
+		}}
+	} else {
+		root.VolumeSource = kubevirtv1.VolumeSource{ContainerDisk: &kubevirtv1.ContainerDiskSource{Image: b.lab.Disk.ContainerDisk}}
+	}
+	spec.Volumes = append([]kubevirtv1.Volume{root}, spec.Volumes...)
+	vm.Spec.Template.Spec = spec
+	return vm
+}
+
+// service is a headless Service giving every node of a multi-node session
+// a stable DNS name (<node>.<service>) for the others.
+func (b builder) service(anchor *batchv1.Job) *corev1.Service {
+	return &corev1.Service{
+		ObjectMeta: b.owned(NetworkName(b.sess.ID), RoleNetwork, "", anchor),
+		Spec: corev1.ServiceSpec{
+			ClusterIP:                corev1.ClusterIPNone,
+			Selector:                 map[string]string{LabelSession: b.sess.ID, LabelEnv: b.cfg.Env},
+			PublishNotReadyAddresses: true,
+			Ports:                    []corev1.ServicePort{{Name: "ssh", Port: b.lab.SSHPort, TargetPort: intstr.FromInt32(b.lab.SSHPort)}},
+		},
+	}
+}
+
+// networkPolicy confines a session's network: its nodes may talk to each
+// other and to DNS; from outside only SSH is allowed in.
+func (b builder) networkPolicy(anchor *batchv1.Job) *networkingv1.NetworkPolicy {
+	self := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelSession: b.sess.ID}}}}
+	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
+	ssh, dns := intstr.FromInt32(b.lab.SSHPort), intstr.FromInt32(53)
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: b.owned(NetworkName(b.sess.ID), RoleNetwork, "", anchor),
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelSession: b.sess.ID, LabelEnv: b.cfg.Env}},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+			Ingress: []networkingv1.NetworkPolicyIngressRule{
+				{From: self},
+				{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &ssh}}},
+			},
+			Egress: []networkingv1.NetworkPolicyEgressRule{
+				{To: self},
+				{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}}},
+			},
+		},
+	}
+}
+
+// workspace is the Pod of a pod-kind session: the student's container
+// plus the guardian sidecar that keeps it alive and reachable over SSH.
+func (b builder) workspace(anchor *batchv1.Job) *corev1.Pod {
+	n := b.lab.Nodes[0]
+	deadline := b.deadlineSeconds()
+	secret := CloudInitName(b.sess.ID, n.Name)
+	mount := []corev1.VolumeMount{{Name: "labkeep", MountPath: "/etc/labkeep", ReadOnly: true}}
+	return &corev1.Pod{
+		ObjectMeta: b.owned(NodeName(b.sess.ID, n.Name), n.Role, n.Name, anchor),
+		Spec: corev1.PodSpec{
+			ActiveDeadlineSeconds:        &deadline,
+			Hostname:                     n.Name,
+			RestartPolicy:                corev1.RestartPolicyAlways,
+			AutomountServiceAccountToken: ptr(false),
+			ShareProcessNamespace:        ptr(true),
+			Containers: []corev1.Container{
+				{
+					Name:         "workspace",
+					Image:        b.lab.Image,
+					Command:      []string{"sleep", "infinity"},
+					Resources:    corev1.ResourceRequirements{Requests: b.resources(n), Limits: b.resources(n)},
+					VolumeMounts: mount,
+				},
+				{
+					Name:  "guardian",
+					Image: b.cfg.GuardianImage,
+					Env: []corev1.EnvVar{
+						{Name: "GUARDIAN_SSH_PORT", Value: fmt.Sprint(b.lab.SSHPort)},
+						{Name: "GUARDIAN_SESSION", Value: b.sess.ID},
+					},
+					Ports:        []corev1.ContainerPort{{Name: "ssh", ContainerPort: b.lab.SSHPort}},
+					VolumeMounts: mount,
+					Resources: corev1.ResourceRequirements{
+						Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+						Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+					},
+					SecurityContext: &corev1.SecurityContext{Privileged: ptr(true)},
+				},
+			},
+			Volumes: []corev1.Volume{{
+				Name:         "labkeep",
+				VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}},
+			}},
+		},
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
