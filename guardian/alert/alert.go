@@ -1,0 +1,269 @@
+// Package alert aggregates guardian's alerts, keeps the recent ones for the
+// API and delivers them to the platform's webhook, rate-limited and with
+// retries. Repeats of the same alert within the aggregation window are
+// counted on the first one instead of being sent again, so a workspace in
+// trouble cannot flood the platform.
+package alert
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// Severity grades an alert.
+type Severity string
+
+// Severities.
+const (
+	Info     Severity = "info"
+	Warning  Severity = "warning"
+	Critical Severity = "critical"
+)
+
+// Alert is one aggregated alert.
+type Alert struct {
+	Kind      string            `json:"kind"`    // machine-readable, e.g. "memory-kill"
+	Subject   string            `json:"subject"` // what it is about, part of the aggregation key
+	Severity  Severity          `json:"severity"`
+	Message   string            `json:"message"`
+	Fields    map[string]string `json:"fields,omitempty"`
+	Workspace string            `json:"workspace"`
+	First     time.Time         `json:"first"`
+	Last      time.Time         `json:"last"`
+	Count     int               `json:"count"` // occurrences aggregated into this alert
+}
+
+// Config tunes aggregation, rate limiting and delivery.
+type Config struct {
+	Workspace   string        // names the workspace in every alert
+	Window      time.Duration // same kind+subject within Window aggregate; default 60s
+	Keep        int           // recent alerts kept for GET /alerts; default 200
+	RatePerMin  int           // webhook deliveries per minute; default 20
+	Burst       int           // deliveries allowed at once; default 5
+	WebhookURL  string        // empty: no delivery, alerts stay in the API only
+	Attempts    int           // delivery attempts per alert; default 5
+	Backoff     time.Duration // first retry delay, doubled each time; default 500ms
+	HTTPTimeout time.Duration // per attempt; default 5s
+}
+
+func (c *Config) defaults() {
+	if c.Window <= 0 {
+		c.Window = time.Minute
+	}
+	if c.Keep <= 0 {
+		c.Keep = 200
+	}
+	if c.RatePerMin <= 0 {
+		c.RatePerMin = 20
+	}
+	if c.Burst <= 0 {
+		c.Burst = 5
+	}
+	if c.Attempts <= 0 {
+		c.Attempts = 5
+	}
+	if c.Backoff <= 0 {
+		c.Backoff = 500 * time.Millisecond
+	}
+	if c.HTTPTimeout <= 0 {
+		c.HTTPTimeout = 5 * time.Second
+	}
+}
+
+// Stats counts what happened to alerts, for metrics.
+type Stats struct {
+	Raised, Aggregated, Delivered, Failed, RateLimited uint64
+}
+
+// Aggregator collects alerts. Its zero value is not usable; call New.
+type Aggregator struct {
+	cfg    Config
+	now    func() time.Time
+	client *http.Client
+	log    *slog.Logger
+
+	mu     sync.Mutex
+	recent []Alert // oldest first
+	tokens float64
+	refill time.Time
+	stats  Stats
+	queue  chan Alert
+	onNew  func(Alert)
+}
+
+// New returns an aggregator. now is the clock; client may be nil for
+// http.DefaultClient. Call Run to deliver to the webhook.
+func New(cfg Config, now func() time.Time, client *http.Client, log *slog.Logger) *Aggregator {
+	cfg.defaults()
+	if client == nil {
+		client = http.DefaultClient
+	}
+	return &Aggregator{cfg: cfg, now: now, client: client, log: log, tokens: float64(cfg.Burst), refill: now(), queue: make(chan Alert, 256)}
+}
+
+// OnRaise registers a callback run (outside the lock) for every alert that
+// is new rather than aggregated; guardian uses it to persist state.
+func (a *Aggregator) OnRaise(f func(Alert)) { a.onNew = f }
+
+// Raise records an alert. A repeat of the same kind and subject within the
+// window only increments the count of the existing alert. A new alert is
+// queued for the webhook if the rate limit allows; otherwise it is kept
+// for the API and counted as rate-limited.
+func (a *Aggregator) Raise(kind, subject string, sev Severity, msg string, fields map[string]string) {
+	now := a.now()
+	a.mu.Lock()
+	a.stats.Raised++
+	for i := len(a.recent) - 1; i >= 0; i-- {
+		r := &a.recent[i]
+		if r.Kind == kind && r.Subject == subject && now.Sub(r.Last) < a.cfg.Window {
+			r.Count++
+			r.Last = now
+			r.Message = msg
+			r.Fields = fields
+			a.stats.Aggregated++
+			a.mu.Unlock()
+			return
+		}
+	}
+	al := Alert{Kind: kind, Subject: subject, Severity: sev, Message: msg, Fields: fields, Workspace: a.cfg.Workspace, First: now, Last: now, Count: 1}
+	a.recent = append(a.recent, al)
+	if len(a.recent) > a.cfg.Keep {
+		a.recent = a.recent[len(a.recent)-a.cfg.Keep:]
+	}
+	send := a.cfg.WebhookURL != "" && a.take(now)
+	if a.cfg.WebhookURL != "" && !send {
+		a.stats.RateLimited++
+	}
+	onNew := a.onNew
+	a.mu.Unlock()
+	if a.log != nil {
+		a.log.Warn("alert", "kind", kind, "subject", subject, "severity", sev, "message", msg)
+	}
+	if send {
+		select {
+		case a.queue <- al:
+		default:
+			a.mu.Lock()
+			a.stats.RateLimited++
+			a.mu.Unlock()
+		}
+	}
+	if onNew != nil {
+		onNew(al)
+	}
+}
+
+// take consumes a delivery token (token bucket refilled at RatePerMin).
+func (a *Aggregator) take(now time.Time) bool {
+	a.tokens += now.Sub(a.refill).Minutes() * float64(a.cfg.RatePerMin)
+	a.refill = now
+	if a.tokens > float64(a.cfg.Burst) {
+		a.tokens = float64(a.cfg.Burst)
+	}
+	if a.tokens < 1 {
+		return false
+	}
+	a.tokens--
+	return true
+}
+
+// Recent returns the kept alerts, oldest first.
+func (a *Aggregator) Recent() []Alert {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return append([]Alert(nil), a.recent...)
+}
+
+// Restore replaces the kept alerts, for a restarted guardian taking up its
+// persisted state.
+func (a *Aggregator) Restore(alerts []Alert) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.recent = append([]Alert(nil), alerts...)
+}
+
+// Stats returns delivery counters.
+func (a *Aggregator) Stats() Stats {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.stats
+}
+
+// Run delivers queued alerts to the webhook until ctx ends. Each alert is
+// POSTed as JSON; network errors, 429 and 5xx are retried with doubling
+// backoff up to Attempts, other 4xx are not (the request itself is wrong).
+func (a *Aggregator) Run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case al := <-a.queue:
+			err := a.deliver(ctx, al)
+			a.mu.Lock()
+			if err != nil {
+				a.stats.Failed++
+			} else {
+				a.stats.Delivered++
+			}
+			a.mu.Unlock()
+			if err != nil && a.log != nil {
+				a.log.Error("alert delivery failed", "kind", al.Kind, "err", err)
+			}
+		}
+	}
+}
+
+func (a *Aggregator) deliver(ctx context.Context, al Alert) error {
+	body, err := json.Marshal(al)
+	if err != nil {
+		return err
+	}
+	backoff := a.cfg.Backoff
+	var last error
+	for attempt := 1; attempt <= a.cfg.Attempts; attempt++ {
+		retry, err := a.post(ctx, body)
+		if err == nil {
+			return nil
+		}
+		last = err
+		if !retry || attempt == a.cfg.Attempts {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(backoff):
+		}
+		backoff *= 2
+	}
+	return last
+}
+
+func (a *Aggregator) post(ctx context.Context, body []byte) (retry bool, err error) {
+	ctx, cancel := context.WithTimeout(ctx, a.cfg.HTTPTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.cfg.WebhookURL, bytes.NewReader(body))
+	if err != nil {
+		return false, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := a.client.Do(req)
+	if err != nil {
+		return true, err
+	}
+	resp.Body.Close()
+	switch {
+	case resp.StatusCode < 300:
+		return false, nil
+	case resp.StatusCode == http.StatusTooManyRequests || resp.StatusCode >= 500:
+		return true, fmt.Errorf("webhook: %s", resp.Status)
+	default:
+		return false, fmt.Errorf("webhook refused the alert: %s", resp.Status)
+	}
+}

@@ -1,0 +1,143 @@
+package alert
+
+import (
+	"context"
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+func TestAggregation(t *testing.T) {
+	c := &clock{time.Unix(1000, 0)}
+	a := New(Config{Workspace: "ws1", Window: time.Minute}, c.now, nil, nil)
+	a.Raise("memory-alert", "", Warning, "95%", nil)
+	c.t = c.t.Add(30 * time.Second)
+	a.Raise("memory-alert", "", Warning, "96%", nil)
+	a.Raise("sshd-gone", "", Critical, "gone", nil)
+	c.t = c.t.Add(61 * time.Second)
+	a.Raise("memory-alert", "", Warning, "97%", nil) // 61 s after the last repeat: a new alert
+	got := a.Recent()
+	type row struct {
+		Kind, Msg string
+		Count     int
+	}
+	var rows []row
+	for _, r := range got {
+		rows = append(rows, row{r.Kind, r.Message, r.Count})
+	}
+	want := []row{{"memory-alert", "96%", 2}, {"sshd-gone", "gone", 1}, {"memory-alert", "97%", 1}}
+	if diff := cmp.Diff(want, rows); diff != "" {
+		t.Errorf("Recent() (-want +got):\n%s", diff)
+	}
+	if got[0].Workspace != "ws1" {
+		t.Errorf("workspace = %q", got[0].Workspace)
+	}
+}
+
+type hook struct {
+	mu       sync.Mutex
+	got      []Alert
+	failures int // fail this many requests with 503 first
+	status   int // if set, always answer this
+}
+
+func (h *hook) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.status != 0 {
+		w.WriteHeader(h.status)
+		return
+	}
+	if h.failures > 0 {
+		h.failures--
+		w.WriteHeader(http.StatusServiceUnavailable)
+		return
+	}
+	var a Alert
+	if err := json.NewDecoder(r.Body).Decode(&a); err != nil {
+		w.WriteHeader(http.StatusBadRequest)
+		return
+	}
+	h.got = append(h.got, a)
+}
+
+func (h *hook) count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.got)
+}
+
+func waitStats(t *testing.T, a *Aggregator, cond func(Stats) bool) Stats {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		s := a.Stats()
+		if cond(s) {
+			return s
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("stats never reached the expected state: %+v", s)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestWebhookRetriesAndRateLimit(t *testing.T) {
+	tests := []struct {
+		name                          string
+		hook                          *hook
+		raise                         int
+		wantDelivered, wantFailed     uint64
+		wantRateLimited, wantReceived int
+	}{
+		{"retried until the webhook recovers", &hook{failures: 2}, 1, 1, 0, 0, 1},
+		{"a 4xx is not retried", &hook{status: http.StatusBadRequest}, 1, 0, 1, 0, 0},
+		{"5xx forever gives up after the attempts", &hook{status: http.StatusBadGateway}, 1, 0, 1, 0, 0},
+		{"beyond the burst alerts are rate-limited", &hook{}, 8, 5, 0, 3, 5},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			srv := httptest.NewServer(tt.hook)
+			defer srv.Close()
+			c := &clock{time.Unix(1000, 0)}
+			a := New(Config{WebhookURL: srv.URL, Burst: 5, RatePerMin: 1, Attempts: 3, Backoff: time.Millisecond}, c.now, srv.Client(), nil)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			go a.Run(ctx)
+			for i := 0; i < tt.raise; i++ {
+				a.Raise("k", string(rune('a'+i)), Warning, "m", nil)
+			}
+			s := waitStats(t, a, func(s Stats) bool { return s.Delivered+s.Failed == tt.wantDelivered+tt.wantFailed })
+			if s.Delivered != tt.wantDelivered || s.Failed != tt.wantFailed || s.RateLimited != uint64(tt.wantRateLimited) {
+				t.Errorf("stats = %+v; want delivered %d failed %d rate-limited %d", s, tt.wantDelivered, tt.wantFailed, tt.wantRateLimited)
+			}
+			if n := tt.hook.count(); n != tt.wantReceived {
+				t.Errorf("webhook received %d alerts; want %d", n, tt.wantReceived)
+			}
+			if len(a.Recent()) != tt.raise {
+				t.Errorf("Recent() kept %d; every alert must stay visible in the API", len(a.Recent()))
+			}
+		})
+	}
+}
+
+func TestRateLimitRefills(t *testing.T) {
+	c := &clock{time.Unix(1000, 0)}
+	a := New(Config{WebhookURL: "http://127.0.0.1:1", Burst: 1, RatePerMin: 60}, c.now, nil, nil)
+	a.Raise("k", "1", Info, "m", nil)
+	a.Raise("k", "2", Info, "m", nil)
+	c.t = c.t.Add(time.Second)
+	a.Raise("k", "3", Info, "m", nil)
+	if s := a.Stats(); s.RateLimited != 1 {
+		t.Errorf("rate-limited = %d; want 1 (one token refilled after a second)", s.RateLimited)
+	}
+}
