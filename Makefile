@@ -1,0 +1,30 @@
+# labkeep — two commands: `make run` and `make test`. Both set up what is
+# missing first (see localrun/setup.sh): Debian packages when root, and the
+# local Kubernetes control-plane binaries (built once, ~7 minutes cold).
+
+SHELL := /bin/bash
+# PostgreSQL's server binaries live outside PATH on Debian.
+export PATH := $(PATH):$(shell ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1):/usr/sbin
+GO ?= go
+GOTEST_FLAGS ?=
+
+.PHONY: setup run test test-race bench vet
+
+setup:
+	@./localrun/setup.sh
+
+run: setup
+	$(GO) run ./localrun/cmd/labkeep-run
+
+# Every test, against the real local stack. The race detector is on for
+# everything; integration packages start their own control plane and
+# PostgreSQL, so they need no running `make run`.
+test: setup vet
+	$(GO) test -race -count=1 -timeout 30m $(GOTEST_FLAGS) ./...
+
+vet:
+	$(GO) vet ./...
+	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
+
+bench: setup
+	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...

@@ -1,0 +1,103 @@
+// Command labkeep-run is `make run`: it starts the local stack (a real
+// Kubernetes control plane with the KubeVirt CRDs, the virtsim stand-in and
+// a throwaway PostgreSQL), writes a kubeconfig and the settings into a state
+// directory, and keeps everything up until Ctrl-C, which stops it all.
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/kelseyhightower/envconfig"
+
+	"labkeep/localrun/controlplane"
+	"labkeep/localrun/stack"
+	"labkeep/localrun/virtsim"
+)
+
+// config is filled from LABKEEP_* variables; every field has a local default.
+type config struct {
+	StateDir    string        `envconfig:"STATE_DIR"`
+	BinCache    string        `envconfig:"BIN_CACHE"`
+	DatabaseURL string        `envconfig:"DATABASE_URL"`
+	VMBootDelay time.Duration `envconfig:"VIRTSIM_BOOT_DELAY" default:"5s"`
+	QuotaSync   time.Duration `envconfig:"QUOTA_SYNC_PERIOD" default:"5s"`
+	LogLevel    slog.Level    `envconfig:"LOG_LEVEL" default:"INFO"`
+}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "labkeep-run:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var cfg config
+	if err := envconfig.Process("labkeep", &cfg); err != nil {
+		return err
+	}
+	if cfg.StateDir == "" {
+		base, err := os.UserCacheDir()
+		if err != nil {
+			return fmt.Errorf("set LABKEEP_STATE_DIR: %w", err)
+		}
+		cfg.StateDir = filepath.Join(base, "labkeep", "state")
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	start := time.Now()
+	st, err := stack.Start(ctx, stack.Options{
+		ControlPlane: controlplane.Options{BinCache: cfg.BinCache, QuotaSyncPeriod: cfg.QuotaSync},
+		VirtSim:      virtsim.Options{BootDelay: cfg.VMBootDelay},
+		DatabaseURL:  cfg.DatabaseURL,
+		Logger:       log,
+		Progress:     os.Stderr,
+	})
+	if err != nil {
+		return err
+	}
+	defer func() {
+		log.Info("stopping the local stack")
+		if err := st.Stop(); err != nil {
+			log.Error("stop", "err", err)
+		}
+		os.Remove(filepath.Join(cfg.StateDir, "kubeconfig"))
+		os.Remove(filepath.Join(cfg.StateDir, "env"))
+	}()
+	kubeconfig := filepath.Join(cfg.StateDir, "kubeconfig")
+	if err := controlplane.WriteKubeconfig(kubeconfig, st.Admin(), "labkeep-admin"); err != nil {
+		return err
+	}
+	settings := map[string]string{
+		"KUBECONFIG":            kubeconfig,
+		"LABKEEP_DATABASE_URL":  st.DSN(),
+		"LABKEEP_APISERVER_URL": st.CP.APIServerURL,
+	}
+	var env strings.Builder
+	for _, k := range []string{"KUBECONFIG", "LABKEEP_DATABASE_URL", "LABKEEP_APISERVER_URL"} {
+		fmt.Fprintf(&env, "export %s=%q\n", k, settings[k])
+	}
+	if err := os.WriteFile(filepath.Join(cfg.StateDir, "env"), []byte(env.String()), 0o600); err != nil {
+		return err
+	}
+	fmt.Printf("\nlabkeep local stack is up (in %s).\n", time.Since(start).Round(100*time.Millisecond))
+	fmt.Printf("  state dir:  %s\n", cfg.StateDir)
+	fmt.Printf("  kubectl:    kubectl --kubeconfig %s get vm,vmi -A\n", kubeconfig)
+	fmt.Printf("  settings:   source %s\n", filepath.Join(cfg.StateDir, "env"))
+	fmt.Printf("Press Ctrl-C to stop everything.\n\n")
+	<-ctx.Done()
+	return nil
+}

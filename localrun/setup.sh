@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Installs what labkeep's tests and `make run` need on a fresh Debian machine,
+# and only what is missing: it is safe and fast to run every time.
+#   - as root: Debian packages (PostgreSQL server, OpenSSH server for the
+#     guardian end-to-end tests, setpriv, procps);
+#   - the local control-plane binaries (etcd, kube-apiserver,
+#     kube-controller-manager), built once from the Go module proxy and cached
+#     in $LABKEEP_BIN_CACHE (default: the user cache dir).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+need=()
+have_cmd() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ]; }
+have_cmd initdb || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=(postgresql)
+have_cmd sshd || need+=(openssh-server)
+have_cmd setpriv || need+=(util-linux)
+have_cmd ps || need+=(procps)
+
+if [ ${#need[@]} -gt 0 ]; then
+  if [ "$(id -u)" = 0 ]; then
+    echo "labkeep setup: installing ${need[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+    # The Debian postgresql package starts a cluster of its own; tests start
+    # their own throwaway servers, so the packaged one is not needed.
+    if [[ " ${need[*]} " == *" postgresql "* ]]; then
+      (command -v pg_ctlcluster >/dev/null && pg_ctlcluster --force 15 main stop) >/dev/null 2>&1 || true
+    fi
+  else
+    echo "labkeep setup: missing ${need[*]} — install them (as root: apt-get install ${need[*]})" >&2
+    exit 1
+  fi
+fi
+
+go run ./localrun/cmd/labkeep-binaries >/dev/null
