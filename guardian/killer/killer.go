@@ -86,8 +86,10 @@ func send(fd int, id victim.Identity, sig unix.Signal) error {
 // sends SIGKILL and waits up to killWait. grace 0 sends SIGKILL at once (at
 // the hard memory limit a process may not run its SIGTERM handler). It
 // returns when the process exited, reporting whether SIGKILL was needed;
-// ErrGone if it had already exited.
-func (k *Killer) Terminate(ctx context.Context, id victim.Identity, grace, killWait time.Duration) (killed bool, err error) {
+// ErrGone if it had already exited. hurry, if not nil, is polled during the
+// grace period: when it turns true (the workspace reached its hard memory
+// limit meanwhile) SIGKILL follows at once.
+func (k *Killer) Terminate(ctx context.Context, id victim.Identity, grace, killWait time.Duration, hurry func() bool) (killed bool, err error) {
 	fd, err := k.open(id)
 	if err != nil {
 		return false, err
@@ -97,7 +99,7 @@ func (k *Killer) Terminate(ctx context.Context, id victim.Identity, grace, killW
 		if err := send(fd, id, unix.SIGTERM); err != nil {
 			return false, err
 		}
-		if exited(ctx, fd, grace) {
+		if exited(ctx, fd, grace, hurry) {
 			return false, nil
 		}
 	}
@@ -107,18 +109,19 @@ func (k *Killer) Terminate(ctx context.Context, id victim.Identity, grace, killW
 		}
 		return false, err
 	}
-	if !exited(ctx, fd, killWait) {
+	if !exited(ctx, fd, killWait, nil) {
 		return true, fmt.Errorf("%v still alive %v after SIGKILL", id, killWait)
 	}
 	return true, nil
 }
 
-// exited waits until the pidfd reports the process exited.
-func exited(ctx context.Context, fd int, d time.Duration) bool {
+// exited waits until the pidfd reports the process exited; it gives up
+// early (false) when hurry turns true.
+func exited(ctx context.Context, fd int, d time.Duration, hurry func() bool) bool {
 	deadline := time.Now().Add(d)
 	for {
 		left := time.Until(deadline)
-		if left <= 0 || ctx.Err() != nil {
+		if left <= 0 || ctx.Err() != nil || (hurry != nil && hurry()) {
 			return false
 		}
 		step := min(left, 50*time.Millisecond)

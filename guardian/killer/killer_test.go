@@ -34,10 +34,12 @@ func TestTerminate(t *testing.T) {
 		script     string
 		grace      time.Duration
 		wantKilled bool
+		hurry      func() bool
 	}{
-		{"SIGTERM suffices", "exec sleep 60", 2 * time.Second, false},
-		{"SIGTERM ignored: SIGKILL after the grace period", "trap '' TERM; while :; do sleep 1; done", 300 * time.Millisecond, true},
-		{"no grace: SIGKILL at once", "trap '' TERM; while :; do sleep 1; done", 0, true},
+		{"SIGTERM suffices", "exec sleep 60", 2 * time.Second, false, nil},
+		{"SIGTERM ignored: SIGKILL after the grace period", "trap '' TERM; while :; do sleep 1; done", 300 * time.Millisecond, true, nil},
+		{"no grace: SIGKILL at once", "trap '' TERM; while :; do sleep 1; done", 0, true, nil},
+		{"hurry cuts the grace period short", "trap '' TERM; while :; do sleep 1; done", time.Hour, true, func() bool { return true }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -47,7 +49,7 @@ func TestTerminate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			killed, err := k.Terminate(context.Background(), id, tt.grace, 5*time.Second)
+			killed, err := k.Terminate(context.Background(), id, tt.grace, 5*time.Second, tt.hurry)
 			if err != nil || killed != tt.wantKilled {
 				t.Fatalf("Terminate() = %v,%v; want %v,nil", killed, err, tt.wantKilled)
 			}
@@ -79,7 +81,7 @@ func TestIdentityMismatchSparesTheProcess(t *testing.T) {
 		if err := k.Signal(stale, 9); !errors.Is(err, ErrIdentityChanged) {
 			t.Errorf("%s changed: Signal() error = %v; want ErrIdentityChanged", name, err)
 		}
-		if _, err := k.Terminate(context.Background(), stale, 0, time.Second); !errors.Is(err, ErrIdentityChanged) {
+		if _, err := k.Terminate(context.Background(), stale, 0, time.Second, nil); !errors.Is(err, ErrIdentityChanged) {
 			t.Errorf("%s changed: Terminate() error = %v; want ErrIdentityChanged", name, err)
 		}
 	}

@@ -62,3 +62,16 @@ func SetNice(pid, nice int) error {
 	}
 	return nil
 }
+
+// OS applies scheduling through the kernel; it is the production
+// implementation of the scheduler guardian's protector uses.
+type OS struct{}
+
+// Get implements the scheduler interface with Get.
+func (OS) Get(pid int) (Attr, error) { return Get(pid) }
+
+// SetRR implements the scheduler interface with SetRR.
+func (OS) SetRR(pid, prio int) error { return SetRR(pid, prio) }
+
+// SetNice implements the scheduler interface with SetNice.
+func (OS) SetNice(pid, nice int) error { return SetNice(pid, nice) }

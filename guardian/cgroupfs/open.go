@@ -1,0 +1,128 @@
+package cgroupfs
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+)
+
+// Layout is where the cgroup hierarchies are mounted.
+type Layout struct {
+	V1 map[string]string // v1 controller → mount point
+	V2 string            // cgroup2 mount point, "" if none
+}
+
+// ReadLayout reads the mounts of this process (/proc/self/mountinfo).
+func ReadLayout() (Layout, error) {
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		return Layout{}, err
+	}
+	v1, v2 := MountsV1(string(b))
+	return Layout{V1: v1, V2: v2}, nil
+}
+
+// IsV1 reports whether the memory controller lives on a v1 hierarchy (v1 or
+// hybrid layout): guardian then works on v1.
+func (l Layout) IsV1() bool { _, ok := l.V1["memory"]; return ok }
+
+// Mount returns where cgroup paths are resolved for discovery: the v1 memory
+// mount or the v2 mount.
+func (l Layout) Mount() string {
+	if l.IsV1() {
+		return l.V1["memory"]
+	}
+	return l.V2
+}
+
+// Open opens the workspace cgroup given explicitly: on v1 a path relative
+// to each controller mount, on v2 a directory (absolute, under the mount)
+// or a path relative to the mount. subtree bounds what may be touched and
+// defaults to the cgroup itself.
+func Open(l Layout, subtree, cgroup string) (Cgroup, error) {
+	if cgroup == "" {
+		return nil, errors.New("no cgroup given")
+	}
+	if l.IsV1() {
+		if subtree == "" {
+			subtree = cgroup
+		}
+		return OpenV1(l.V1, subtree, cgroup)
+	}
+	if l.V2 == "" {
+		return nil, errors.New("no cgroup v1 memory controller and no cgroup2 mount")
+	}
+	rel := cgroup
+	if filepath.IsAbs(cgroup) && within(l.V2, filepath.Clean(cgroup)) {
+		rel = strings.TrimPrefix(filepath.Clean(cgroup), filepath.Clean(l.V2))
+	}
+	if subtree == "" {
+		subtree = rel
+	} else if filepath.IsAbs(subtree) && within(l.V2, filepath.Clean(subtree)) {
+		subtree = strings.TrimPrefix(filepath.Clean(subtree), filepath.Clean(l.V2))
+	}
+	return OpenV2(l.V2, subtree, rel)
+}
+
+// Discover finds the workspace container's cgroup of Pod podUID: the Pod's
+// directory (cgroupfs or systemd driver naming), then among its container
+// cgroups, other than guardian's own (ownRel), the one whose processes carry
+// LABKEEP_CONTAINER_NAME=containerName in their environment (the Pod spec
+// sets it), else the only one that is not the pause container. It returns
+// the cgroup and the Pod's directory as the subtree guardian may touch.
+func Discover(l Layout, procRoot, podUID, containerName, ownRel string) (cgroup, subtree string, err error) {
+	mount := l.Mount()
+	pod, err := FindPod(mount, podUID)
+	if err != nil {
+		return "", "", err
+	}
+	cands, err := ContainerCandidates(mount, pod, ownRel)
+	if err != nil {
+		return "", "", err
+	}
+	procsOf := func(rel string) []int {
+		b, _ := os.ReadFile(filepath.Join(mount, rel, "cgroup.procs"))
+		var out []int
+		for _, f := range strings.Fields(string(b)) {
+			if p, err := strconv.Atoi(f); err == nil {
+				out = append(out, p)
+			}
+		}
+		return out
+	}
+	marker := []byte("LABKEEP_CONTAINER_NAME=" + containerName + "\x00")
+	isWorkspace := func(rel string) bool {
+		if containerName == "" {
+			return false
+		}
+		for _, p := range procsOf(rel) {
+			env, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(p), "environ"))
+			if err == nil && bytes.Contains(append([]byte("\x00"), env...), append([]byte("\x00"), marker...)) {
+				return true
+			}
+		}
+		return false
+	}
+	isPause := func(rel string) bool {
+		ps := procsOf(rel)
+		if len(ps) == 0 {
+			return true // an empty cgroup cannot be the running workspace
+		}
+		for _, p := range ps {
+			exe, _ := os.Readlink(filepath.Join(procRoot, strconv.Itoa(p), "exe"))
+			if filepath.Base(exe) != "pause" {
+				return false
+			}
+		}
+		return true
+	}
+	c, err := PickContainer(cands, isWorkspace, isPause)
+	if err != nil {
+		return "", "", fmt.Errorf("pod %s container %q: %w", podUID, containerName, err)
+	}
+	return c, pod, nil
+}

@@ -1,0 +1,113 @@
+package guard
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"sync"
+	"time"
+
+	"labkeep/guardian/alert"
+	"labkeep/guardian/victim"
+)
+
+// cpuLoop measures the workspace's CPU use and escalates a hang: CPU above
+// the threshold while SSH is unreachable.
+func (g *Guardian) cpuLoop(ctx context.Context) {
+	var prevUsage time.Duration
+	var prevAt time.Time
+	var prevProcs []victim.Process
+	g.every(ctx, "cpu", g.cfg.CPUEvery, func(ctx context.Context) {
+		usage, err := g.cg.CPUUsage()
+		if err != nil {
+			g.log.Error("read CPU usage", "err", err)
+			return
+		}
+		now := g.now()
+		procs, prot, err := g.snapshot()
+		if err != nil {
+			g.log.Error("cpu: snapshot", "err", err)
+			return
+		}
+		defer func() { prevUsage, prevAt, prevProcs = usage, now, procs }()
+		if prevAt.IsZero() {
+			return
+		}
+		cpus, err := g.cg.CPUs()
+		if err != nil || cpus == 0 || (g.cfg.OnlineCPUs > 0 && cpus > g.cfg.OnlineCPUs) {
+			cpus = g.cfg.OnlineCPUs
+		}
+		frac := victim.CPUFraction(usage-prevUsage, now.Sub(prevAt), cpus)
+		g.metrics.cpuFraction.Set(frac)
+		sshOK := true
+		if frac > g.cfg.Hang.CPUFraction {
+			sshOK = g.probeOnce(ctx)
+		}
+		g.mu.Lock()
+		act := g.st.Hang.Observe(now, frac, sshOK)
+		g.mu.Unlock()
+		if !act.Alert {
+			return
+		}
+		g.raise("cpu-hang", "", alert.Critical,
+			fmt.Sprintf("workspace CPU at %.0f%% and SSH unreachable for %v", 100*frac, act.Hung.Round(time.Second)),
+			map[string]string{"hung_s": strconv.Itoa(int(act.Hung.Seconds())), "kill": strconv.Itoa(act.Kill)})
+		if act.Kill != 0 {
+			g.killTopCPU(ctx, prevProcs, procs, prot, act.Kill)
+		}
+		g.saveLogged()
+	})
+}
+
+// killTopCPU terminates the n busiest unprotected processes (all of them
+// for n < 0) concurrently, each with the usual grace period.
+func (g *Guardian) killTopCPU(ctx context.Context, prev, cur []victim.Process, prot victim.Protected, n int) {
+	g.emergency.Lock()
+	defer g.emergency.Unlock()
+	targets := victim.TopCPU(prev, cur, prot, n)
+	var wg sync.WaitGroup
+	for _, v := range targets {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			if _, err := g.killer.Terminate(ctx, v.Identity, g.cfg.KillGrace, g.cfg.KillWait, nil); err != nil {
+				g.log.Warn("cpu victim not killed", "pid", v.PID, "err", err)
+				return
+			}
+			g.metrics.kills.WithLabelValues("cpu").Inc()
+			g.log.Info("cpu victim killed", "pid", v.PID, "exe", v.Exe, "comm", v.Comm)
+		}()
+	}
+	wg.Wait()
+	g.mu.Lock()
+	g.st.Kills += len(targets)
+	g.mu.Unlock()
+}
+
+// probeLoop probes SSH every ProbeEvery and alerts when it becomes
+// unreachable.
+func (g *Guardian) probeLoop(ctx context.Context) {
+	g.every(ctx, "probe", g.cfg.ProbeEvery, func(ctx context.Context) { g.probeOnce(ctx) })
+}
+
+// probeOnce probes SSH, records the result and raises an alert on the
+// transition to unreachable (repeats aggregate).
+func (g *Guardian) probeOnce(ctx context.Context) bool {
+	_, took, err := g.probe.Probe(ctx)
+	g.metrics.sshProbeSeconds.Set(took.Seconds())
+	ok := err == nil
+	g.mu.Lock()
+	was := g.sshOK
+	g.sshOK = ok
+	g.mu.Unlock()
+	if ok {
+		g.metrics.sshUp.Set(1)
+		if !was {
+			g.raise("ssh-reachable", "", alert.Info, "SSH is reachable again", nil)
+		}
+		return true
+	}
+	g.metrics.sshUp.Set(0)
+	g.raise("ssh-unreachable", "", alert.Critical, fmt.Sprintf("SSH probe failed: %v", err), nil)
+	return false
+}
