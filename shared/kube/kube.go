@@ -260,4 +260,3 @@ func (c *Cluster) Teardown(ctx context.Context, s session.Session) error {
 	}
 	return errors.Join(errs...)
 }
-

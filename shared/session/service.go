@@ -84,20 +84,22 @@ func (s *Service) Open(ctx context.Context, student, labName string) (Session, e
 		return Session{}, err
 	}
 	log := s.Log.With("session", sess.ID, "lab", lab.Name)
-	if err := s.provision(ctx, sess, lab); err != nil {
-		return s.rollback(ctx, log, sess, err)
+	if started, err := s.provision(ctx, sess, lab); err != nil {
+		return s.rollback(ctx, log, sess, err, started)
 	}
 	log.Info("session provisioned", "nodes", len(sess.Nodes))
 	return s.Store.Get(ctx, sess.ID)
 }
 
 // provision checks capacity and creates the objects under the capacity
-// lock, so concurrent opens cannot all see room for one more VM.
-func (s *Service) provision(ctx context.Context, sess Session, lab labs.Lab) error {
+// lock, so concurrent opens cannot all see room for one more VM. started
+// reports whether any object may have been created (false when refused
+// before the first create, so there is nothing to roll back).
+func (s *Service) provision(ctx context.Context, sess Session, lab labs.Lab) (started bool, err error) {
 	if need := lab.VMCount(); need > 0 {
 		unlock, err := s.Store.LockCapacity(ctx)
 		if err != nil {
-			return fmt.Errorf("capacity lock: %w", err)
+			return false, fmt.Errorf("capacity lock: %w", err)
 		}
 		defer unlock()
 		used, err := s.Cluster.CountVMs(ctx)
@@ -107,29 +109,31 @@ func (s *Service) provision(ctx context.Context, sess Session, lab labs.Lab) err
 			// namespace's ResourceQuota still refuses VMs beyond the limit.
 			s.Log.Warn("cannot count VMs; relying on the ResourceQuota", "session", sess.ID, "err", err)
 		case used+need > s.MaxVMs:
-			return fmt.Errorf("%w: %d of %d VMs in use, lab %s needs %d", ErrNoCapacity, used, s.MaxVMs, lab.Name, need)
+			return false, fmt.Errorf("%w: %d of %d VMs in use, lab %s needs %d", ErrNoCapacity, used, s.MaxVMs, lab.Name, need)
 		}
 	}
 	if err := s.Cluster.Provision(ctx, sess, lab); err != nil {
 		if errors.Is(err, ErrNoCapacity) {
-			return err
+			return true, err
 		}
-		return fmt.Errorf("%w: %w", ErrProvisioning, err)
+		return true, fmt.Errorf("%w: %w", ErrProvisioning, err)
 	}
-	return nil
+	return true, nil
 }
 
 // rollback deletes whatever the failed open created and marks the row
 // failed. It runs on a context detached from the request's cancellation. If
 // the deletes fail, the row is still marked failed (so the student is not
 // locked out); the leftovers are labelled orphans for the reaper.
-func (s *Service) rollback(ctx context.Context, log *slog.Logger, sess Session, cause error) (Session, error) {
+func (s *Service) rollback(ctx context.Context, log *slog.Logger, sess Session, cause error, teardown bool) (Session, error) {
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cleanupTimeout())
 	defer cancel()
 	reason := cause.Error()
-	if err := s.Cluster.Teardown(cctx, sess); err != nil {
-		log.Error("rollback left objects for the reaper", "err", err)
-		reason += "; cleanup incomplete: " + err.Error()
+	if teardown {
+		if err := s.Cluster.Teardown(cctx, sess); err != nil {
+			log.Error("rollback left objects for the reaper", "err", err)
+			reason += "; cleanup incomplete: " + err.Error()
+		}
 	}
 	failed, err := s.Store.Finish(cctx, sess.ID, StatusFailed, reason, s.now())
 	if err != nil && !errors.Is(err, ErrNotLive) {
@@ -200,8 +204,12 @@ func (s *Service) refresh(ctx context.Context, sess Session) Session {
 	if !ready {
 		return sess
 	}
-	if readyAt.IsZero() || readyAt.Before(sess.StartedAt) {
+	switch {
+	case readyAt.IsZero():
 		readyAt = s.now()
+	case readyAt.Before(sess.StartedAt):
+		// Condition times have one-second resolution.
+		readyAt = sess.StartedAt
 	}
 	updated, err := s.Store.MarkRunning(ctx, sess.ID, readyAt.UTC().Truncate(time.Microsecond), sess.Nodes)
 	if err != nil && !errors.Is(err, ErrNotLive) {

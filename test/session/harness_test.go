@@ -1,0 +1,412 @@
+// Package session_test runs the session functions end to end on the real
+// local stack (kube-apiserver + etcd + kube-controller-manager, virtsim,
+// PostgreSQL): HTTP requests in, real objects and rows out. The functions
+// always run as the ServiceAccount bound by infra/rbac.yaml, never admin.
+package session_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"labkeep/functions/app"
+	"labkeep/infra"
+	"labkeep/localrun/controlplane"
+	"labkeep/localrun/stack"
+	"labkeep/localrun/virtsim"
+	"labkeep/shared/httpapi"
+)
+
+var st *stack.Stack
+
+// bootDelay is virtsim's VMI boot time in these tests.
+const bootDelay = 500 * time.Millisecond
+
+func TestMain(m *testing.M) {
+	var err error
+	st, err = stack.Start(context.Background(), stack.Options{
+		Progress: os.Stderr,
+		VirtSim: virtsim.Options{
+			BootDelay: bootDelay,
+			Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
+			// Environments named "neverready-…" get VMs that never boot.
+			Faults: func(vm *kubevirtv1.VirtualMachine) virtsim.Fault {
+				return virtsim.Fault{NeverReady: strings.HasPrefix(vm.Labels["labkeep.io/env"], "neverready")}
+			},
+		},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "stack:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	st.Stop()
+	os.Exit(code)
+}
+
+// clock is the functions' injected clock: real time unless frozen.
+type clock struct {
+	mu     sync.Mutex
+	frozen time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.frozen.IsZero() {
+		return c.frozen
+	}
+	return time.Now()
+}
+
+func (c *clock) Set(t time.Time) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.frozen = t
+}
+
+const jwtSecret = "test-secret-0123456789abcdef-0123456789"
+
+// env is one deployment of the functions on the shared stack: its own
+// namespaces, database and labkeep.io/env.
+type env struct {
+	t        *testing.T
+	name     string
+	fnNS     string
+	ns       string // sessions namespace
+	app      *app.App
+	srv      *httptest.Server
+	clock    *clock
+	db       *pgxpool.Pool
+	kube     kubernetes.Interface // admin, for assertions only
+	dyn      dynamic.Interface    // admin, for assertions only
+	saConfig string               // the functions' kubeconfig
+}
+
+type envOptions struct {
+	namePrefix string
+	maxVMs     int
+	quota      bool // apply infra/resourcequota.yaml
+}
+
+func randSuffix() string {
+	b := make([]byte, 4)
+	rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+func newEnv(t *testing.T, o envOptions) *env {
+	t.Helper()
+	ctx := context.Background()
+	prefix := o.namePrefix
+	if prefix == "" {
+		prefix = "test"
+	}
+	e := &env{t: t, name: prefix + "-" + randSuffix(), clock: &clock{}}
+	e.fnNS, e.ns = e.name+"-fn", e.name+"-sessions"
+	var err error
+	if e.kube, err = kubernetes.NewForConfig(st.Admin()); err != nil {
+		t.Fatal(err)
+	}
+	if e.dyn, err = dynamic.NewForConfig(st.Admin()); err != nil {
+		t.Fatal(err)
+	}
+	files := []string{"namespaces.yaml", "rbac.yaml"}
+	if o.quota {
+		files = append(files, "resourcequota.yaml")
+	}
+	if err := infra.Apply(ctx, st.Admin(), infra.Placement{Functions: e.fnNS, Sessions: e.ns}, files...); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, ns := range []string{e.fnNS, e.ns} {
+			_ = e.kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+		}
+	})
+	sa, err := st.CP.ServiceAccountConfig(ctx, e.fnNS, infra.ServiceAccount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	e.saConfig = filepath.Join(dir, "kubeconfig")
+	if err := controlplane.WriteKubeconfig(e.saConfig, sa, "system:serviceaccount:"+e.fnNS+":"+infra.ServiceAccount); err != nil {
+		t.Fatal(err)
+	}
+	labsFile := filepath.Join(dir, "labs.yaml")
+	labsYAML, err := infra.File("labs.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(labsFile, labsYAML, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	dsn := e.createDatabase()
+	maxVMs := o.maxVMs
+	if maxVMs == 0 {
+		maxVMs = 8
+	}
+	cfg := app.Config{
+		Env: e.name, DatabaseURL: dsn, Namespace: e.ns,
+		SessionLifetime: 60 * time.Minute, SessionMaxLifetime: 180 * time.Minute, DeadlineGrace: 15 * time.Minute,
+		MaxConcurrentVMs: maxVMs, LabsFile: labsFile, JWTSecret: jwtSecret, Kubeconfig: e.saConfig,
+		KubeTimeout: 10 * time.Second, AnchorImage: "registry.k8s.io/pause:3.10", GuardianImage: "labkeep/guardian:test",
+		RetryAfter: 20 * time.Second,
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
+	e.app, err = app.Build(ctx, cfg, e.clock.Now, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.app.Close)
+	e.srv = httptest.NewServer(e.app.Handler())
+	t.Cleanup(e.srv.Close)
+	if e.db, err = pgxpool.New(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(e.db.Close)
+	return e
+}
+
+func (e *env) createDatabase() string {
+	e.t.Helper()
+	ctx := context.Background()
+	admin, err := pgxpool.New(ctx, st.DSN())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer admin.Close()
+	name := strings.ReplaceAll(e.name, "-", "_")
+	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
+		e.t.Fatal(err)
+	}
+	u, err := url.Parse(st.DSN())
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	u.Path = "/" + name
+	q := u.Query()
+	q.Set("pool_max_conns", "10")
+	u.RawQuery = q.Encode()
+	return u.String()
+}
+
+func (e *env) token(student, role string) string {
+	e.t.Helper()
+	tok, err := httpapi.Sign([]byte(jwtSecret), student, role, time.Now().Add(365*24*time.Hour))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	return tok
+}
+
+// sessionView is the session JSON as a portal reads it.
+type sessionView struct {
+	ID               string     `json:"id"`
+	Student          string     `json:"student"`
+	Lab              string     `json:"lab"`
+	Kind             string     `json:"kind"`
+	Status           string     `json:"status"`
+	StartedAt        time.Time  `json:"startedAt"`
+	ExpiresAt        time.Time  `json:"expiresAt"`
+	MaxExpiresAt     time.Time  `json:"maxExpiresAt"`
+	ReadyAt          *time.Time `json:"readyAt"`
+	RemainingSeconds int64      `json:"remainingSeconds"`
+	Extendable       bool       `json:"extendable"`
+	ServerTime       time.Time  `json:"serverTime"`
+	Nodes            []struct {
+		Name  string `json:"name"`
+		Role  string `json:"role"`
+		Ready bool   `json:"ready"`
+		SSH   struct {
+			Host string `json:"host"`
+			Port int    `json:"port"`
+		} `json:"ssh"`
+	} `json:"nodes"`
+	FailureReason string `json:"failureReason"`
+}
+
+type response struct {
+	// received is when the response arrived (wall clock).
+	received time.Time
+	status   int
+	header   http.Header
+	body     []byte
+	session  sessionView // success body, or the session in an error body
+	code     string      // error code
+	message  string
+}
+
+// do sends one request; body "" sends none. ctype "" means application/json.
+func (e *env) do(method, path, token, body, ctype string) response {
+	e.t.Helper()
+	req, err := http.NewRequest(method, e.srv.URL+path, strings.NewReader(body))
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != "" {
+		if ctype == "" {
+			ctype = "application/json"
+		}
+		req.Header.Set("Content-Type", ctype)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	r := response{status: res.StatusCode, header: res.Header, received: time.Now()}
+	r.body, _ = io.ReadAll(res.Body)
+	if res.StatusCode < 300 {
+		if err := json.Unmarshal(r.body, &r.session); err != nil {
+			e.t.Fatalf("%s %s: %d with undecodable body %q", method, path, res.StatusCode, r.body)
+		}
+		return r
+	}
+	var eb struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+		Session *sessionView `json:"session"`
+	}
+	if err := json.Unmarshal(r.body, &eb); err != nil || eb.Error.Code == "" {
+		e.t.Fatalf("%s %s: %d without a JSON error body: %q", method, path, res.StatusCode, r.body)
+	}
+	r.code, r.message = eb.Error.Code, eb.Error.Message
+	if eb.Session != nil {
+		r.session = *eb.Session
+	}
+	return r
+}
+
+func (e *env) open(student, lab string) response {
+	e.t.Helper()
+	return e.do("POST", "/openSession", e.token(student, "student"), fmt.Sprintf(`{"lab":%q}`, lab), "")
+}
+
+// waitRunning polls getSession until the session is running.
+func (e *env) waitRunning(student string, timeout time.Duration) sessionView {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		r := e.do("GET", "/getSession", e.token(student, "student"), "", "")
+		if r.status == 200 && r.session.Status == "running" {
+			return r.session
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("session of %s not running after %s: %d %s", student, timeout, r.status, r.body)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+var (
+	gvrVM  = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachines"}
+	gvrVMI = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachineinstances"}
+	gvrDV  = schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "datavolumes"}
+	gvrs   = map[string]schema.GroupVersionResource{
+		"VirtualMachine":         gvrVM,
+		"VirtualMachineInstance": gvrVMI,
+		"DataVolume":             gvrDV,
+		"Job":                    {Group: "batch", Version: "v1", Resource: "jobs"},
+		"Secret":                 {Version: "v1", Resource: "secrets"},
+		"Service":                {Version: "v1", Resource: "services"},
+		"NetworkPolicy":          {Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"},
+		"Pod":                    {Version: "v1", Resource: "pods"},
+	}
+)
+
+// objects lists every object of the kinds labkeep creates (or causes) in
+// the sessions namespace as "Kind/name", sorted; selector filters by label
+// ("" = all).
+func (e *env) objects(selector string) []string {
+	e.t.Helper()
+	var out []string
+	for kind, gvr := range gvrs {
+		list, err := e.dyn.Resource(gvr).Namespace(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: selector})
+		if err != nil {
+			e.t.Fatalf("list %s: %v", kind, err)
+		}
+		for _, o := range list.Items {
+			out = append(out, kind+"/"+o.GetName())
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+// waitNoObjects waits until the sessions namespace holds nothing labkeep
+// made (VMIs, DataVolumes and the anchor's Pod included).
+func (e *env) waitNoObjects(timeout time.Duration) {
+	e.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		left := e.objects("")
+		if len(left) == 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			e.t.Fatalf("objects left after %s: %v", timeout, left)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// rows returns every session row as "id status" plus its expiry, sorted,
+// for before/after comparisons.
+func (e *env) rows() []string {
+	e.t.Helper()
+	rows, err := e.db.Query(context.Background(), `SELECT id::text || ' ' || student || ' ' || status || ' ' || expires_at::text FROM sessions ORDER BY 1`)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var s string
+		if err := rows.Scan(&s); err != nil {
+			e.t.Fatal(err)
+		}
+		out = append(out, s)
+	}
+	return out
+}
+
+func (e *env) count(sql string, args ...any) int {
+	e.t.Helper()
+	var n int
+	if err := e.db.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		e.t.Fatal(err)
+	}
+	return n
+}
+
+func jsonBody(v any) string {
+	b, _ := json.Marshal(v)
+	return string(bytes.TrimSpace(b))
+}

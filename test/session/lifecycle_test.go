@@ -1,0 +1,148 @@
+package session_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+// Must show 1: open → ready (virtsim) → the extend rules over time, at and
+// past the cap → close; every object is gone and the row is closed.
+func TestOpenReadyExtendClose(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	t0 := time.Now().UTC().Truncate(time.Microsecond)
+	e.clock.Set(t0)
+	const student = "alice"
+	tok := e.token(student, "student")
+
+	opened := e.open(student, "linux-vm")
+	if opened.status != 201 {
+		t.Fatalf("open = %d %s", opened.status, opened.body)
+	}
+	s := opened.session
+	if s.Status != "provisioning" || s.Student != student || s.Lab != "linux-vm" || s.Kind != "vm" {
+		t.Errorf("opened session = %+v", s)
+	}
+	if !s.StartedAt.Equal(t0) || !s.ExpiresAt.Equal(t0.Add(time.Hour)) || !s.MaxExpiresAt.Equal(t0.Add(3*time.Hour)) {
+		t.Errorf("window = %s %s %s, want start %s +60m +180m", s.StartedAt, s.ExpiresAt, s.MaxExpiresAt, t0)
+	}
+	if s.RemainingSeconds != 3600 || !s.ServerTime.Equal(t0) || s.Extendable {
+		t.Errorf("remaining=%d serverTime=%s extendable=%v, want 3600, %s, false", s.RemainingSeconds, s.ServerTime, s.Extendable, t0)
+	}
+
+	// The objects exist, labelled and owned by the anchor.
+	sel := "labkeep.io/session=" + s.ID
+	got := e.objects(sel)
+	want := map[string]bool{
+		"Job/lk-" + s.ID + "-anchor": true, "Secret/lk-" + s.ID + "-vm-cloudinit": true,
+		"VirtualMachine/lk-" + s.ID + "-vm": true,
+	}
+	for _, o := range got {
+		delete(want, o)
+	}
+	if len(want) > 0 {
+		t.Errorf("missing objects %v; have %v", want, got)
+	}
+	anchor, err := e.kube.BatchV1().Jobs(e.ns).Get(context.Background(), "lk-"+s.ID+"-anchor", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := anchor.Spec.ActiveDeadlineSeconds; d == nil || *d != int64((195*time.Minute).Seconds()) {
+		t.Errorf("anchor activeDeadlineSeconds = %v, want 11700 (max lifetime + grace)", d)
+	}
+	secret, err := e.kube.CoreV1().Secrets(e.ns).Get(context.Background(), "lk-"+s.ID+"-vm-cloudinit", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if refs := secret.OwnerReferences; len(refs) != 1 || refs[0].UID != anchor.UID {
+		t.Errorf("secret owners = %+v, want the anchor %s", refs, anchor.UID)
+	}
+	if tok := string(secret.Data["grading-token"]); len(tok) != 64 {
+		t.Errorf("grading token %q is not 256 bits of hex", tok)
+	}
+	if secret.Labels["labkeep.io/env"] != e.name || secret.Labels["labkeep.io/student"] == "" || secret.Labels["labkeep.io/student"] == student {
+		t.Errorf("secret labels = %v", secret.Labels)
+	}
+
+	running := e.waitRunning(student, 30*time.Second)
+	t.Logf("time to ready: %s recorded (readyAt-startedAt, condition time has 1s resolution), %s from open response to running seen by 50ms polling; virtsim boot delay %s",
+		running.ReadyAt.Sub(running.StartedAt), time.Since(opened.received), bootDelay)
+	if running.ReadyAt == nil || running.ReadyAt.Before(running.StartedAt) {
+		t.Errorf("readyAt = %v", running.ReadyAt)
+	}
+	if n := running.Nodes; len(n) != 1 || !n[0].Ready || n[0].SSH.Host == "" || n[0].SSH.Port != 22 || n[0].Role != "vm" {
+		t.Errorf("nodes = %+v", n)
+	}
+	if !running.Extendable {
+		t.Error("running session not extendable")
+	}
+
+	// The extend rules as a table over (injected) time, one session.
+	steps := []struct {
+		name       string
+		at         time.Duration // since t0
+		wantStatus int
+		wantCode   string
+		wantExpiry time.Duration // since t0
+		wantLeft   int64
+		wantExtend bool
+	}{
+		{"early extend pushes to now+60m", 10 * time.Minute, 200, "", 70 * time.Minute, 3600, true},
+		{"extend again later", 60 * time.Minute, 200, "", 120 * time.Minute, 3600, true},
+		{"extend one second before expiry", 120*time.Minute - time.Second, 200, "", 180*time.Minute - time.Second, 3600, true},
+		{"extend near the cap is clamped to it", 150 * time.Minute, 200, "", 180 * time.Minute, 1800, false},
+		{"at the cap: extension_cap", 160 * time.Minute, 409, "extension_cap", 180 * time.Minute, 1200, false},
+		{"one second before the end: still extension_cap", 180*time.Minute - time.Second, 409, "extension_cap", 180 * time.Minute, 1, false},
+		{"at max lifetime: expired, not_running", 180 * time.Minute, 409, "not_running", 180 * time.Minute, 0, false},
+		{"past max lifetime: not_running", 200 * time.Minute, 409, "not_running", 180 * time.Minute, 0, false},
+	}
+	for _, step := range steps {
+		e.clock.Set(t0.Add(step.at))
+		r := e.do("POST", "/extendSession", tok, "", "")
+		if r.status != step.wantStatus || r.code != step.wantCode {
+			t.Errorf("%s: extend = %d %q (%s), want %d %q", step.name, r.status, r.code, r.message, step.wantStatus, step.wantCode)
+			continue
+		}
+		if !r.session.ExpiresAt.Equal(t0.Add(step.wantExpiry)) {
+			t.Errorf("%s: expiresAt = +%s, want +%s", step.name, r.session.ExpiresAt.Sub(t0), step.wantExpiry)
+		}
+		g := e.do("GET", "/getSession", tok, "", "")
+		if g.session.RemainingSeconds != step.wantLeft || g.session.Extendable != step.wantExtend || !g.session.ServerTime.Equal(t0.Add(step.at)) {
+			t.Errorf("%s: get remaining=%d extendable=%v serverTime=+%s, want %d %v +%s", step.name,
+				g.session.RemainingSeconds, g.session.Extendable, g.session.ServerTime.Sub(t0), step.wantLeft, step.wantExtend, step.at)
+		}
+	}
+	// Closing works on a session the reaper has not yet collected.
+	closed := e.do("POST", "/closeSession", tok, "", "")
+	if closed.status != 200 || closed.session.Status != "closed" {
+		t.Fatalf("close = %d %s", closed.status, closed.body)
+	}
+	e.waitNoObjects(20 * time.Second)
+	if got := e.rows(); len(got) != 1 || !contains(got[0], " closed ") {
+		t.Errorf("rows after close = %v", got)
+	}
+	if r := e.do("POST", "/closeSession", tok, "", ""); r.status != 404 || r.code != "no_session" {
+		t.Errorf("second close = %d %s", r.status, r.body)
+	}
+	if r := e.do("GET", "/getSession", tok, "", ""); r.status != 200 || r.session.Status != "closed" || r.session.RemainingSeconds != 0 {
+		t.Errorf("get after close = %d %s", r.status, r.body)
+	}
+	// Closed frees the student to open again at once.
+	e.clock.Set(time.Time{})
+	if r := e.open(student, "linux-vm"); r.status != 201 {
+		t.Errorf("reopen after close = %d %s", r.status, r.body)
+	}
+}
+
+func contains(s, sub string) bool { return len(s) >= len(sub) && (s == sub || indexOf(s, sub) >= 0) }
+
+func indexOf(s, sub string) int {
+	for i := 0; i+len(sub) <= len(s); i++ {
+		if s[i:i+len(sub)] == sub {
+			return i
+		}
+	}
+	return -1
+}
