@@ -139,7 +139,11 @@ func (s *Service) rollback(ctx context.Context, log *slog.Logger, sess Session, 
 	if err != nil && !errors.Is(err, ErrNotLive) {
 		log.Error("cannot mark failed session", "err", err)
 	}
-	log.Warn("open failed, rolled back", "reason", reason)
+	level := slog.LevelWarn
+	if errors.Is(cause, ErrNoCapacity) {
+		level = slog.LevelInfo // expected under load, not a fault
+	}
+	log.Log(cctx, level, "open failed, rolled back", "reason", reason)
 	return failed, cause
 }
 

@@ -1,0 +1,225 @@
+package session_test
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+func resourceMust(s string) resource.Quantity { return resource.MustParse(s) }
+
+// Must show 2: 50 students open at once with MAX 8: exactly 8 live, 42 get
+// 503 no_capacity with Retry-After, nothing left behind — five times.
+func TestFiftyConcurrentOpensWithEightSlots(t *testing.T) {
+	e := newEnv(t, envOptions{maxVMs: 8, quota: true})
+	const students, slots, reps = 50, 8, 5
+	for rep := 1; rep <= reps; rep++ {
+		var wg sync.WaitGroup
+		results := make([]response, students)
+		start := make(chan struct{})
+		for i := range students {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				results[i] = e.open(fmt.Sprintf("student-%02d", i), "linux-vm")
+			}()
+		}
+		began := time.Now()
+		close(start)
+		wg.Wait()
+		took := time.Since(began)
+
+		var opened []string
+		counts := map[string]int{}
+		for i, r := range results {
+			counts[fmt.Sprintf("%d %s", r.status, r.code)]++
+			switch r.status {
+			case 201:
+				opened = append(opened, fmt.Sprintf("student-%02d", i))
+			case 503:
+				if r.code != "no_capacity" || r.header.Get("Retry-After") != "20" {
+					t.Errorf("rep %d: 503 with code %q Retry-After %q", rep, r.code, r.header.Get("Retry-After"))
+				}
+			}
+		}
+		live := e.count(`SELECT count(*) FROM sessions WHERE status IN ('provisioning','running')`)
+		vms := len(e.objectsOfKind("VirtualMachine"))
+		t.Logf("rep %d: %v in %s; live rows %d, VMs %d", rep, counts, took.Round(time.Millisecond), live, vms)
+		if len(opened) != slots || counts["503 no_capacity"] != students-slots || live != slots || vms != slots {
+			t.Fatalf("rep %d: %d opened, %d no_capacity, %d live rows, %d VMs; want %d, %d, %d, %d",
+				rep, len(opened), counts["503 no_capacity"], live, vms, slots, students-slots, slots, slots)
+		}
+		// Nothing of the 42 refused sessions exists: every labkeep object
+		// belongs to one of the 8 live sessions.
+		liveIDs := e.liveIDs()
+		for _, o := range e.labelledObjects() {
+			if !liveIDs[o.session] {
+				t.Errorf("rep %d: leftover %s of non-live session %s", rep, o.name, o.session)
+			}
+		}
+		for _, student := range opened {
+			if r := e.do("POST", "/closeSession", e.token(student, "student"), "", ""); r.status != 200 {
+				t.Fatalf("close %s = %d %s", student, r.status, r.body)
+			}
+		}
+		e.waitNoObjects(30 * time.Second)
+	}
+}
+
+// The ResourceQuota is the backstop: with the app's own limit set high, the
+// quota refuses the VM beyond it, the open gets 503 no_capacity, the row is
+// failed and nothing is left behind.
+func TestQuotaRefusalIsNoCapacity(t *testing.T) {
+	e := newEnv(t, envOptions{maxVMs: 100})
+	ctx := context.Background()
+	quota := &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: "two-vms"},
+		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/virtualmachines.kubevirt.io": resourceMust("2")}},
+	}
+	if _, err := e.kube.CoreV1().ResourceQuotas(e.ns).Create(ctx, quota, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "quota status", func() bool {
+		q, err := e.kube.CoreV1().ResourceQuotas(e.ns).Get(ctx, "two-vms", metav1.GetOptions{})
+		return err == nil && len(q.Status.Hard) > 0
+	})
+	for _, s := range []string{"q1", "q2"} {
+		if r := e.open(s, "linux-vm"); r.status != 201 {
+			t.Fatalf("open %s = %d %s", s, r.status, r.body)
+		}
+	}
+	before := e.labelledObjects()
+	r := e.open("q3", "linux-vm")
+	if r.status != 503 || r.code != "no_capacity" || r.header.Get("Retry-After") == "" {
+		t.Fatalf("third open = %d %s", r.status, r.body)
+	}
+	t.Logf("quota refusal: %s", r.message)
+	if r.session.Status != "failed" || r.session.FailureReason == "" {
+		t.Errorf("refused session = %+v", r.session)
+	}
+	if got := e.count(`SELECT count(*) FROM sessions WHERE student = 'q3' AND status = 'failed'`); got != 1 {
+		t.Errorf("q3 failed rows = %d, want 1", got)
+	}
+	waitFor(t, 20*time.Second, "no leftovers of the refused session", func() bool {
+		return len(e.labelledObjects()) == len(before)
+	})
+	for _, o := range e.labelledObjects() {
+		if o.session == r.session.ID {
+			t.Errorf("leftover %s", o.name)
+		}
+	}
+}
+
+// Must show 3: one student double-opening concurrently gets one session.
+func TestConcurrentDoubleOpenBySameStudent(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	const tries = 10
+	results := make([]response, tries)
+	var wg sync.WaitGroup
+	start := make(chan struct{})
+	for i := range tries {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			<-start
+			results[i] = e.open("bob", "k8s-cluster")
+		}()
+	}
+	close(start)
+	wg.Wait()
+	var created []string
+	for _, r := range results {
+		switch {
+		case r.status == 201:
+			created = append(created, r.session.ID)
+		case r.status == 409 && r.code == "session_exists":
+		default:
+			t.Errorf("open = %d %s", r.status, r.body)
+		}
+	}
+	if len(created) != 1 {
+		t.Fatalf("%d sessions created, want 1", len(created))
+	}
+	for _, r := range results {
+		if r.status == 409 && r.session.ID != created[0] {
+			t.Errorf("409 names session %q, want the live %q", r.session.ID, created[0])
+		}
+	}
+	if n := e.count(`SELECT count(*) FROM sessions WHERE student = 'bob'`); n != 1 {
+		t.Errorf("bob has %d rows, want 1", n)
+	}
+	if vms := e.objectsOfKind("VirtualMachine"); len(vms) != 3 {
+		t.Errorf("VMs = %v, want the 3 of one k8s-cluster session", vms)
+	}
+	s := e.waitRunning("bob", 30*time.Second)
+	if len(s.Nodes) != 3 {
+		t.Errorf("nodes = %+v", s.Nodes)
+	}
+}
+
+type labelled struct{ name, session string }
+
+// labelledObjects lists objects carrying this env's labkeep.io/env label.
+func (e *env) labelledObjects() []labelled {
+	e.t.Helper()
+	var out []labelled
+	for kind, gvr := range gvrs {
+		list, err := e.dyn.Resource(gvr).Namespace(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: "labkeep.io/env=" + e.name})
+		if err != nil {
+			e.t.Fatal(err)
+		}
+		for _, o := range list.Items {
+			out = append(out, labelled{kind + "/" + o.GetName(), o.GetLabels()["labkeep.io/session"]})
+		}
+	}
+	return out
+}
+
+func (e *env) objectsOfKind(kind string) []string {
+	e.t.Helper()
+	list, err := e.dyn.Resource(gvrs[kind]).Namespace(e.ns).List(context.Background(), metav1.ListOptions{})
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	var out []string
+	for _, o := range list.Items {
+		out = append(out, o.GetName())
+	}
+	return out
+}
+
+func (e *env) liveIDs() map[string]bool {
+	e.t.Helper()
+	rows, err := e.db.Query(context.Background(), `SELECT id::text FROM sessions WHERE status IN ('provisioning','running')`)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	defer rows.Close()
+	ids := map[string]bool{}
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			e.t.Fatal(err)
+		}
+		ids[id] = true
+	}
+	return ids
+}
+
+func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out after %s waiting for %s", timeout, what)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
