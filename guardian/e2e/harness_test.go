@@ -1,0 +1,597 @@
+// Package e2e runs guardian end to end on the real kernel: a real cgroup
+// stands in for the workspace container (memory, pids, freezer, CPU quota
+// set before anything runs in it), a real OpenSSH sshd runs inside it
+// without the capabilities a Pod's root lacks, the guardian binary is built
+// and run against it with the Pod's capability set, and an SSH client keeps
+// logging in while the user misbehaves.
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/sys/unix"
+
+	"labkeep/guardian/internal/testcgroup"
+	"labkeep/guardian/procfs"
+	"labkeep/guardian/victim"
+)
+
+// Capabilities: the workspace's root lacks these (as in a Pod), guardian
+// has exactly the Pod's sidecar set.
+const (
+	userDrop     = "-sys_admin,-sys_nice,-sys_resource"
+	cleanupToken = "e2e-cleanup-token"
+)
+
+// guardianCaps is the Pod's sidecar set (SYS_PTRACE, SYS_NICE, KILL,
+// SYS_RESOURCE), less SYS_RESOURCE where the test runner itself lacks it
+// (then guardian reports that it cannot lower oom_score_adj).
+func guardianCaps() string {
+	caps := "-all,+sys_ptrace,+sys_nice,+kill"
+	if procfs.HasCapability(unix.CAP_SYS_RESOURCE) {
+		caps += ",+sys_resource"
+	}
+	return caps
+}
+
+var bins struct {
+	guardian, workload string
+	err                error
+	once               sync.Once
+}
+
+// build compiles guardian and the workload tool once per test binary.
+func build(t testing.TB) {
+	t.Helper()
+	bins.once.Do(func() {
+		dir, err := os.MkdirTemp("", "guardian-e2e-bin-")
+		if err != nil {
+			bins.err = err
+			return
+		}
+		for name, pkg := range map[string]string{"guardian": "labkeep/guardian/cmd/guardian", "workload": "labkeep/guardian/internal/workload"} {
+			out := filepath.Join(dir, name)
+			cmd := exec.Command("go", "build", "-o", out, pkg)
+			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if b, err := cmd.CombinedOutput(); err != nil {
+				bins.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
+				return
+			}
+		}
+		bins.guardian, bins.workload = filepath.Join(dir, "guardian"), filepath.Join(dir, "workload")
+	})
+	if bins.err != nil {
+		t.Fatal(bins.err)
+	}
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if bins.guardian != "" {
+		os.RemoveAll(filepath.Dir(bins.guardian))
+	}
+	os.Exit(code)
+}
+
+// requireEnv skips unless the machine can run the end-to-end tests.
+func requireEnv(t testing.TB) {
+	t.Helper()
+	testcgroup.RequireRoot(t)
+	for _, bin := range []string{"/usr/sbin/sshd", "/usr/bin/ssh-keygen", "/usr/bin/setpriv"} {
+		if _, err := os.Stat(bin); err != nil {
+			t.Skipf("needs %s (apt-get install openssh-server util-linux): %v", bin, err)
+		}
+	}
+	build(t)
+}
+
+// workspace is a cgroup with an init process and a real sshd in it.
+type workspace struct {
+	t       testing.TB
+	rel     string
+	lim     testcgroup.Limits
+	dir     string
+	sshAddr string
+	signer  ssh.Signer
+	hostKey ssh.PublicKey
+	init    *proc
+	sshd    *proc
+	fs      *procfs.FS
+}
+
+// proc is a process started by the harness, reaped in the background.
+type proc struct {
+	cmd    *exec.Cmd
+	done   chan struct{}
+	state  *os.ProcessState
+	ended  time.Time
+	id     victim.Identity
+	stderr *syncBuffer
+}
+
+func (p *proc) alive() bool {
+	select {
+	case <-p.done:
+		return false
+	default:
+		return true
+	}
+}
+
+// killedBySignal reports whether the process ended by a signal.
+func (p *proc) killedBySignal() (syscall.Signal, bool) {
+	<-p.done
+	ws, ok := p.state.Sys().(syscall.WaitStatus)
+	if !ok || !ws.Signaled() {
+		return 0, false
+	}
+	return ws.Signal(), true
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+func newWorkspace(t testing.TB, lim testcgroup.Limits) *workspace {
+	t.Helper()
+	requireEnv(t)
+	ws := &workspace{t: t, lim: lim, dir: t.TempDir(), fs: procfs.New("/proc", "memory")}
+	ws.rel = testcgroup.NewV1(t, lim)
+	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hostKey := filepath.Join(ws.dir, "host_ed25519")
+	if b, err := exec.Command("/usr/bin/ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", hostKey).CombinedOutput(); err != nil {
+		t.Fatalf("ssh-keygen: %v\n%s", err, b)
+	}
+	pubBytes, _ := os.ReadFile(hostKey + ".pub")
+	var err error
+	ws.hostKey, _, _, _, err = ssh.ParseAuthorizedKey(pubBytes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	ws.signer, err = ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	auth := filepath.Join(ws.dir, "authorized_keys")
+	if err := os.WriteFile(auth, ssh.MarshalAuthorizedKey(ws.signer.PublicKey()), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	port := freePort(t)
+	ws.sshAddr = net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	cfg := filepath.Join(ws.dir, "sshd_config")
+	conf := fmt.Sprintf(`Port %d
+ListenAddress 127.0.0.1
+HostKey %s
+PidFile %s/sshd.pid
+AuthorizedKeysFile %s
+PermitRootLogin prohibit-password
+PasswordAuthentication no
+KbdInteractiveAuthentication no
+UsePAM no
+StrictModes no
+MaxStartups 100
+LogLevel ERROR
+`, port, hostKey, ws.dir, auth)
+	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// The container's entrypoint comes first, so it is the oldest process.
+	ws.init = ws.user("/bin/sleep", "infinity")
+	ws.sshd = ws.user("/usr/sbin/sshd", "-D", "-e", "-f", cfg)
+	ws.waitSSH()
+	ws.sshd.id = ws.identity(ws.sshd.cmd.Process.Pid, "/usr/sbin/sshd")
+	ws.init.id = ws.identity(ws.init.cmd.Process.Pid, "/usr/bin/sleep")
+	return ws
+}
+
+// user starts a process inside the workspace cgroup as the workspace's root:
+// without CAP_SYS_ADMIN, CAP_SYS_NICE and CAP_SYS_RESOURCE.
+func (ws *workspace) user(name string, args ...string) *proc {
+	ws.t.Helper()
+	cmd := testcgroup.Command(ws.rel, "/usr/bin/setpriv", append([]string{"--bounding-set", userDrop, "--", name}, args...)...)
+	return start(ws.t, cmd)
+}
+
+func start(t testing.TB, cmd *exec.Cmd) *proc {
+	t.Helper()
+	p := &proc{cmd: cmd, done: make(chan struct{}), stderr: &syncBuffer{}}
+	cmd.Stderr = p.stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %v: %v", cmd.Args, err)
+	}
+	go func() {
+		cmd.Wait()
+		p.state = cmd.ProcessState
+		p.ended = time.Now()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		if p.alive() {
+			cmd.Process.Kill()
+		}
+		<-p.done
+	})
+	return p
+}
+
+// identity waits until pid has exec'd exe and returns its identity.
+func (ws *workspace) identity(pid int, exe string) victim.Identity {
+	ws.t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		p, err := ws.fs.Process(pid)
+		if err == nil && p.Exe == exe {
+			return p.Identity
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	ws.t.Fatalf("pid %d never became %s", pid, exe)
+	return victim.Identity{}
+}
+
+// stillSame reports whether the process with this identity is alive.
+func (ws *workspace) stillSame(id victim.Identity) bool {
+	cur, err := ws.fs.Identity(id.PID)
+	return err == nil && cur == id
+}
+
+func (ws *workspace) waitSSH() {
+	ws.t.Helper()
+	deadline := time.Now().Add(15 * time.Second)
+	for time.Now().Before(deadline) {
+		if _, err := ws.login(2 * time.Second); err == nil {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	_, err := ws.login(2 * time.Second)
+	ws.t.Fatalf("sshd never accepted a login: %v\nsshd stderr: %s", err, ws.sshd.stderr.String())
+}
+
+// login opens an SSH connection as root, runs a command and checks its
+// output. It returns how long the whole login took.
+func (ws *workspace) login(timeout time.Duration) (time.Duration, error) {
+	start := time.Now()
+	conn, err := net.DialTimeout("tcp", ws.sshAddr, timeout)
+	if err != nil {
+		return time.Since(start), err
+	}
+	defer conn.Close()
+	conn.SetDeadline(start.Add(timeout))
+	c, chans, reqs, err := ssh.NewClientConn(conn, ws.sshAddr, &ssh.ClientConfig{
+		User: "root", Auth: []ssh.AuthMethod{ssh.PublicKeys(ws.signer)}, HostKeyCallback: ssh.FixedHostKey(ws.hostKey),
+	})
+	if err != nil {
+		return time.Since(start), err
+	}
+	client := ssh.NewClient(c, chans, reqs)
+	defer client.Close()
+	s, err := client.NewSession()
+	if err != nil {
+		return time.Since(start), err
+	}
+	defer s.Close()
+	out, err := s.Output("echo alive")
+	if err != nil {
+		return time.Since(start), err
+	}
+	if strings.TrimSpace(string(out)) != "alive" {
+		return time.Since(start), fmt.Errorf("login command printed %q", out)
+	}
+	return time.Since(start), nil
+}
+
+// logins is the record of a login loop.
+type logins struct {
+	mu        sync.Mutex
+	latencies []time.Duration
+	failures  []string
+	stop      context.CancelFunc
+	done      chan struct{}
+}
+
+// loginLoop logs in every `every` until stopped.
+func (ws *workspace) loginLoop(every, timeout time.Duration) *logins {
+	ctx, cancel := context.WithCancel(context.Background())
+	l := &logins{stop: cancel, done: make(chan struct{})}
+	go func() {
+		defer close(l.done)
+		for ctx.Err() == nil {
+			took, err := ws.login(timeout)
+			l.mu.Lock()
+			if err != nil {
+				l.failures = append(l.failures, fmt.Sprintf("%s after %v: %v", time.Now().Format("15:04:05.000"), took.Round(time.Millisecond), err))
+			} else {
+				l.latencies = append(l.latencies, took)
+			}
+			l.mu.Unlock()
+			select {
+			case <-ctx.Done():
+			case <-time.After(every):
+			}
+		}
+	}()
+	ws.t.Cleanup(func() { cancel(); <-l.done })
+	return l
+}
+
+// finish stops the loop and returns successes and failures.
+func (l *logins) finish() ([]time.Duration, []string) {
+	l.stop()
+	<-l.done
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]time.Duration(nil), l.latencies...), append([]string(nil), l.failures...)
+}
+
+func percentile(ds []time.Duration, p float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	i := int(p * float64(len(s)-1))
+	return s[i].Round(time.Millisecond)
+}
+
+func freePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// guardian is a running guardian binary.
+type guardian struct {
+	t     testing.TB
+	p     *proc
+	api   string
+	logs  *syncBuffer
+	state string
+	env   []string
+}
+
+// fastEnv scales guardian's periods down so each scenario takes seconds.
+func fastEnv() map[string]string {
+	return map[string]string{
+		"GUARDIAN_PROTECT_EVERY": "1s", "GUARDIAN_PROBE_EVERY": "1s", "GUARDIAN_PROBE_TIMEOUT": "1s",
+		"GUARDIAN_CPU_EVERY": "500ms", "GUARDIAN_MEMORY_POLL": "500ms", "GUARDIAN_FORK_SCAN": "250ms",
+		"GUARDIAN_KILL_GRACE": "1s", "GUARDIAN_KILL_WAIT": "5s",
+		"GUARDIAN_HANG_ALERT_AFTER": "2s", "GUARDIAN_HANG_KILL_ONE_AFTER": "4s", "GUARDIAN_HANG_KILL_THREE_AFTER": "6s", "GUARDIAN_HANG_KILL_ALL_AFTER": "8s",
+		"GUARDIAN_ALERT_WINDOW": "10s",
+	}
+}
+
+// startGuardian runs guardian against the workspace with the Pod's
+// sidecar capabilities. extra overrides fastEnv; a nil value removes a key.
+func (ws *workspace) startGuardian(state string, extra map[string]string) *guardian {
+	ws.t.Helper()
+	env := fastEnv()
+	env["GUARDIAN_CGROUP"] = ws.rel
+	env["GUARDIAN_SSH_ADDR"] = ws.sshAddr
+	env["GUARDIAN_LISTEN"] = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(ws.t)))
+	env["GUARDIAN_STATE_PATH"] = state
+	env["GUARDIAN_CLEANUP_TOKEN"] = cleanupToken
+	env["GUARDIAN_MEMORY_LIMIT"] = strconv.FormatUint(ws.lim.MemoryBytes, 10)
+	env["GUARDIAN_PIDS_MAX"] = strconv.Itoa(ws.lim.Pids)
+	for k, v := range extra {
+		if v == "" {
+			delete(env, k)
+		} else {
+			env[k] = v
+		}
+	}
+	var list []string
+	for k, v := range env {
+		list = append(list, k+"="+v)
+	}
+	sort.Strings(list)
+	g := &guardian{t: ws.t, api: "http://" + env["GUARDIAN_LISTEN"], state: state, env: list}
+	g.start()
+	return g
+}
+
+func (g *guardian) start() {
+	g.t.Helper()
+	caps := guardianCaps()
+	cmd := exec.Command("/usr/bin/setpriv", "--bounding-set", caps, "--inh-caps", caps, "--ambient-caps", caps, "--", bins.guardian)
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, g.env...)
+	g.p = start(g.t, cmd)
+	g.logs = g.p.stderr
+	g.t.Cleanup(func() {
+		if g.p.alive() {
+			g.p.cmd.Process.Signal(syscall.SIGTERM)
+			select {
+			case <-g.p.done:
+			case <-time.After(5 * time.Second):
+				g.p.cmd.Process.Kill()
+			}
+		}
+		if g.t.Failed() {
+			g.t.Logf("guardian log:\n%s", g.logs.String())
+		}
+	})
+	deadline := time.Now().Add(20 * time.Second)
+	for time.Now().Before(deadline) {
+		if !g.p.alive() {
+			g.t.Fatalf("guardian exited at start: %v\n%s", g.p.state, g.logs.String())
+		}
+		resp, err := http.Get(g.api + "/healthz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				return
+			}
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	g.t.Fatalf("guardian never became healthy\n%s", g.logs.String())
+}
+
+// kill SIGKILLs guardian, as a user or the OOM killer might.
+func (g *guardian) kill() {
+	g.p.cmd.Process.Kill()
+	<-g.p.done
+}
+
+// records returns guardian's JSON log records with this message.
+func (g *guardian) records(msg string) []map[string]any {
+	var out []map[string]any
+	sc := bufio.NewScanner(strings.NewReader(g.logs.String()))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		var r map[string]any
+		if json.Unmarshal(sc.Bytes(), &r) == nil && r["msg"] == msg {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+type apiAlert struct {
+	Kind, Message string
+	Count         int
+	First         time.Time
+}
+
+func (g *guardian) alerts() []apiAlert {
+	g.t.Helper()
+	resp, err := http.Get(g.api + "/alerts")
+	if err != nil {
+		g.t.Fatalf("GET /alerts: %v", err)
+	}
+	defer resp.Body.Close()
+	var body struct{ Alerts []apiAlert }
+	if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+		g.t.Fatalf("decode /alerts: %v", err)
+	}
+	return body.Alerts
+}
+
+func (g *guardian) hasAlert(kind string) (apiAlert, bool) {
+	for _, a := range g.alerts() {
+		if a.Kind == kind {
+			return a, true
+		}
+	}
+	return apiAlert{}, false
+}
+
+func (g *guardian) cleanup(token string) (int, string) {
+	g.t.Helper()
+	req, _ := http.NewRequest(http.MethodPost, g.api+"/cleanup", nil)
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		g.t.Fatalf("POST /cleanup: %v", err)
+	}
+	defer resp.Body.Close()
+	b, _ := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(b)
+}
+
+// usage reports guardian's own CPU time and peak RSS so far.
+func (g *guardian) usage() (cpu time.Duration, rss, peak uint64) {
+	pid := g.p.cmd.Process.Pid
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		s := string(b)
+		f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		ut, _ := strconv.ParseUint(f[11], 10, 64)
+		st, _ := strconv.ParseUint(f[12], 10, 64)
+		cpu = time.Duration(ut+st) * time.Second / 100 // USER_HZ
+	}
+	if b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			f := strings.Fields(line)
+			if len(f) >= 2 && f[0] == "VmRSS:" {
+				rss, _ = strconv.ParseUint(f[1], 10, 64)
+			}
+			if len(f) >= 2 && f[0] == "VmHWM:" {
+				peak, _ = strconv.ParseUint(f[1], 10, 64)
+			}
+		}
+	}
+	return cpu, rss << 10, peak << 10
+}
+
+// report logs guardian's resource use over its life.
+func (g *guardian) report(since time.Time) {
+	cpu, rss, peak := g.usage()
+	wall := time.Since(since)
+	g.t.Logf("guardian resources: CPU %v over %v wall (%.1f%% of one core), RSS %.1f MiB, peak RSS %.1f MiB",
+		cpu, wall.Round(time.Millisecond), 100*cpu.Seconds()/wall.Seconds(), float64(rss)/(1<<20), float64(peak)/(1<<20))
+}
+
+func readKnob(t testing.TB, rel, controller, name string) string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(testcgroup.Dir(rel, controller), name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(b))
+}
+
+func keyed(t testing.TB, rel, controller, name string) map[string]int64 {
+	out := map[string]int64{}
+	for _, line := range strings.Split(readKnob(t, rel, controller, name), "\n") {
+		f := strings.Fields(line)
+		if len(f) == 2 {
+			v, _ := strconv.ParseInt(f[1], 10, 64)
+			out[f[0]] = v
+		}
+	}
+	return out
+}
+
+// eventually polls cond until it holds or d passes.
+func eventually(d time.Duration, cond func() bool) bool {
+	deadline := time.Now().Add(d)
+	for time.Now().Before(deadline) {
+		if cond() {
+			return true
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	return cond()
+}
