@@ -1,23 +1,28 @@
-package controlplane
+// Package childproc starts the local stack's server processes so that they
+// can never outlive the program that started them: each runs in its own
+// process group with PDEATHSIG=SIGKILL, set from one OS thread that never
+// exits. Even a test binary killed with SIGKILL takes its etcd, API server
+// and PostgreSQL down with it.
+package childproc
 
 import (
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
 	"time"
 )
 
-// process is one child of the control plane. Each runs in its own process
-// group (so a terminal's Ctrl-C reaches only us, and we decide the order of
-// shutdown) with PDEATHSIG=SIGKILL, so even if the test binary is killed
-// with SIGKILL the kernel takes the children down with it.
-type process struct {
-	name    string
+// Process is one child. Its own process group means a terminal's Ctrl-C
+// reaches only the parent, which decides the order of shutdown.
+type Process struct {
+	Name    string
 	cmd     *exec.Cmd
 	logPath string
 	done    chan struct{}
@@ -55,21 +60,30 @@ func getSpawner() *spawner {
 	return theSpawner
 }
 
-func startProcess(name, logPath string, argv ...string) (*process, error) {
+// Attr are optional settings of a child.
+type Attr struct {
+	Credential *syscall.Credential // run as this user (nil = as the parent)
+	Env        []string            // nil = the parent's environment
+	Dir        string
+}
+
+// Start runs argv with stdout and stderr appended to logPath.
+func Start(name, logPath string, attr Attr, argv ...string) (*Process, error) {
 	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, err
 	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL, Credential: attr.Credential}
+	cmd.Env, cmd.Dir = attr.Env, attr.Dir
 	reply := make(chan error, 1)
 	getSpawner().reqs <- spawnReq{cmd: cmd, reply: reply}
 	if err := <-reply; err != nil {
 		logf.Close()
 		return nil, fmt.Errorf("start %s: %w", name, err)
 	}
-	p := &process{name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	p := &Process{Name: name, cmd: cmd, logPath: logPath, done: make(chan struct{})}
 	go func() {
 		p.waitErr = cmd.Wait()
 		logf.Close()
@@ -78,8 +92,11 @@ func startProcess(name, logPath string, argv ...string) (*process, error) {
 	return p, nil
 }
 
-// exited reports whether the process has already ended, with its error.
-func (p *process) exited() (bool, error) {
+// Pid is the child's process id (also its process group id).
+func (p *Process) Pid() int { return p.cmd.Process.Pid }
+
+// Exited reports whether the process has already ended, with its error.
+func (p *Process) Exited() (bool, error) {
 	select {
 	case <-p.done:
 		return true, p.waitErr
@@ -88,17 +105,17 @@ func (p *process) exited() (bool, error) {
 	}
 }
 
-// stop sends SIGTERM to the process group, waits up to grace, then SIGKILLs
+// Stop sends sig to the process group, waits up to grace, then SIGKILLs
 // the group, and waits for the process to be reaped.
-func (p *process) stop(grace time.Duration) {
+func (p *Process) Stop(sig syscall.Signal, grace time.Duration) {
 	if p == nil {
 		return
 	}
-	if done, _ := p.exited(); done {
+	if done, _ := p.Exited(); done {
 		return
 	}
 	pgid := p.cmd.Process.Pid
-	_ = syscall.Kill(-pgid, syscall.SIGTERM)
+	_ = syscall.Kill(-pgid, sig)
 	select {
 	case <-p.done:
 	case <-time.After(grace):
@@ -109,9 +126,9 @@ func (p *process) stop(grace time.Duration) {
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
 }
 
-// logTail returns the last n bytes of the process log, for error messages
+// LogTail returns the last n bytes of the process log, for error messages
 // that say why a component did not come up.
-func (p *process) logTail(n int64) string {
+func (p *Process) LogTail(n int64) string {
 	f, err := os.Open(p.logPath)
 	if err != nil {
 		return ""
@@ -130,4 +147,36 @@ func (p *process) logTail(n int64) string {
 	return strings.TrimSpace(string(buf))
 }
 
-var errExited = errors.New("exited")
+// ErrExited is wrapped by callers reporting a child that died during start-up.
+var ErrExited = errors.New("exited")
+
+// TempDir makes a temp dir named <prefix>-<our pid>-<random> under root, the
+// form SweepStale recognises.
+func TempDir(root, prefix string) (string, error) {
+	return os.MkdirTemp(root, fmt.Sprintf("%s-%d-", prefix, os.Getpid()))
+}
+
+// SweepStale removes the TempDir dirs under root ("" = os.TempDir) whose
+// creating process is gone: a program killed with SIGKILL can run no
+// cleanup, but its children died with it (PDEATHSIG) and its files are
+// removed by the next start.
+func SweepStale(root, prefix string) {
+	if root == "" {
+		root = os.TempDir()
+	}
+	matches, _ := filepath.Glob(filepath.Join(root, prefix+"-*-*"))
+	for _, m := range matches {
+		rest := strings.TrimPrefix(filepath.Base(m), prefix+"-")
+		pidStr, _, ok := strings.Cut(rest, "-")
+		if !ok {
+			continue
+		}
+		pid, err := strconv.Atoi(pidStr)
+		if err != nil || pid == os.Getpid() {
+			continue
+		}
+		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
+			os.RemoveAll(m)
+		}
+	}
+}

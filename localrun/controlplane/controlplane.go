@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/tls"
 	"crypto/x509"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -25,6 +24,8 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"labkeep/localrun/childproc"
 )
 
 // Options configures Start. The zero value is usable: binaries are built or
@@ -43,6 +44,11 @@ type Options struct {
 	Progress io.Writer
 	// StartTimeout bounds the whole start-up (default 2 minutes).
 	StartTimeout time.Duration
+	// StopOnSignal stops this control plane when the process gets SIGINT or
+	// SIGTERM and then lets the signal take its default effect. For test
+	// binaries, whose TestMain cleanup never runs on Ctrl-C; commands that
+	// handle signals themselves leave it off.
+	StopOnSignal bool
 }
 
 // ControlPlane is a running etcd + kube-apiserver + kube-controller-manager.
@@ -56,9 +62,12 @@ type ControlPlane struct {
 	AdminKubeconfig string
 	// APIServerURL is https://127.0.0.1:<port>.
 	APIServerURL string
+	// Ports are every loopback port the components listen on.
+	Ports []int
 
 	pki      *pki
-	procs    []*process // in start order
+	unsignal func()
+	procs    []*childproc.Process // in start order
 	stopOnce sync.Once
 }
 
@@ -98,12 +107,15 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 			return nil, err
 		}
 	}
-	sweepStale(opts.TempRoot)
-	dir, err := os.MkdirTemp(opts.TempRoot, fmt.Sprintf("labkeep-cp-%d-", os.Getpid()))
+	childproc.SweepStale(opts.TempRoot, "labkeep-cp")
+	dir, err := childproc.TempDir(opts.TempRoot, "labkeep-cp")
 	if err != nil {
 		return nil, err
 	}
 	cp = &ControlPlane{Dir: dir}
+	if opts.StopOnSignal {
+		cp.unsignal = childproc.CleanupOnSignal(cp.Stop)
+	}
 	defer func() {
 		if err != nil {
 			cp.Stop()
@@ -120,10 +132,11 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	if err != nil {
 		return cp, err
 	}
+	cp.Ports = ports
 	etcdClient, etcdPeer, apiPort, kcmPort := ports[0], ports[1], ports[2], ports[3]
 	etcdURL := fmt.Sprintf("http://127.0.0.1:%d", etcdClient)
 	peerURL := fmt.Sprintf("http://127.0.0.1:%d", etcdPeer)
-	etcd, err := startProcess("etcd", filepath.Join(dir, "etcd.log"), opts.Binaries.Etcd,
+	etcd, err := childproc.Start("etcd", filepath.Join(dir, "etcd.log"), childproc.Attr{}, opts.Binaries.Etcd,
 		"--name=labkeep", "--data-dir="+filepath.Join(dir, "etcd"),
 		"--listen-client-urls="+etcdURL, "--advertise-client-urls="+etcdURL,
 		"--listen-peer-urls="+peerURL, "--initial-advertise-peer-urls="+peerURL,
@@ -139,7 +152,7 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		return cp, err
 	}
 	cp.APIServerURL = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
-	api, err := startProcess("kube-apiserver", filepath.Join(dir, "kube-apiserver.log"), opts.Binaries.APIServer,
+	api, err := childproc.Start("kube-apiserver", filepath.Join(dir, "kube-apiserver.log"), childproc.Attr{}, opts.Binaries.APIServer,
 		"--etcd-servers="+etcdURL,
 		"--bind-address=127.0.0.1", "--advertise-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(apiPort),
@@ -181,7 +194,7 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		return cp, fmt.Errorf("install KubeVirt CRDs: %w", err)
 	}
 
-	kcm, err := startProcess("kube-controller-manager", filepath.Join(dir, "kube-controller-manager.log"), opts.Binaries.ControllerManager,
+	kcm, err := childproc.Start("kube-controller-manager", filepath.Join(dir, "kube-controller-manager.log"), childproc.Attr{}, opts.Binaries.ControllerManager,
 		"--kubeconfig="+cp.AdminKubeconfig,
 		"--controllers="+strings.Join(ControllersRun, ","),
 		"--leader-elect=false",
@@ -204,15 +217,15 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 }
 
 // waitReady polls /readyz until the API server answers ok.
-func (cp *ControlPlane) waitReady(ctx context.Context, api *process) error {
+func (cp *ControlPlane) waitReady(ctx context.Context, api *childproc.Process) error {
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(cp.pki.caPEM)
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
 	defer hc.CloseIdleConnections()
 	for {
 		for _, p := range cp.procs {
-			if done, err := p.exited(); done {
-				return fmt.Errorf("%s %w (%v); log:\n%s", p.name, errExited, err, p.logTail(3000))
+			if done, err := p.Exited(); done {
+				return fmt.Errorf("%s %w (%v); log:\n%s", p.Name, childproc.ErrExited, err, p.LogTail(3000))
 			}
 		}
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, cp.APIServerURL+"/readyz", nil)
@@ -225,7 +238,7 @@ func (cp *ControlPlane) waitReady(ctx context.Context, api *process) error {
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("kube-apiserver not ready: %w; log:\n%s", ctx.Err(), api.logTail(3000))
+			return fmt.Errorf("kube-apiserver not ready: %w; log:\n%s", ctx.Err(), api.LogTail(3000))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -234,14 +247,14 @@ func (cp *ControlPlane) waitReady(ctx context.Context, api *process) error {
 // waitControllers returns once the serviceaccount controller has created the
 // "default" ServiceAccount in kube-system: proof that kube-controller-manager
 // is up and its informers synced.
-func (cp *ControlPlane) waitControllers(ctx context.Context, kcm *process) error {
+func (cp *ControlPlane) waitControllers(ctx context.Context, kcm *childproc.Process) error {
 	cs, err := kubernetes.NewForConfig(cp.Admin)
 	if err != nil {
 		return err
 	}
 	for {
-		if done, err := kcm.exited(); done {
-			return fmt.Errorf("kube-controller-manager %w (%v); log:\n%s", errExited, err, kcm.logTail(3000))
+		if done, err := kcm.Exited(); done {
+			return fmt.Errorf("kube-controller-manager %w (%v); log:\n%s", childproc.ErrExited, err, kcm.LogTail(3000))
 		}
 		_, err := cs.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{})
 		if err == nil {
@@ -249,7 +262,7 @@ func (cp *ControlPlane) waitControllers(ctx context.Context, kcm *process) error
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("kube-controller-manager not running: %w; log:\n%s", ctx.Err(), kcm.logTail(3000))
+			return fmt.Errorf("kube-controller-manager not running: %w; log:\n%s", ctx.Err(), kcm.LogTail(3000))
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
@@ -262,8 +275,11 @@ func (cp *ControlPlane) Stop() {
 		return
 	}
 	cp.stopOnce.Do(func() {
+		if cp.unsignal != nil {
+			cp.unsignal()
+		}
 		for i := len(cp.procs) - 1; i >= 0; i-- {
-			cp.procs[i].stop(10 * time.Second)
+			cp.procs[i].Stop(syscall.SIGTERM, 10*time.Second)
 		}
 		if cp.Dir != "" {
 			os.RemoveAll(cp.Dir)
@@ -275,7 +291,7 @@ func (cp *ControlPlane) Stop() {
 func (cp *ControlPlane) Pids() []int {
 	var pids []int
 	for _, p := range cp.procs {
-		pids = append(pids, p.cmd.Process.Pid)
+		pids = append(pids, p.Pid())
 	}
 	return pids
 }
@@ -342,27 +358,4 @@ func freePorts(n int) ([]int, error) {
 		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
 	}
 	return ports, nil
-}
-
-// sweepStale removes temp dirs left by control planes whose owning process
-// is gone (killed with SIGKILL, where no cleanup can run; PDEATHSIG already
-// took its children down).
-func sweepStale(root string) {
-	if root == "" {
-		root = os.TempDir()
-	}
-	matches, _ := filepath.Glob(filepath.Join(root, "labkeep-cp-*-*"))
-	for _, m := range matches {
-		parts := strings.SplitN(filepath.Base(m), "-", 4)
-		if len(parts) < 4 {
-			continue
-		}
-		pid, err := strconv.Atoi(parts[2])
-		if err != nil || pid == os.Getpid() {
-			continue
-		}
-		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			os.RemoveAll(m)
-		}
-	}
 }

@@ -1,5 +1,5 @@
 // Package pgtest starts a throwaway PostgreSQL server from the machine's
-// server binaries (initdb, pg_ctl, postgres) for tests and `make run`, so
+// server binaries (initdb, postgres) for tests and `make run`, so
 // labkeep is exercised against the real database it runs on in production.
 // The server listens only on a unix socket in its own temp dir (no port to
 // collide with), and Stop removes every file it made.
@@ -19,6 +19,11 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"labkeep/localrun/childproc"
 )
 
 // Server is a running throwaway PostgreSQL. The zero value is not usable;
@@ -30,12 +35,13 @@ type Server struct {
 	dir      string
 	data     string
 	external bool
+	proc     *childproc.Process
 	runAs    *syscall.Credential
 	stopOnce sync.Once
 	stopErr  error
 }
 
-// Start initialises and starts a new cluster in a fresh temp dir under
+// Start initialises (initdb) and starts a new cluster in a fresh temp dir under
 // tmpRoot ("" for the system default). If externalDSN is non-empty nothing
 // is started and that DSN is returned as is (DATABASE_URL in CI setups that
 // bring their own server). As root, the server runs as the "postgres" user,
@@ -44,12 +50,13 @@ func Start(ctx context.Context, tmpRoot, externalDSN string) (*Server, error) {
 	if externalDSN != "" {
 		return &Server{DSN: externalDSN, external: true}, nil
 	}
-	for _, bin := range []string{"initdb", "pg_ctl", "postgres"} {
+	for _, bin := range []string{"initdb", "postgres"} {
 		if _, err := exec.LookPath(bin); err != nil {
 			return nil, fmt.Errorf("pgtest: %s not in PATH (install PostgreSQL server binaries): %w", bin, err)
 		}
 	}
-	dir, err := os.MkdirTemp(tmpRoot, "labkeep-pg-")
+	childproc.SweepStale(tmpRoot, "labkeep-pg")
+	dir, err := childproc.TempDir(tmpRoot, "labkeep-pg")
 	if err != nil {
 		return nil, err
 	}
@@ -72,11 +79,23 @@ func Start(ctx context.Context, tmpRoot, externalDSN string) (*Server, error) {
 		s.cleanup()
 		return nil, err
 	}
-	opts := fmt.Sprintf("-c listen_addresses='' -c unix_socket_directories='%s' -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200", dir)
-	if err := s.run(ctx, "pg_ctl", "-D", s.data, "-l", filepath.Join(dir, "log"), "-o", opts, "-w", "-t", "60", "start"); err != nil {
-		log, _ := os.ReadFile(filepath.Join(dir, "log"))
+	// postgres runs as our direct child (not daemonised by pg_ctl) so that
+	// it dies with us even on SIGKILL; see package childproc.
+	pgbin, err := exec.LookPath("postgres")
+	if err != nil {
 		s.cleanup()
-		return nil, fmt.Errorf("%w\n%s", err, log)
+		return nil, err
+	}
+	s.proc, err = childproc.Start("postgres", filepath.Join(dir, "log"), childproc.Attr{Credential: s.runAs, Env: s.env(), Dir: dir},
+		pgbin, "-D", s.data, "-c", "listen_addresses=", "-c", "unix_socket_directories="+dir,
+		"-c", "fsync=off", "-c", "synchronous_commit=off", "-c", "full_page_writes=off", "-c", "max_connections=200")
+	if err != nil {
+		s.cleanup()
+		return nil, err
+	}
+	if err := s.waitReady(ctx); err != nil {
+		s.Stop()
+		return nil, err
 	}
 	if err := s.createDatabase(ctx); err != nil {
 		s.Stop()
@@ -84,6 +103,14 @@ func Start(ctx context.Context, tmpRoot, externalDSN string) (*Server, error) {
 	}
 	s.DSN = fmt.Sprintf("postgres://postgres@/labkeep?host=%s&sslmode=disable", url.QueryEscape(dir))
 	return s, nil
+}
+
+// Pid is the postmaster's process id (0 for an external server).
+func (s *Server) Pid() int {
+	if s.proc == nil {
+		return 0
+	}
+	return s.proc.Pid()
 }
 
 // Dir is the server's temp dir (socket, data, log); empty for an external
@@ -97,7 +124,12 @@ func (s *Server) Stop() error {
 		if s.external {
 			return
 		}
-		s.stopErr = s.run(context.Background(), "pg_ctl", "-D", s.data, "-m", "immediate", "-w", "-t", "30", "stop")
+		// SIGQUIT is PostgreSQL's immediate shutdown: a throwaway database
+		// needs no checkpoint.
+		s.proc.Stop(syscall.SIGQUIT, 10*time.Second)
+		if done, err := s.proc.Exited(); done && err != nil && !isSignalExit(err) {
+			s.stopErr = fmt.Errorf("pgtest: postgres: %w", err)
+		}
 		s.cleanup()
 	})
 	return s.stopErr
@@ -117,11 +149,8 @@ func (s *Server) run(ctx context.Context, name string, args ...string) error {
 func (s *Server) exec(cmd *exec.Cmd) error {
 	var out bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if s.runAs != nil {
-		cmd.SysProcAttr.Credential = s.runAs
-		cmd.Env = append(os.Environ(), "HOME="+s.dir)
-	}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Credential: s.runAs}
+	cmd.Env = s.env()
 	cmd.Dir = s.dir
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("pgtest: %s: %w: %s", filepath.Base(cmd.Path), err, strings.TrimSpace(out.String()))
@@ -129,19 +158,53 @@ func (s *Server) exec(cmd *exec.Cmd) error {
 	return nil
 }
 
-// createDatabase makes the "labkeep" database with the createdb that sits
-// beside pg_ctl (only initdb, pg_ctl and postgres are linked into PATH).
+func (s *Server) env() []string {
+	if s.runAs == nil {
+		return nil
+	}
+	return append(os.Environ(), "HOME="+s.dir)
+}
+
+// waitReady polls the socket with pg_isready's protocol-free check: the
+// server is ready once a connection to "postgres" succeeds.
+func (s *Server) waitReady(ctx context.Context) error {
+	dsn := fmt.Sprintf("postgres://postgres@/postgres?host=%s&sslmode=disable&connect_timeout=2", url.QueryEscape(s.dir))
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if done, err := s.proc.Exited(); done {
+			return fmt.Errorf("pgtest: postgres %w (%v): %s", childproc.ErrExited, err, s.proc.LogTail(2000))
+		}
+		conn, err := pgx.Connect(ctx, dsn)
+		if err == nil {
+			conn.Close(ctx)
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("pgtest: postgres not ready: %w: %s", err, s.proc.LogTail(2000))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+func isSignalExit(err error) bool {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok {
+			return ws.Signaled() || ws.ExitStatus() == 0
+		}
+	}
+	return false
+}
+
+// createDatabase makes the "labkeep" database.
 func (s *Server) createDatabase(ctx context.Context) error {
-	pgctl, _ := exec.LookPath("pg_ctl")
-	if real, err := filepath.EvalSymlinks(pgctl); err == nil {
-		pgctl = real
+	conn, err := pgx.Connect(ctx, fmt.Sprintf("postgres://postgres@/postgres?host=%s&sslmode=disable", url.QueryEscape(s.dir)))
+	if err != nil {
+		return err
 	}
-	createdb := filepath.Join(filepath.Dir(pgctl), "createdb")
-	if _, err := os.Stat(createdb); err != nil {
-		return errors.New("pgtest: createdb not found next to pg_ctl")
-	}
-	cmd := exec.CommandContext(ctx, createdb, "-h", s.dir, "-U", "postgres", "labkeep")
-	return s.exec(cmd)
+	defer conn.Close(ctx)
+	_, err = conn.Exec(ctx, "CREATE DATABASE labkeep")
+	return err
 }
 
 func postgresUser() (*syscall.Credential, error) {

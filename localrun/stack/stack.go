@@ -13,6 +13,7 @@ import (
 
 	"k8s.io/client-go/rest"
 
+	"labkeep/localrun/childproc"
 	"labkeep/localrun/controlplane"
 	"labkeep/localrun/pgtest"
 	"labkeep/localrun/virtsim"
@@ -27,8 +28,11 @@ type Options struct {
 	// NoVirtSim leaves virt-controller's job undone (tests of the bare
 	// control plane).
 	NoVirtSim bool
-	Logger    *slog.Logger
-	Progress  io.Writer
+	// StopOnSignal stops the whole stack on SIGINT/SIGTERM (for test
+	// binaries; see childproc.CleanupOnSignal).
+	StopOnSignal bool
+	Logger       *slog.Logger
+	Progress     io.Writer
 }
 
 // Stack is a running local environment.
@@ -37,6 +41,7 @@ type Stack struct {
 	PG  *pgtest.Server
 	Sim *virtsim.Sim // nil with Options.NoVirtSim
 
+	unsignal func()
 	cancel   context.CancelFunc
 	simDone  chan error
 	stopOnce sync.Once
@@ -58,6 +63,9 @@ func Start(ctx context.Context, opts Options) (st *Stack, err error) {
 		opts.VirtSim.Logger = opts.Logger
 	}
 	st = &Stack{}
+	if opts.StopOnSignal {
+		st.unsignal = childproc.CleanupOnSignal(func() { st.Stop() })
+	}
 	defer func() {
 		if err != nil {
 			st.Stop()
@@ -70,7 +78,7 @@ func Start(ctx context.Context, opts Options) (st *Stack, err error) {
 	}
 	pgc := make(chan pgResult, 1)
 	go func() { // PostgreSQL starts while the control plane does
-		s, err := pgtest.Start(ctx, "", opts.DatabaseURL)
+		s, err := pgtest.Start(ctx, opts.ControlPlane.TempRoot, opts.DatabaseURL)
 		pgc <- pgResult{s, err}
 	}()
 	st.CP, err = controlplane.Start(ctx, opts.ControlPlane)
@@ -92,7 +100,18 @@ func Start(ctx context.Context, opts Options) (st *Stack, err error) {
 	st.cancel = cancel
 	st.simDone = make(chan error, 1)
 	go func() { st.simDone <- st.Sim.Run(runCtx) }()
-	return st, nil
+	select {
+	case <-st.Sim.Synced():
+		return st, nil
+	case err := <-st.simDone:
+		st.simDone <- err // for Stop
+		if err == nil {
+			err = errors.New("virtsim stopped before its caches synced")
+		}
+		return st, err
+	case <-ctx.Done():
+		return st, ctx.Err()
+	}
 }
 
 // Stop stops virtsim, the control plane and PostgreSQL and removes their
@@ -100,6 +119,9 @@ func Start(ctx context.Context, opts Options) (st *Stack, err error) {
 func (s *Stack) Stop() error {
 	var errs []error
 	s.stopOnce.Do(func() {
+		if s.unsignal != nil {
+			s.unsignal()
+		}
 		if s.cancel != nil {
 			s.cancel()
 			errs = append(errs, <-s.simDone)

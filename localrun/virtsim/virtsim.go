@@ -89,6 +89,8 @@ type Sim struct {
 	queue   workqueue.TypedRateLimitingInterface[key]
 	log     *slog.Logger
 
+	synced chan struct{} // closed once the informer caches have synced
+
 	mu   sync.Mutex
 	lost map[string]bool // ns/name of VMs marked lost through Vanish
 }
@@ -116,6 +118,7 @@ func New(cfg *rest.Config, opts Options) (*Sim, error) {
 		factory: dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 10*time.Minute, opts.Namespace, nil),
 		queue:   workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[key](20*time.Millisecond, 2*time.Second)),
 		lost:    map[string]bool{},
+		synced:  make(chan struct{}),
 	}
 	vmInf := s.factory.ForResource(VirtualMachines)
 	vmiInf := s.factory.ForResource(VirtualMachineInstances)
@@ -145,15 +148,25 @@ func New(cfg *rest.Config, opts Options) (*Sim, error) {
 	return s, nil
 }
 
-// Run processes VMs and VMIs until ctx is done. It returns after the caches
-// have synced and the workers have stopped.
+// Synced is closed once Run's caches have synced: from then on every VM is
+// acted on.
+func (s *Sim) Synced() <-chan struct{} { return s.synced }
+
+// Run processes VMs and VMIs until ctx is done, then returns nil once its
+// workers have stopped. It returns an error only if the caches could not
+// sync while ctx was still live (the CRDs are missing, say).
 func (s *Sim) Run(ctx context.Context) error {
 	s.factory.Start(ctx.Done())
 	for gvr, ok := range s.factory.WaitForCacheSync(ctx.Done()) {
 		if !ok {
+			s.factory.Shutdown()
+			if ctx.Err() != nil {
+				return nil
+			}
 			return fmt.Errorf("virtsim: cache for %s did not sync", gvr.Resource)
 		}
 	}
+	close(s.synced)
 	var wg sync.WaitGroup
 	for range 2 {
 		wg.Add(1)

@@ -24,7 +24,8 @@ var st *stack.Stack
 func TestMain(m *testing.M) {
 	var err error
 	st, err = stack.Start(context.Background(), stack.Options{
-		Progress: os.Stderr,
+		Progress:     os.Stderr,
+		StopOnSignal: true,
 		VirtSim: virtsim.Options{
 			BootDelay: 500 * time.Millisecond,
 			Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),

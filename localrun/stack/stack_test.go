@@ -1,0 +1,188 @@
+package stack
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"labkeep/localrun/controlplane"
+)
+
+// footprint is everything a running stack owns on the machine.
+type footprint struct {
+	Pids  []int    // process group leaders: etcd, apiserver, kcm, postmaster
+	Ports []int    // loopback ports of the control plane
+	Dirs  []string // temp dirs of the control plane and PostgreSQL
+}
+
+func footprintOf(s *Stack) footprint {
+	return footprint{
+		Pids:  append(s.CP.Pids(), s.PG.Pid()),
+		Ports: s.CP.Ports,
+		Dirs:  []string{s.CP.Dir, s.PG.Dir()},
+	}
+}
+
+// assertGone fails unless no process of any of fp's process groups is
+// left, no port accepts connections and no dir exists.
+func assertGone(t *testing.T, what string, fp footprint, wait time.Duration) {
+	t.Helper()
+	deadline := time.Now().Add(wait)
+	for _, pid := range fp.Pids {
+		for syscall.Kill(-pid, 0) == nil { // the whole group: postgres backends too
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: process group %d still has processes", what, pid)
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	}
+	for _, port := range fp.Ports {
+		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second); err == nil {
+			c.Close()
+			t.Fatalf("%s: port %d still accepts connections", what, port)
+		}
+	}
+	for _, d := range fp.Dirs {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Fatalf("%s: dir %s still exists (%v)", what, d, err)
+		}
+	}
+}
+
+// tempRoot is a temp dir the postgres user can traverse (t.TempDir sits in a 0700 dir).
+func tempRoot(t *testing.T) string {
+	t.Helper()
+	root, err := os.MkdirTemp("", "labkeep-stacktest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// Must show 4 and 5: starting and stopping the whole stack 10 times leaves
+// no process, listening port or temp dir behind; each time PostgreSQL
+// accepts a pgx connection and is gone after Stop.
+func TestStartStopTenTimesLeavesNothing(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts 10 stacks")
+	}
+	root := tempRoot(t)
+	ctx := context.Background()
+	for i := range 10 {
+		start := time.Now()
+		s, err := Start(ctx, Options{ControlPlane: controlplane.Options{TempRoot: root}})
+		if err != nil {
+			t.Fatalf("start %d: %v", i, err)
+		}
+		up := time.Since(start)
+		conn, err := pgx.Connect(ctx, s.DSN())
+		if err != nil {
+			s.Stop()
+			t.Fatalf("run %d: pgx connect: %v", i, err)
+		}
+		conn.Close(ctx)
+		fp := footprintOf(s)
+		if len(fp.Pids) != 4 || len(fp.Ports) != 4 {
+			s.Stop()
+			t.Fatalf("run %d: unexpected footprint %+v", i, fp)
+		}
+		stopStart := time.Now()
+		if err := s.Stop(); err != nil {
+			t.Fatalf("run %d: stop: %v", i, err)
+		}
+		assertGone(t, fmt.Sprintf("run %d", i), fp, 0)
+		t.Logf("run %d: up in %s, stopped in %s", i, up.Round(10*time.Millisecond), time.Since(stopStart).Round(10*time.Millisecond))
+	}
+	if entries, _ := os.ReadDir(root); len(entries) != 0 {
+		t.Fatalf("temp root not empty after 10 runs: %d entries", len(entries))
+	}
+}
+
+// The owner of a stack dies without running any cleanup (SIGKILL, or a
+// panic): its components die with it, and the next start removes its
+// files. On SIGINT/SIGTERM with StopOnSignal, everything is cleaned at once.
+func TestOwnerDeathLeavesNothing(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		signal syscall.Signal
+	}{
+		{"SIGKILL: no cleanup code runs", syscall.SIGKILL},
+		{"SIGINT: Ctrl-C on a test run", syscall.SIGINT},
+		{"SIGTERM", syscall.SIGTERM},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := tempRoot(t)
+			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperOwnerProcess$", "-test.v")
+			cmd.Env = append(os.Environ(), "LABKEEP_TEST_OWNER_ROOT="+root)
+			cmd.Stderr = os.Stderr
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			var fp footprint
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				if err := json.Unmarshal(sc.Bytes(), &fp); err == nil && len(fp.Pids) > 0 {
+					break
+				}
+			}
+			if len(fp.Pids) != 4 {
+				cmd.Process.Kill()
+				cmd.Wait()
+				t.Fatalf("helper did not report a running stack")
+			}
+			if err := cmd.Process.Signal(tc.signal); err != nil {
+				t.Fatal(err)
+			}
+			_ = cmd.Wait()
+			if tc.signal == syscall.SIGKILL {
+				// Processes die at once (PDEATHSIG); the dirs are swept by
+				// the next start under the same root.
+				killed := time.Now()
+				assertGone(t, "after SIGKILL", footprint{Pids: fp.Pids, Ports: fp.Ports}, 10*time.Second)
+				t.Logf("every process gone %s after SIGKILL of the owner", time.Since(killed).Round(10*time.Millisecond))
+				s, err := Start(context.Background(), Options{NoVirtSim: true, ControlPlane: controlplane.Options{TempRoot: root}})
+				if err != nil {
+					t.Fatal(err)
+				}
+				s.Stop()
+			}
+			assertGone(t, tc.name, fp, 10*time.Second)
+		})
+	}
+}
+
+// TestHelperOwnerProcess is not a test: TestOwnerDeathLeavesNothing runs the
+// test binary again with this as the only test, as the owner to kill.
+func TestHelperOwnerProcess(t *testing.T) {
+	root := os.Getenv("LABKEEP_TEST_OWNER_ROOT")
+	if root == "" {
+		t.Skip("helper process for TestOwnerDeathLeavesNothing")
+	}
+	s, err := Start(context.Background(), Options{StopOnSignal: true, ControlPlane: controlplane.Options{TempRoot: root}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := json.Marshal(footprintOf(s))
+	fmt.Printf("\n%s\n", b)
+	time.Sleep(5 * time.Minute)
+	s.Stop()
+}
