@@ -33,30 +33,34 @@ const EnvPrefix = "LABKEEP"
 type Config struct {
 	// Env names this deployment (dev, prod, …); it labels every object so
 	// environments sharing a namespace never touch each other's.
-	Env         string `envconfig:"ENV" required:"true"`
-	DatabaseURL string `envconfig:"DATABASE_URL" required:"true"`
+	Env         string `split_words:"true" required:"true"`
+	DatabaseURL string `split_words:"true" required:"true"`
 	// Namespace is where session objects live.
-	Namespace          string        `envconfig:"NAMESPACE" default:"labkeep-sessions"`
-	SessionLifetime    time.Duration `envconfig:"SESSION_LIFETIME" default:"60m"`
-	SessionMaxLifetime time.Duration `envconfig:"SESSION_MAX_LIFETIME" default:"180m"`
-	DeadlineGrace      time.Duration `envconfig:"DEADLINE_GRACE" default:"15m"`
-	MaxConcurrentVMs   int           `envconfig:"MAX_CONCURRENT_VMS" default:"8"`
-	LabsFile           string        `envconfig:"LABS_FILE" default:"/etc/labkeep/labs.yaml"`
+	Namespace          string        `split_words:"true" default:"labkeep-sessions"`
+	SessionLifetime    time.Duration `split_words:"true" default:"60m"`
+	SessionMaxLifetime time.Duration `split_words:"true" default:"180m"`
+	DeadlineGrace      time.Duration `split_words:"true" default:"15m"`
+	// MaxConcurrentVms (LABKEEP_MAX_CONCURRENT_VMS) caps live VMs in the namespace.
+	MaxConcurrentVms int    `split_words:"true" default:"8"`
+	LabsFile         string `split_words:"true" default:"/etc/labkeep/labs.yaml"`
 	// JWTSecret is the HS256 secret shared with the portal (≥ 32 bytes).
-	JWTSecret string `envconfig:"JWT_SECRET" required:"true"`
-	HTTPAddr  string `envconfig:"HTTP_ADDR" default:":8080"`
+	JWTSecret string `split_words:"true" required:"true"`
+	HTTPAddr  string `split_words:"true" default:":8080"`
 	// Kubeconfig is a kubeconfig file; empty means in-cluster credentials.
-	Kubeconfig string `envconfig:"KUBECONFIG"`
+	Kubeconfig string `split_words:"true"`
 	// KubeTimeout bounds every single Kubernetes API call.
-	KubeTimeout time.Duration `envconfig:"KUBE_TIMEOUT" default:"10s"`
+	KubeTimeout time.Duration `split_words:"true" default:"10s"`
 	// AnchorImage runs in the deadline anchor Job.
-	AnchorImage string `envconfig:"ANCHOR_IMAGE" default:"registry.k8s.io/pause:3.10"`
+	AnchorImage string `split_words:"true" default:"registry.k8s.io/pause:3.10"`
 	// GuardianImage is the workspace Pod's sidecar.
-	GuardianImage string `envconfig:"GUARDIAN_IMAGE" default:"ghcr.io/labkeep/guardian:latest"`
+	GuardianImage string `split_words:"true" default:"ghcr.io/labkeep/guardian:latest"`
 	// SSHAuthorizedKeys (comma-separated) are installed on every node.
-	SSHAuthorizedKeys []string `envconfig:"SSH_AUTHORIZED_KEYS"`
+	SSHAuthorizedKeys []string `split_words:"true"`
 	// RetryAfter is sent with 503 no_capacity.
-	RetryAfter time.Duration `envconfig:"RETRY_AFTER" default:"30s"`
+	RetryAfter time.Duration `split_words:"true" default:"30s"`
+	// SchedulerToken authenticates reapTick calls (issue 4); platform shims
+	// send it with scheduled events.
+	SchedulerToken string `split_words:"true"`
 }
 
 // Validate checks what envconfig cannot; every message names the variable.
@@ -80,8 +84,8 @@ func (c Config) Validate() error {
 	if c.DeadlineGrace < 0 {
 		bad("DEADLINE_GRACE", "must not be negative, got %s", c.DeadlineGrace)
 	}
-	if c.MaxConcurrentVMs < 0 {
-		bad("MAX_CONCURRENT_VMS", "must not be negative, got %d", c.MaxConcurrentVMs)
+	if c.MaxConcurrentVms < 0 {
+		bad("MAX_CONCURRENT_VMS", "must not be negative, got %d", c.MaxConcurrentVms)
 	}
 	if len(c.JWTSecret) < 32 {
 		bad("JWT_SECRET", "must be at least 32 bytes, got %d", len(c.JWTSecret))
@@ -142,7 +146,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	}
 	svc := &session.Service{
 		Store: store, Cluster: cluster, Labs: catalog, Policy: cfg.Policy(),
-		MaxVMs: cfg.MaxConcurrentVMs, Now: now, Log: log,
+		MaxVMs: cfg.MaxConcurrentVms, Now: now, Log: log,
 	}
 	api := httpapi.New(httpapi.Options{
 		Sessions: svc, Auth: httpapi.NewAuthenticator([]byte(cfg.JWTSecret), now),

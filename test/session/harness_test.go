@@ -170,7 +170,7 @@ func newEnv(t *testing.T, o envOptions) *env {
 	cfg := app.Config{
 		Env: e.name, DatabaseURL: dsn, Namespace: e.ns,
 		SessionLifetime: 60 * time.Minute, SessionMaxLifetime: 180 * time.Minute, DeadlineGrace: 15 * time.Minute,
-		MaxConcurrentVMs: maxVMs, LabsFile: labsFile, JWTSecret: jwtSecret, Kubeconfig: e.saConfig,
+		MaxConcurrentVms: maxVMs, LabsFile: labsFile, JWTSecret: jwtSecret, Kubeconfig: e.saConfig,
 		KubeTimeout: 10 * time.Second, AnchorImage: "registry.k8s.io/pause:3.10", GuardianImage: "labkeep/guardian:test",
 		RetryAfter: 20 * time.Second,
 	}
