@@ -58,6 +58,10 @@ type Inventory struct {
 	// VMs is the number of VirtualMachines in the namespace, any label or
 	// none: the number that counts against capacity.
 	VMs int
+	// VMNames are the names of all those VirtualMachines, labelled or not,
+	// so a session whose VM lacks labels (registered before labels existed)
+	// is never taken for a ghost.
+	VMNames map[string]bool
 	// VMIs are all VirtualMachineInstances by name (VMI name = VM name).
 	VMIs map[string]VMIInfo
 	// ListedAt is when the first list started; anything created later may
@@ -69,7 +73,7 @@ type Inventory struct {
 // labelled Jobs, Secrets, Services, NetworkPolicies and Pods — seven list
 // calls in all. It is what the reaper plans a run from.
 func (c *Cluster) Inventory(ctx context.Context) (Inventory, error) {
-	inv := Inventory{ListedAt: time.Now(), VMIs: map[string]VMIInfo{}}
+	inv := Inventory{ListedAt: time.Now(), VMIs: map[string]VMIInfo{}, VMNames: map[string]bool{}}
 	envSel := metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{LabelEnv: c.cfg.Env}).String()}
 	ns := c.cfg.Namespace
 	add := func(kind Kind, m metav1.ObjectMeta) {
@@ -90,6 +94,7 @@ func (c *Cluster) Inventory(ctx context.Context) (Inventory, error) {
 	}
 	inv.VMs = len(vms.Items)
 	for _, vm := range vms.Items {
+		inv.VMNames[vm.Name] = true
 		add(KindVirtualMachine, vm.ObjectMeta)
 	}
 	vmis, err := c.virt.KubevirtV1().VirtualMachineInstances(ns).List(cctx, metav1.ListOptions{})
