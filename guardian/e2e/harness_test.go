@@ -211,12 +211,40 @@ LogLevel ERROR
 	if err := os.WriteFile(cfg, []byte(conf), 0o600); err != nil {
 		t.Fatal(err)
 	}
+	// Like a container, the workspace has its own /etc/passwd: root's home
+	// is a fresh directory, so logins never run the host root's shell
+	// start-up files (which could hang or leave locks behind when a test
+	// kills a login).
+	home := filepath.Join(ws.dir, "home")
+	if err := os.Mkdir(home, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	hostPasswd, err := os.ReadFile("/etc/passwd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries := []string{"root:x:0:0:root:" + home + ":/bin/bash"}
+	for _, line := range strings.Split(strings.TrimSpace(string(hostPasswd)), "\n") {
+		if !strings.HasPrefix(line, "root:") {
+			entries = append(entries, line)
+		}
+	}
+	passwd := filepath.Join(ws.dir, "passwd")
+	if err := os.WriteFile(passwd, []byte(strings.Join(entries, "\n")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// The container's entrypoint comes first, so it is the oldest process.
 	ws.init = ws.user("/bin/sleep", "infinity")
-	ws.sshd = ws.user("/usr/sbin/sshd", "-D", "-e", "-f", cfg)
+	ws.sshd = start(t, testcgroup.Command(ws.rel, "/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+		`mount --bind "$0" /etc/passwd && exec /usr/bin/setpriv --bounding-set `+userDrop+` -- /usr/sbin/sshd -D -e -f "$1"`, passwd, cfg))
 	ws.waitSSH()
 	ws.sshd.id = ws.identity(ws.sshd.cmd.Process.Pid, "/usr/sbin/sshd")
 	ws.init.id = ws.identity(ws.init.cmd.Process.Pid, "/usr/bin/sleep")
+	for _, c := range []int{unix.CAP_SYS_ADMIN, unix.CAP_SYS_NICE, unix.CAP_SYS_RESOURCE} {
+		if hasCap(ws.sshd.id.PID, c) {
+			t.Fatalf("the workspace's sshd still has capability %d; it must run without what a Pod's root lacks", c)
+		}
+	}
 	return ws
 }
 
@@ -263,6 +291,21 @@ func (ws *workspace) identity(pid int, exe string) victim.Identity {
 	}
 	ws.t.Fatalf("pid %d never became %s", pid, exe)
 	return victim.Identity{}
+}
+
+// hasCap reports whether pid has capability c in its effective set.
+func hasCap(pid, c int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
+			mask, _ := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
+			return mask&(1<<uint(c)) != 0
+		}
+	}
+	return false
 }
 
 // stillSame reports whether the process with this identity is alive.

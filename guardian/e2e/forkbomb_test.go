@@ -1,0 +1,100 @@
+package e2e
+
+import (
+	"strconv"
+	"testing"
+	"time"
+
+	"labkeep/guardian/internal/testcgroup"
+)
+
+// Must show 2: a fork bomb (shell and Go variants) is contained, the
+// process count returns to the baseline and logins succeed.
+func TestForkBombIsContained(t *testing.T) {
+	variants := []struct {
+		name string
+		exe  func() string // the bomb's executable, to recognise its processes
+		args func() []string
+	}{
+		{"shell", func() string { return "/usr/bin/dash" }, func() []string { return []string{"/bin/sh", "-c", "f(){ f | f & }; f; sleep 60"} }},
+		{"go", func() string { return bins.workload }, func() []string { return []string{bins.workload, "bomb"} }},
+	}
+	for _, v := range variants {
+		t.Run(v.name, func(t *testing.T) {
+			ws := newWorkspace(t, testcgroup.Limits{MemoryBytes: 1 << 30, Pids: 1024, CPUs: 1})
+			g := ws.startGuardian(t.TempDir()+"/state.json", nil)
+			since := time.Now()
+			if got := readKnob(t, ws.rel, "pids", "pids.max"); got != "1024" {
+				t.Errorf("pids.max = %s; want 1024", got)
+			}
+			bombProcs := func() (bomb, total int) {
+				for _, pid := range testcgroup.Procs(ws.rel) {
+					total++
+					if exe, err := ws.fs.Exe(pid); err == nil && exe == v.exe() {
+						bomb++
+					}
+				}
+				return bomb, total
+			}
+			_, baseline := bombProcs()
+			l := ws.loginLoop(200*time.Millisecond, 5*time.Second)
+			time.Sleep(300 * time.Millisecond)
+
+			args := v.args()
+			start := time.Now()
+			bomb := ws.user(args[0], args[1:]...)
+			peak := 0
+			var contained time.Duration
+			// Contained: the bomb grew and then every one of its processes is gone.
+			ok := eventually(60*time.Second, func() bool {
+				n, _ := bombProcs()
+				peak = max(peak, n)
+				if peak > 50 && n == 0 {
+					contained = time.Since(start)
+					return true
+				}
+				return false
+			})
+			if !ok {
+				n, total := bombProcs()
+				t.Fatalf("bomb not contained after 60s: %d bomb processes of %d (peak %d)", n, total, peak)
+			}
+			// Stays contained.
+			time.Sleep(2 * time.Second)
+			if n, _ := bombProcs(); n != 0 {
+				t.Errorf("the bomb came back: %d processes", n)
+			}
+			_, total := bombProcs()
+			// Logins in flight add a few processes to the baseline.
+			if !eventually(5*time.Second, func() bool { _, total = bombProcs(); return total <= baseline+4 }) {
+				t.Errorf("process count %d did not return to the baseline %d", total, baseline)
+			}
+			lat, failures := l.finish()
+			for i := 0; i < 3; i++ {
+				if _, err := ws.login(5 * time.Second); err != nil {
+					t.Errorf("login after containment failed: %v", err)
+				}
+			}
+			if !ws.stillSame(ws.sshd.id) || !ws.stillSame(ws.init.id) {
+				t.Errorf("a protected process died: sshd alive %v, init alive %v", ws.stillSame(ws.sshd.id), ws.stillSame(ws.init.id))
+			}
+			if sig, ok := bomb.killedBySignal(); !ok {
+				t.Errorf("the bomb's first process was not killed: %v", bomb.state)
+			} else {
+				t.Logf("bomb root killed by %v", sig)
+			}
+			if _, ok := g.hasAlert("fork-bomb"); !ok {
+				t.Errorf("no fork-bomb alert in %v", g.alerts())
+			}
+			var took []string
+			for _, r := range g.records("containment finished") {
+				took = append(took, strconv.FormatFloat(r["took_ms"].(float64), 'f', 0, 64)+"ms/"+strconv.FormatFloat(r["killed"].(float64), 'f', 0, 64)+" killed/"+strconv.FormatFloat(r["rounds"].(float64), 'f', 0, 64)+" rounds")
+			}
+			refused := keyed(t, ws.rel, "pids", "pids.events")["max"]
+			t.Logf("fork bomb (%s): peak %d processes, bomb start → contained %v; guardian freeze-kill-thaw: %v; forks refused at pids.max: %d",
+				v.name, peak, contained.Round(time.Millisecond), took, refused)
+			t.Logf("logins during the bomb: %d ok, %d failed (latency p50 %v max %v); failures: %v", len(lat), len(failures), percentile(lat, 0.5), percentile(lat, 1), failures)
+			g.report(since)
+		})
+	}
+}
