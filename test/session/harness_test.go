@@ -410,3 +410,5 @@ func jsonBody(v any) string {
 	b, _ := json.Marshal(v)
 	return string(bytes.TrimSpace(b))
 }
+
+func slogDiscard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

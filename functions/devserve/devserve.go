@@ -1,0 +1,188 @@
+// Package devserve puts the session functions on the local stack for
+// `make run`: it installs the production RBAC, quota and sample lab
+// templates from infra/, runs the functions as the infra ServiceAccount
+// (never admin), serves them on LABKEEP_HTTP_ADDR and prints ready-made
+// tokens. Every LABKEEP_* setting applies as in production; the ones
+// production must be given (environment, database, JWT secret, labs file,
+// kubeconfig) default to the local stack's. Development only.
+package devserve
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
+
+	"github.com/kelseyhightower/envconfig"
+
+	"labkeep/functions/app"
+	"labkeep/infra"
+	"labkeep/localrun/controlplane"
+	"labkeep/localrun/stack"
+	"labkeep/shared/httpapi"
+)
+
+// Server is the running functions.
+type Server struct {
+	App *app.App
+	// URL is the base URL the functions answer on.
+	URL string
+	// StudentToken and AdminToken are valid for TokenLifetime.
+	StudentToken, AdminToken string
+	srv                      *http.Server
+	done                     chan error
+}
+
+// TokenLifetime is how long the printed tokens are valid.
+const TokenLifetime = 24 * time.Hour
+
+// SampleStudent is the sub of the printed student token.
+const SampleStudent = "student-1"
+
+// Start reads the settings (local defaults for the required ones), installs
+// infra/ into st, builds the functions as the infra ServiceAccount and
+// serves them; it prints the URL, tokens and example calls to out. Files
+// (labs.yaml, the functions' kubeconfig, the JWT secret) go to stateDir.
+func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logger, out io.Writer) (*Server, error) {
+	labsFile := filepath.Join(stateDir, "labs.yaml")
+	saKubeconfig := filepath.Join(stateDir, "functions.kubeconfig")
+	secret, err := localSecret(filepath.Join(stateDir, "jwt-secret"))
+	if err != nil {
+		return nil, err
+	}
+	defaults := map[string]string{
+		"LABKEEP_ENV": "local", "LABKEEP_DATABASE_URL": st.DSN(), "LABKEEP_JWT_SECRET": secret,
+		"LABKEEP_LABS_FILE": labsFile, "LABKEEP_KUBECONFIG": saKubeconfig,
+	}
+	for k, v := range defaults {
+		if _, set := os.LookupEnv(k); !set {
+			os.Setenv(k, v)
+		}
+	}
+	var cfg app.Config
+	if err := envconfig.Process(app.EnvPrefix, &cfg); err != nil {
+		return nil, err
+	}
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if cfg.LabsFile == labsFile {
+		sample, err := infra.File("labs.yaml")
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(labsFile, sample, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	place := infra.Placement{Functions: infra.FunctionsNamespace, Sessions: cfg.Namespace}
+	if err := infra.Apply(ctx, st.Admin(), place, "namespaces.yaml", "rbac.yaml", "resourcequota.yaml"); err != nil {
+		return nil, fmt.Errorf("installing infra/: %w", err)
+	}
+	if err := matchQuota(ctx, st, cfg); err != nil {
+		return nil, err
+	}
+	if cfg.Kubeconfig == saKubeconfig {
+		sa, err := st.CP.ServiceAccountConfig(ctx, infra.FunctionsNamespace, infra.ServiceAccount)
+		if err != nil {
+			return nil, err
+		}
+		if err := controlplane.WriteKubeconfig(saKubeconfig, sa, "system:serviceaccount:"+infra.FunctionsNamespace+":"+infra.ServiceAccount); err != nil {
+			return nil, err
+		}
+	}
+	a, err := app.Build(ctx, cfg, time.Now, log)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", cfg.HTTPAddr)
+	if err != nil {
+		a.Close()
+		return nil, fmt.Errorf("LABKEEP_HTTP_ADDR: %w", err)
+	}
+	s := &Server{App: a, URL: "http://" + ln.Addr().String(), done: make(chan error, 1)}
+	exp := time.Now().Add(TokenLifetime)
+	if s.StudentToken, err = httpapi.Sign([]byte(cfg.JWTSecret), SampleStudent, httpapi.RoleStudent, exp); err == nil {
+		s.AdminToken, err = httpapi.Sign([]byte(cfg.JWTSecret), "admin-1", httpapi.RoleAdmin, exp)
+	}
+	if err != nil {
+		ln.Close()
+		a.Close()
+		return nil, err
+	}
+	s.srv = &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { s.done <- s.srv.Serve(ln) }()
+	fmt.Fprintf(out, "session functions (env %q, namespace %q, max %d VMs, lifetime %s, max %s) at %s\n",
+		cfg.Env, cfg.Namespace, cfg.MaxConcurrentVms, cfg.SessionLifetime, cfg.SessionMaxLifetime, s.URL)
+	fmt.Fprintf(out, "  labs:          %v (from %s)\n", a.Labs.Names(), cfg.LabsFile)
+	fmt.Fprintf(out, "  student token: %s\n", s.StudentToken)
+	fmt.Fprintf(out, "  admin token:   %s\n", s.AdminToken)
+	fmt.Fprintf(out, "  try:           curl -sS -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{\"lab\":\"linux-vm\"}' %s/openSession\n", s.URL)
+	fmt.Fprintf(out, "                 curl -sS -H \"Authorization: Bearer $TOKEN\" %s/getSession\n", s.URL)
+	return s, nil
+}
+
+// Stop shuts the server down and closes the database pool.
+func (s *Server) Stop() error {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := s.srv.Shutdown(ctx)
+	if serveErr := <-s.done; serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
+		err = errors.Join(err, serveErr)
+	}
+	s.App.Close()
+	return err
+}
+
+// matchQuota keeps the namespace's VM quota equal to the configured limit,
+// as an operator would when changing LABKEEP_MAX_CONCURRENT_VMS.
+func matchQuota(ctx context.Context, st *stack.Stack, cfg app.Config) error {
+	cs, err := kubernetes.NewForConfig(st.Admin())
+	if err != nil {
+		return err
+	}
+	want := resource.MustParse(strconv.Itoa(cfg.MaxConcurrentVms))
+	key := corev1.ResourceName("count/virtualmachines.kubevirt.io")
+	// The quota controller writes status concurrently; retry on conflict.
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		q, err := cs.CoreV1().ResourceQuotas(cfg.Namespace).Get(ctx, "labkeep-vms", metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if cur := q.Spec.Hard[key]; cur.Cmp(want) == 0 {
+			return nil
+		}
+		q.Spec.Hard[key] = want
+		_, err = cs.CoreV1().ResourceQuotas(cfg.Namespace).Update(ctx, q, metav1.UpdateOptions{})
+		return err
+	})
+}
+
+// localSecret returns the JWT secret kept in path, creating a random one
+// the first time, so tokens stay valid across restarts of `make run`.
+func localSecret(path string) (string, error) {
+	if b, err := os.ReadFile(path); err == nil && len(b) >= 32 {
+		return string(b), nil
+	}
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	s := hex.EncodeToString(b)
+	return s, os.WriteFile(path, []byte(s), 0o600)
+}
