@@ -17,6 +17,7 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
+	"labkeep/functions/devserve"
 	"labkeep/localrun/controlplane"
 	"labkeep/localrun/stack"
 	"labkeep/localrun/virtsim"
@@ -93,6 +94,12 @@ func run() error {
 	if err := os.WriteFile(filepath.Join(cfg.StateDir, "env"), []byte(env.String()), 0o600); err != nil {
 		return err
 	}
+	// The session functions, as the infra/ ServiceAccount (issue 3).
+	fns, err := devserve.Start(ctx, st, cfg.StateDir, log, os.Stdout)
+	if err != nil {
+		return fmt.Errorf("session functions: %w", err)
+	}
+	defer fns.Stop()
 	fmt.Printf("\nlabkeep local stack is up (in %s).\n", time.Since(start).Round(100*time.Millisecond))
 	fmt.Printf("  state dir:  %s\n", cfg.StateDir)
 	fmt.Printf("  kubectl:    kubectl --kubeconfig %s get vm,vmi -A\n", kubeconfig)
