@@ -1,0 +1,108 @@
+package e2e
+
+import (
+	"runtime"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"labkeep/guardian/internal/testcgroup"
+	"labkeep/guardian/sched"
+)
+
+// Must show 3: a CPU storm (spinners on all cores, half of them trying to
+// renice themselves to -20) — login latency without and with guardian.
+func TestCPUStormLoginLatency(t *testing.T) {
+	ws := newWorkspace(t, testcgroup.Limits{MemoryBytes: 1 << 30, Pids: 512, CPUs: 1})
+	spinners := 2 * runtime.NumCPU()
+	const logins = 10
+
+	storm := func(label string) (lat []time.Duration, failures []string, spin []*proc) {
+		t.Helper()
+		for i := 0; i < spinners; i++ {
+			args := []string{"spin"}
+			if i%2 == 1 {
+				args = append(args, "-nice", "-20")
+			}
+			spin = append(spin, ws.user(bins.workload, args...))
+		}
+		time.Sleep(time.Second)
+		for i := 0; i < logins; i++ {
+			took, err := ws.login(20 * time.Second)
+			if err != nil {
+				failures = append(failures, err.Error())
+			} else {
+				lat = append(lat, took)
+			}
+		}
+		t.Logf("%s: %d spinners, %d logins: p50 %v p95 %v max %v, %d failed %v",
+			label, spinners, logins, percentile(lat, 0.5), percentile(lat, 0.95), percentile(lat, 1), len(failures), failures)
+		return lat, failures, spin
+	}
+	stop := func(spin []*proc) {
+		for _, s := range spin {
+			s.cmd.Process.Kill()
+			<-s.done
+		}
+	}
+
+	idle := []time.Duration{}
+	for i := 0; i < 5; i++ {
+		if took, err := ws.login(5 * time.Second); err == nil {
+			idle = append(idle, took)
+		}
+	}
+	t.Logf("idle workspace: login p50 %v", percentile(idle, 0.5))
+
+	without, _, spin := storm("without guardian")
+	for i, s := range spin {
+		if i%2 == 1 && !strings.Contains(s.stderr.String(), "refused") {
+			t.Errorf("spinner %d could renice itself to -20 without CAP_SYS_NICE: %q", i, s.stderr.String())
+		}
+	}
+	stop(spin)
+
+	g := ws.startGuardian(t.TempDir()+"/state.json", nil)
+	since := time.Now()
+	if rt := readKnob(t, ws.rel, "cpu", "cpu.rt_runtime_us"); rt == "0" {
+		t.Errorf("cpu.rt_runtime_us = 0: guardian did not grant the workspace a real-time budget")
+	}
+	var attr sched.Attr
+	if !eventually(5*time.Second, func() bool { attr, _ = sched.Get(ws.sshd.id.PID); return attr.IsRR(1) }) {
+		t.Errorf("sshd listener scheduling = %+v; want SCHED_RR priority 1 with reset-on-fork", attr)
+	}
+	with, failures, spin := storm("with guardian")
+	alive := 0
+	for _, s := range spin {
+		if s.alive() {
+			alive++
+		}
+	}
+	hang, hung := g.hasAlert("cpu-hang")
+	if !hung && alive != spinners {
+		t.Errorf("guardian killed %d spinners without a hang (SSH stayed reachable): high CPU alone must never kill", spinners-alive)
+	}
+	if hung {
+		t.Logf("guardian saw a hang (CPU high and SSH unreachable): %q; %d of %d spinners left", hang.Message, alive, spinners)
+	} else {
+		t.Logf("no hang: SSH stayed reachable, all %d spinners left running", spinners)
+	}
+	if len(failures) > 0 {
+		t.Errorf("%d logins failed with guardian: %v", len(failures), failures)
+	}
+	// A login forks: the child must not inherit real-time priority.
+	for _, pid := range testcgroup.Procs(ws.rel) {
+		if pid == ws.sshd.id.PID {
+			continue
+		}
+		if a, err := sched.Get(pid); err == nil && a.Policy == unix.SCHED_RR {
+			t.Errorf("pid %d runs SCHED_RR: only the listener may", pid)
+		}
+	}
+	stop(spin)
+	t.Logf("login latency under CPU storm: without guardian p50 %v / max %v; with guardian p50 %v / max %v; idle p50 %v",
+		percentile(without, 0.5), percentile(without, 1), percentile(with, 0.5), percentile(with, 1), percentile(idle, 0.5))
+	g.report(since)
+}
