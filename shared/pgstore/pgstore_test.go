@@ -216,6 +216,7 @@ func TestReapRuns(t *testing.T) {
 			Trigger: trigger, StartedAt: t0.Add(time.Duration(i) * time.Minute), FinishedAt: t0.Add(time.Duration(i)*time.Minute + time.Second),
 			Counts:   map[string]int{"expired": i},
 			Failures: []ReapFailure{{Kind: "expired", Session: "s", Error: "boom"}},
+			Items:    []ReapItem{{Kind: "orphan", Session: "o", Reason: "no live row", Objects: []string{"Secret/x"}}},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -226,7 +227,8 @@ func TestReapRuns(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := []ReapRun{{ID: 2, Trigger: "admin", StartedAt: t0.Add(time.Minute), FinishedAt: t0.Add(time.Minute + time.Second),
-		Counts: map[string]int{"expired": 1}, Failures: []ReapFailure{{Kind: "expired", Session: "s", Error: "boom"}}}}
+		Counts: map[string]int{"expired": 1}, Failures: []ReapFailure{{Kind: "expired", Session: "s", Error: "boom"}},
+		Items: []ReapItem{{Kind: "orphan", Session: "o", Reason: "no live row", Objects: []string{"Secret/x"}}}}}
 	if diff := cmp.Diff(want, runs); diff != "" {
 		t.Errorf("RecentRuns (-want +got):\n%s", diff)
 	}

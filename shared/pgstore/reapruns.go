@@ -20,6 +20,16 @@ type ReapRun struct {
 	Counts map[string]int `json:"counts"`
 	// Failures lists every item the run could not handle, with the reason.
 	Failures []ReapFailure `json:"failures"`
+	// Items lists every item the run handled, or would have in a dry run.
+	Items []ReapItem `json:"items"`
+}
+
+// ReapItem is one item a reaper run handled (or would have, in a dry run).
+type ReapItem struct {
+	Kind    string   `json:"kind"`
+	Session string   `json:"session"`
+	Reason  string   `json:"reason"`
+	Objects []string `json:"objects,omitempty"`
 }
 
 // ReapFailure is one item a reaper run failed on.
@@ -38,6 +48,13 @@ func (p *PG) RecordRun(ctx context.Context, r ReapRun) (int64, error) {
 	if r.Failures == nil {
 		r.Failures = []ReapFailure{}
 	}
+	if r.Items == nil {
+		r.Items = []ReapItem{}
+	}
+	items, err := json.Marshal(r.Items)
+	if err != nil {
+		return 0, err
+	}
 	counts, err := json.Marshal(r.Counts)
 	if err != nil {
 		return 0, err
@@ -47,27 +64,30 @@ func (p *PG) RecordRun(ctx context.Context, r ReapRun) (int64, error) {
 		return 0, err
 	}
 	var id int64
-	err = p.pool.QueryRow(ctx, `INSERT INTO reap_runs (trigger, started_at, finished_at, dry_run, counts, failures)
-		VALUES ($1, $2, $3, $4, $5, $6) RETURNING id`,
-		r.Trigger, r.StartedAt, r.FinishedAt, r.DryRun, counts, failures).Scan(&id)
+	err = p.pool.QueryRow(ctx, `INSERT INTO reap_runs (trigger, started_at, finished_at, dry_run, counts, failures, items)
+		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`,
+		r.Trigger, r.StartedAt, r.FinishedAt, r.DryRun, counts, failures, items).Scan(&id)
 	return id, err
 }
 
 // RecentRuns returns the latest limit runs, newest first.
 func (p *PG) RecentRuns(ctx context.Context, limit int) ([]ReapRun, error) {
-	rows, err := p.pool.Query(ctx, `SELECT id, trigger, started_at, finished_at, dry_run, counts, failures
+	rows, err := p.pool.Query(ctx, `SELECT id, trigger, started_at, finished_at, dry_run, counts, failures, items
 		FROM reap_runs ORDER BY started_at DESC, id DESC LIMIT $1`, limit)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ReapRun, error) {
 		var r ReapRun
-		var counts, failures []byte
-		if err := row.Scan(&r.ID, &r.Trigger, &r.StartedAt, &r.FinishedAt, &r.DryRun, &counts, &failures); err != nil {
+		var counts, failures, items []byte
+		if err := row.Scan(&r.ID, &r.Trigger, &r.StartedAt, &r.FinishedAt, &r.DryRun, &counts, &failures, &items); err != nil {
 			return r, err
 		}
 		r.StartedAt, r.FinishedAt = r.StartedAt.UTC(), r.FinishedAt.UTC()
 		if err := json.Unmarshal(counts, &r.Counts); err != nil {
+			return r, err
+		}
+		if err := json.Unmarshal(items, &r.Items); err != nil {
 			return r, err
 		}
 		return r, json.Unmarshal(failures, &r.Failures)

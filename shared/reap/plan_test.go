@@ -1,0 +1,200 @@
+package reap
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"labkeep/shared/kube"
+	"labkeep/shared/labs"
+	"labkeep/shared/lifetime"
+	"labkeep/shared/session"
+)
+
+var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
+
+var policy = lifetime.Policy{Lifetime: time.Hour, MaxLifetime: 3 * time.Hour}
+
+var rules = Rules{ProvisionTimeout: 10 * time.Minute, ProvisionGrace: 2 * time.Minute}
+
+func vmSession(id string, status session.Status, started time.Time, nodes ...string) session.Session {
+	s := session.Session{ID: id, Student: "s-" + id, Lab: "lab", Kind: labs.KindVM, Status: status, Window: policy.Open(started)}
+	for _, n := range nodes {
+		s.Nodes = append(s.Nodes, session.Node{Name: n})
+	}
+	return s
+}
+
+// inventory builds a snapshot holding VM+VMI for each running node name
+// given, plus extra labelled objects.
+func inventory(vmsWithVMI []string, vmsOnly []string, objs ...kube.Object) *kube.Inventory {
+	inv := &kube.Inventory{VMNames: map[string]bool{}, VMIs: map[string]kube.VMIInfo{}, Objects: objs}
+	for _, n := range vmsWithVMI {
+		inv.VMNames[n] = true
+		inv.VMIs[n] = kube.VMIInfo{Name: n, Ready: true}
+	}
+	for _, n := range vmsOnly {
+		inv.VMNames[n] = true
+	}
+	inv.VMs = len(inv.VMNames)
+	return inv
+}
+
+func obj(kind kube.Kind, name, sessionID string) kube.Object {
+	return kube.Object{ObjectRef: kube.ObjectRef{Kind: kind, Name: name}, Env: "prod", Session: sessionID}
+}
+
+type planned struct {
+	Kind      ItemKind
+	SessionID string
+	Objects   []string
+}
+
+func summarize(items []Item) []planned {
+	var out []planned
+	for _, it := range items {
+		p := planned{Kind: it.Kind, SessionID: it.SessionID}
+		for _, o := range it.Objects {
+			p.Objects = append(p.Objects, string(o.Kind)+"/"+o.Name)
+		}
+		out = append(out, p)
+	}
+	return out
+}
+
+func TestPlan(t *testing.T) {
+	now := t0.Add(30 * time.Minute)
+	a := kube.NodeName("a", "vm")
+	tests := []struct {
+		name string
+		live []session.Session
+		inv  *kube.Inventory
+		want []planned
+	}{
+		{
+			name: "running session within its lifetime, everything present: nothing",
+			live: []session.Session{vmSession("a", session.StatusRunning, t0, "vm")},
+			inv:  inventory([]string{a}, nil, obj(kube.KindVirtualMachine, a, "a")),
+		},
+		{
+			name: "expiry passed: expired, even though its VM is also gone",
+			live: []session.Session{vmSession("a", session.StatusRunning, now.Add(-time.Hour-time.Second), "vm")},
+			inv:  inventory(nil, nil),
+			want: []planned{{Kind: Expired, SessionID: "a"}},
+		},
+		{
+			name: "exactly at expiry: expired (same rule as the countdown reaching 0)",
+			live: []session.Session{vmSession("a", session.StatusRunning, now.Add(-time.Hour), "vm")},
+			inv:  inventory([]string{a}, nil),
+			want: []planned{{Kind: Expired, SessionID: "a"}},
+		},
+		{
+			name: "inventory unavailable: expiry still decided, no ghosts or orphans",
+			live: []session.Session{
+				vmSession("a", session.StatusRunning, now.Add(-2*time.Hour), "vm"),
+				vmSession("b", session.StatusRunning, t0, "vm"),
+			},
+			want: []planned{{Kind: Expired, SessionID: "a"}},
+		},
+		{
+			name: "running session whose VM was deleted out-of-band: ghost",
+			live: []session.Session{vmSession("a", session.StatusRunning, t0, "vm")},
+			inv:  inventory(nil, nil),
+			want: []planned{{Kind: Ghost, SessionID: "a"}},
+		},
+		{
+			name: "running session whose VMI vanished (node lost): ghost",
+			live: []session.Session{vmSession("a", session.StatusRunning, t0, "vm")},
+			inv:  inventory(nil, []string{a}),
+			want: []planned{{Kind: Ghost, SessionID: "a"}},
+		},
+		{
+			name: "running session whose VM has no labels (registered before labels): not a ghost",
+			live: []session.Session{vmSession("a", session.StatusRunning, t0, "vm")},
+			inv:  inventory([]string{a}, nil),
+		},
+		{
+			name: "provisioning, VM not created yet, within grace: left alone",
+			live: []session.Session{vmSession("a", session.StatusProvisioning, now.Add(-time.Minute), "vm")},
+			inv:  inventory(nil, nil),
+		},
+		{
+			name: "provisioning, VMI still booting: left alone",
+			live: []session.Session{vmSession("a", session.StatusProvisioning, now.Add(-5*time.Minute), "vm")},
+			inv:  inventory(nil, []string{a}),
+		},
+		{
+			name: "provisioning, VM missing past the grace: ghost",
+			live: []session.Session{vmSession("a", session.StatusProvisioning, now.Add(-3*time.Minute), "vm")},
+			inv:  inventory(nil, nil),
+			want: []planned{{Kind: Ghost, SessionID: "a"}},
+		},
+		{
+			name: "provisioning past the timeout: ghost",
+			live: []session.Session{vmSession("a", session.StatusProvisioning, now.Add(-11*time.Minute), "vm")},
+			inv:  inventory(nil, []string{a}),
+			want: []planned{{Kind: Ghost, SessionID: "a"}},
+		},
+		{
+			name: "running pod session without its Pod: ghost; with it: nothing",
+			live: []session.Session{
+				func() session.Session {
+					s := vmSession("p1", session.StatusRunning, t0, "ws")
+					s.Kind = labs.KindPod
+					return s
+				}(),
+				func() session.Session {
+					s := vmSession("p2", session.StatusRunning, t0, "ws")
+					s.Kind = labs.KindPod
+					return s
+				}(),
+			},
+			inv:  inventory(nil, nil, obj(kube.KindPod, kube.NodeName("p2", "ws"), "p2")),
+			want: []planned{{Kind: Ghost, SessionID: "p1"}},
+		},
+		{
+			name: "objects of a session with no live row: one orphan item, VM first and anchor last",
+			inv: inventory(nil, []string{"lk-x-vm"},
+				obj(kube.KindAnchor, "lk-x-anchor", "x"),
+				obj(kube.KindSecret, "lk-x-vm-cloudinit", "x"),
+				obj(kube.KindVirtualMachine, "lk-x-vm", "x"),
+			),
+			want: []planned{{Kind: Orphan, SessionID: "x", Objects: []string{"VirtualMachine/lk-x-vm", "Secret/lk-x-vm-cloudinit", "Job/lk-x-anchor"}}},
+		},
+		{
+			name: "objects without a session label, or already being deleted: never touched",
+			inv: inventory(nil, nil,
+				obj(kube.KindVirtualMachine, "mystery", ""),
+				kube.Object{ObjectRef: kube.ObjectRef{Kind: kube.KindSecret, Name: "going"}, Session: "y", Deleting: true},
+			),
+		},
+		{
+			name: "objects of a live session are not orphans",
+			live: []session.Session{vmSession("a", session.StatusRunning, t0, "vm")},
+			inv:  inventory([]string{a}, nil, obj(kube.KindVirtualMachine, a, "a"), obj(kube.KindSecret, "lk-a-vm-cloudinit", "a")),
+		},
+		{
+			name: "mixed: expired first, then ghosts, then orphans, each by id",
+			live: []session.Session{
+				vmSession("g", session.StatusRunning, t0, "vm"),
+				vmSession("e2", session.StatusRunning, now.Add(-2*time.Hour), "vm"),
+				vmSession("e1", session.StatusRunning, now.Add(-2*time.Hour), "vm"),
+			},
+			inv: inventory(nil, nil, obj(kube.KindSecret, "s-o", "o")),
+			want: []planned{
+				{Kind: Expired, SessionID: "e1"}, {Kind: Expired, SessionID: "e2"},
+				{Kind: Ghost, SessionID: "g"},
+				{Kind: Orphan, SessionID: "o", Objects: []string{"Secret/s-o"}},
+			},
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := summarize(Plan(now, tc.live, tc.inv, rules))
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Fatalf("plan (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
