@@ -315,7 +315,10 @@ func (a *API) view(s session.Session) sessionJSON {
 		ServerTime: now, FailureReason: s.FailureReason, Nodes: []nodeJSON{},
 	}
 	if s.Status.Live() {
-		v.RemainingSeconds = int64(lifetime.Remaining(s.Window, now) / time.Second)
+		// Rounded up, so remainingSeconds is 0 exactly when the reaper's
+		// test says expired, never while the session can still be extended.
+		left := lifetime.Remaining(s.Window, now)
+		v.RemainingSeconds = int64((left + time.Second - 1) / time.Second)
 		v.Extendable = s.Status == session.StatusRunning && lifetime.Extendable(s.Window, now)
 	}
 	if !s.ReadyAt.IsZero() {

@@ -1,0 +1,108 @@
+package kube
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
+
+	"labkeep/shared/labs"
+	"labkeep/shared/session"
+)
+
+func testBuilder(t *testing.T, lab string) builder {
+	t.Helper()
+	cat, err := labs.Parse([]byte(`labs:
+- {name: cluster, kind: vm, nodes: [{role: control, memory: 2Gi}, {role: worker, count: 2}], disk: {goldenPVC: {name: g, namespace: golden, size: 20Gi}}}
+- {name: shell, kind: pod, image: debian, nodes: [{role: workspace}], sshPort: 2222}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, _ := cat.Get(lab)
+	return builder{
+		cfg:  Config{Namespace: "ns", Env: "dev", MaxLifetime: 3 * time.Hour, DeadlineGrace: 15 * time.Minute, AnchorImage: "pause", GuardianImage: "guardian"},
+		sess: session.Session{ID: "0b3c6a4e-1f6f-4a50-9d7e-2f3b7d1c9a11", Student: "alice@example.org", GradingToken: "tok"},
+		lab:  l,
+	}
+}
+
+func TestObjectsAreLabelledOwnedAndNamedAfterTheSession(t *testing.T) {
+	b := testBuilder(t, "cluster")
+	anchor := b.anchor()
+	if *anchor.Spec.ActiveDeadlineSeconds != 11700 || *anchor.Spec.TTLSecondsAfterFinished != 0 {
+		t.Errorf("anchor deadline=%d ttl=%d", *anchor.Spec.ActiveDeadlineSeconds, *anchor.Spec.TTLSecondsAfterFinished)
+	}
+	if _, ok := anchor.Spec.Template.Labels[LabelEnv]; ok {
+		t.Error("the anchor's Pod carries the env label; the reaper would take it for a workspace")
+	}
+	anchor.UID = "anchor-uid"
+	var metas []metav1.ObjectMeta
+	for _, n := range b.lab.Nodes {
+		s := b.cloudInit(n, anchor)
+		if !*s.Immutable || !strings.Contains(s.StringData["userdata"], `"tok"`) {
+			t.Errorf("secret %s = %+v", s.Name, s)
+		}
+		vm := b.vm(n, anchor)
+		res := vm.Spec.Template.Spec.Domain.Resources
+		if !res.Requests.Memory().Equal(*res.Limits.Memory()) || !res.Requests.Cpu().Equal(*res.Limits.Cpu()) {
+			t.Errorf("VM %s requests %v != limits %v", vm.Name, res.Requests, res.Limits)
+		}
+		if want := resource.MustParse(n.Memory); !vm.Spec.Template.Spec.Domain.Memory.Guest.Equal(want) {
+			t.Errorf("VM %s guest memory %v, want %v", vm.Name, vm.Spec.Template.Spec.Domain.Memory.Guest, want)
+		}
+		if dv := vm.Spec.DataVolumeTemplates; len(dv) != 1 || dv[0].Spec.Source.PVC.Name != "g" {
+			t.Errorf("VM %s dataVolumeTemplates = %+v", vm.Name, dv)
+		}
+		if vm.Spec.Template.Spec.Subdomain != NetworkName(b.sess.ID) || vm.Spec.Template.ObjectMeta.Labels[LabelSession] != b.sess.ID {
+			t.Errorf("VM %s template = %+v", vm.Name, vm.Spec.Template.ObjectMeta)
+		}
+		if errs := validation.IsDNS1123Label(vm.Name); len(errs) > 0 {
+			t.Errorf("VM name %q: %v", vm.Name, errs)
+		}
+		metas = append(metas, s.ObjectMeta, vm.ObjectMeta)
+	}
+	metas = append(metas, b.service(anchor).ObjectMeta, b.networkPolicy(anchor).ObjectMeta)
+	for _, m := range metas {
+		if !strings.Contains(m.Name, b.sess.ID) {
+			t.Errorf("%s does not contain the session id", m.Name)
+		}
+		if m.Labels[LabelEnv] != "dev" || m.Labels[LabelSession] != b.sess.ID || m.Labels[LabelRole] == "" ||
+			m.Labels[LabelStudent] != StudentHash("alice@example.org") || strings.Contains(m.Labels[LabelStudent], "alice") {
+			t.Errorf("%s labels = %v", m.Name, m.Labels)
+		}
+		if len(m.OwnerReferences) != 1 || m.OwnerReferences[0].UID != "anchor-uid" || m.OwnerReferences[0].Kind != "Job" {
+			t.Errorf("%s owners = %+v", m.Name, m.OwnerReferences)
+		}
+	}
+}
+
+func TestWorkspacePod(t *testing.T) {
+	b := testBuilder(t, "shell")
+	anchor := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: AnchorName(b.sess.ID), UID: "u"}}
+	pod := b.workspace(anchor)
+	if *pod.Spec.ActiveDeadlineSeconds != 11700 {
+		t.Errorf("activeDeadlineSeconds = %d", *pod.Spec.ActiveDeadlineSeconds)
+	}
+	var names []string
+	for _, c := range pod.Spec.Containers {
+		names = append(names, c.Name+"="+c.Image)
+	}
+	if strings.Join(names, ",") != "workspace=debian,guardian=guardian" {
+		t.Errorf("containers = %v", names)
+	}
+	if pod.Spec.Containers[1].Ports[0].ContainerPort != 2222 || pod.Labels[LabelRole] != "workspace" {
+		t.Errorf("pod = %+v", pod)
+	}
+	ws := pod.Spec.Containers[0].Resources
+	if !ws.Requests.Memory().Equal(*ws.Limits.Memory()) || ws.Requests.Memory().Cmp(resource.MustParse(labs.DefaultPodMemory)) != 0 {
+		t.Errorf("workspace resources = %+v", ws)
+	}
+	if pod.Spec.Volumes[0].VolumeSource.Secret.SecretName != CloudInitName(b.sess.ID, "workspace") {
+		t.Errorf("volumes = %+v", pod.Spec.Volumes)
+	}
+}

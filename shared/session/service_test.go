@@ -1,0 +1,260 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"labkeep/shared/labs"
+	"labkeep/shared/lifetime"
+)
+
+// memStore is an in-memory Store for testing the Service's decisions; the
+// real store's guarantees are tested against PostgreSQL in pgstore.
+type memStore struct {
+	mu       sync.Mutex
+	rows     map[string]Session
+	conflict int // Extend calls to fail with ErrConflict first
+}
+
+func (m *memStore) Create(_ context.Context, s Session) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range m.rows {
+		if r.Student == s.Student && r.Status.Live() {
+			return ErrSessionExists
+		}
+	}
+	m.rows[s.ID] = s
+	return nil
+}
+
+func (m *memStore) Get(_ context.Context, id string) (Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.rows[id]
+	if !ok {
+		return s, ErrNoSession
+	}
+	return s, nil
+}
+
+func (m *memStore) LiveFor(_ context.Context, student string) (Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range m.rows {
+		if r.Student == student && r.Status.Live() {
+			return r, nil
+		}
+	}
+	return Session{}, ErrNoSession
+}
+
+func (m *memStore) Latest(ctx context.Context, student string) (Session, error) {
+	return m.LiveFor(ctx, student)
+}
+
+func (m *memStore) ListLive(context.Context) ([]Session, error) { return nil, nil }
+
+func (m *memStore) MarkRunning(_ context.Context, id string, at time.Time, nodes []Node) (Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.rows[id]
+	if s.Status != StatusProvisioning {
+		return s, ErrNotLive
+	}
+	s.Status, s.ReadyAt, s.Nodes = StatusRunning, at, nodes
+	m.rows[id] = s
+	return s, nil
+}
+
+func (m *memStore) Extend(_ context.Context, id string, from, to time.Time) (Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.rows[id]
+	if m.conflict > 0 {
+		m.conflict--
+		return s, ErrConflict
+	}
+	if !s.ExpiresAt.Equal(from) {
+		return s, ErrConflict
+	}
+	s.ExpiresAt = to
+	m.rows[id] = s
+	return s, nil
+}
+
+func (m *memStore) Finish(_ context.Context, id string, st Status, reason string, at time.Time) (Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.rows[id]
+	if !s.Status.Live() {
+		return s, ErrNotLive
+	}
+	s.Status, s.FailureReason, s.FinishedAt = st, reason, at
+	m.rows[id] = s
+	return s, nil
+}
+
+func (m *memStore) LockCapacity(context.Context) (func(), error) { return func() {}, nil }
+
+// fakeCluster records calls and fails where told.
+type fakeCluster struct {
+	vms          int
+	countErr     error
+	provisionErr error
+	teardownErr  error
+	ready        bool
+	provisioned  []string
+	tornDown     []string
+}
+
+func (f *fakeCluster) CountVMs(context.Context) (int, error) { return f.vms, f.countErr }
+
+func (f *fakeCluster) Provision(_ context.Context, s Session, lab labs.Lab) error {
+	f.provisioned = append(f.provisioned, s.ID)
+	if f.provisionErr == nil {
+		f.vms += lab.VMCount()
+	}
+	return f.provisionErr
+}
+
+func (f *fakeCluster) Observe(_ context.Context, s Session) ([]NodeState, error) {
+	var out []NodeState
+	for _, n := range s.Nodes {
+		out = append(out, NodeState{Name: n.Name, Exists: true, Ready: f.ready, Host: "10.0.0.1"})
+	}
+	return out, nil
+}
+
+func (f *fakeCluster) Teardown(_ context.Context, s Session) error {
+	f.tornDown = append(f.tornDown, s.ID)
+	return f.teardownErr
+}
+
+const catalogYAML = `labs:
+- {name: one, kind: vm, nodes: [{role: vm}], disk: {containerDisk: img}}
+- {name: three, kind: vm, nodes: [{role: control}, {role: worker, count: 2}], disk: {containerDisk: img}}
+- {name: shell, kind: pod, image: img, nodes: [{role: workspace}]}
+`
+
+func newService(t *testing.T, c *fakeCluster, now *time.Time) (*Service, *memStore) {
+	t.Helper()
+	cat, err := labs.Parse([]byte(catalogYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := &memStore{rows: map[string]Session{}}
+	return &Service{
+		Store: st, Cluster: c, Labs: cat, MaxVMs: 4,
+		Policy: lifetime.Policy{Lifetime: time.Hour, MaxLifetime: 3 * time.Hour},
+		Now:    func() time.Time { return *now },
+		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+	}, st
+}
+
+func TestOpenDecisions(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name         string
+		cluster      fakeCluster
+		lab          string
+		wantErr      error
+		wantStatus   Status
+		wantTeardown bool
+		wantReason   string
+	}{
+		{"fits", fakeCluster{vms: 1}, "three", nil, StatusProvisioning, false, ""},
+		{"one VM too many is refused before creating anything", fakeCluster{vms: 2}, "three", ErrNoCapacity, StatusFailed, false, "2 of 4 VMs"},
+		{"pod labs need no VM capacity", fakeCluster{vms: 4}, "shell", nil, StatusProvisioning, false, ""},
+		{"count failure falls back to the quota", fakeCluster{vms: 99, countErr: errors.New("forbidden")}, "one", nil, StatusProvisioning, false, ""},
+		{"quota refusal is no_capacity and rolled back", fakeCluster{provisionErr: errors.Join(ErrNoCapacity, errors.New("exceeded quota"))}, "one", ErrNoCapacity, StatusFailed, true, "exceeded quota"},
+		{"other failure is rolled back", fakeCluster{provisionErr: errors.New("boom")}, "three", ErrProvisioning, StatusFailed, true, "boom"},
+		{"failed rollback still frees the student", fakeCluster{provisionErr: errors.New("boom"), teardownErr: errors.New("api down")}, "one", ErrProvisioning, StatusFailed, true, "cleanup incomplete: api down"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			now := t0
+			c := tc.cluster
+			svc, store := newService(t, &c, &now)
+			s, err := svc.Open(context.Background(), "ann", tc.lab)
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("Open error = %v, want %v", err, tc.wantErr)
+			}
+			row, _ := store.Get(context.Background(), s.ID)
+			if row.Status != tc.wantStatus || !strings.Contains(row.FailureReason, tc.wantReason) {
+				t.Errorf("row = %s %q, want %s containing %q", row.Status, row.FailureReason, tc.wantStatus, tc.wantReason)
+			}
+			if got := len(c.tornDown) > 0; got != tc.wantTeardown {
+				t.Errorf("teardown called = %v, want %v", got, tc.wantTeardown)
+			}
+			if tc.wantStatus == StatusFailed {
+				c.provisionErr, c.countErr, c.vms = nil, nil, 0
+				if _, err := svc.Open(context.Background(), "ann", tc.lab); err != nil {
+					t.Errorf("retry after failure = %v", err)
+				}
+			}
+		})
+	}
+}
+
+func TestOpenUnknownLabListsValidOnes(t *testing.T) {
+	now := time.Now()
+	svc, store := newService(t, &fakeCluster{}, &now)
+	_, err := svc.Open(context.Background(), "ann", "nope")
+	if !errors.Is(err, ErrUnknownLab) || !strings.Contains(err.Error(), "one, shell, three") {
+		t.Errorf("Open = %v", err)
+	}
+	if len(store.rows) != 0 {
+		t.Errorf("unknown lab wrote rows: %v", store.rows)
+	}
+}
+
+func TestExtendRetriesConflicts(t *testing.T) {
+	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+	c := &fakeCluster{ready: true}
+	svc, store := newService(t, c, &now)
+	s, err := svc.Open(context.Background(), "ann", "one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(30 * time.Minute)
+	store.conflict = 2
+	got, err := svc.Extend(context.Background(), "ann", s.ID)
+	if err != nil || !got.ExpiresAt.Equal(now.Add(time.Hour)) {
+		t.Errorf("Extend = %v %v", got.ExpiresAt, err)
+	}
+	if _, err := svc.Extend(context.Background(), "ann", "other-id"); !errors.Is(err, ErrNoSession) {
+		t.Errorf("Extend with a foreign id = %v, want ErrNoSession", err)
+	}
+	if _, err := svc.Get(context.Background(), "bob", s.ID); !errors.Is(err, ErrNoSession) {
+		t.Errorf("Get of another student's id = %v, want ErrNoSession", err)
+	}
+}
+
+func TestCloseKeepsRowLiveWhenDeleteFails(t *testing.T) {
+	now := time.Now()
+	c := &fakeCluster{}
+	svc, store := newService(t, c, &now)
+	s, err := svc.Open(context.Background(), "ann", "one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.teardownErr = errors.New("api down")
+	if _, err := svc.Close(context.Background(), "ann", "", "test"); err == nil {
+		t.Fatal("Close succeeded although the delete failed")
+	}
+	if row, _ := store.Get(context.Background(), s.ID); !row.Status.Live() {
+		t.Errorf("row = %s, want still live for the reaper", row.Status)
+	}
+	c.teardownErr = nil
+	closed, err := svc.Close(context.Background(), "ann", "", "test")
+	if err != nil || closed.Status != StatusClosed {
+		t.Errorf("Close = %s %v", closed.Status, err)
+	}
+}
