@@ -63,7 +63,10 @@ func TestRenamedProcessesGetNoProtection(t *testing.T) {
 	}
 	userSSHD := ws.user("/usr/sbin/sshd", "-D", "-e", "-f", cfg2)
 	for _, p := range []*proc{fakeSSHD, fakeGuardian} {
-		if !eventually(5*time.Second, func() bool { x, err := ws.fs.Process(p.cmd.Process.Pid); return err == nil && x.Exe == bins.workload && (x.Comm == "sshd" || x.Comm == "guardian") }) {
+		if !eventually(5*time.Second, func() bool {
+			x, err := ws.fs.Process(p.cmd.Process.Pid)
+			return err == nil && x.Exe == bins.workload && (x.Comm == "sshd" || x.Comm == "guardian")
+		}) {
 			t.Fatalf("pid %d never renamed itself", p.cmd.Process.Pid)
 		}
 	}

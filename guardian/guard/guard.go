@@ -216,6 +216,9 @@ func New(cfg Config, d Deps) (*Guardian, error) {
 	if self, err := d.Procs.Process(os.Getpid()); err == nil {
 		g.self = self.Key()
 	}
+	// Every new (not aggregated) alert is persisted at once, so a guardian
+	// killed right after raising it still reports it after the restart.
+	d.Alerts.OnRaise(func(alert.Alert) { g.saveLogged() })
 	return g, nil
 }
 
