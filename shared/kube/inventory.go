@@ -86,18 +86,15 @@ func (c *Cluster) Inventory(ctx context.Context) (Inventory, error) {
 			CreatedAt: m.CreationTimestamp.Time, Deleting: m.DeletionTimestamp != nil,
 		})
 	}
-	cctx, cancel := c.call(ctx)
-	defer cancel()
-	vms, err := c.virt.KubevirtV1().VirtualMachines(ns).List(cctx, metav1.ListOptions{})
+	vms, err := listWith(ctx, c, c.virt.KubevirtV1().VirtualMachines(ns).List, metav1.ListOptions{})
 	if err != nil {
 		return inv, fmt.Errorf("listing VirtualMachines: %w", err)
 	}
 	inv.VMs = len(vms.Items)
 	for _, vm := range vms.Items {
-		inv.VMNames[vm.Name] = true
 		add(KindVirtualMachine, vm.ObjectMeta)
 	}
-	vmis, err := c.virt.KubevirtV1().VirtualMachineInstances(ns).List(cctx, metav1.ListOptions{})
+	vmis, err := listWith(ctx, c, c.virt.KubevirtV1().VirtualMachineInstances(ns).List, metav1.ListOptions{})
 	if err != nil {
 		return inv, fmt.Errorf("listing VirtualMachineInstances: %w", err)
 	}
@@ -105,35 +102,35 @@ func (c *Cluster) Inventory(ctx context.Context) (Inventory, error) {
 		st := VMIState("", &vmis.Items[i])
 		inv.VMIs[vmis.Items[i].Name] = VMIInfo{Name: vmis.Items[i].Name, Ready: st.Ready}
 	}
-	jobs, err := c.kube.BatchV1().Jobs(ns).List(cctx, envSel)
+	jobs, err := listWith(ctx, c, c.kube.BatchV1().Jobs(ns).List, envSel)
 	if err != nil {
 		return inv, fmt.Errorf("listing Jobs: %w", err)
 	}
 	for _, o := range jobs.Items {
 		add(KindAnchor, o.ObjectMeta)
 	}
-	secrets, err := c.kube.CoreV1().Secrets(ns).List(cctx, envSel)
+	secrets, err := listWith(ctx, c, c.kube.CoreV1().Secrets(ns).List, envSel)
 	if err != nil {
 		return inv, fmt.Errorf("listing Secrets: %w", err)
 	}
 	for _, o := range secrets.Items {
 		add(KindSecret, o.ObjectMeta)
 	}
-	svcs, err := c.kube.CoreV1().Services(ns).List(cctx, envSel)
+	svcs, err := listWith(ctx, c, c.kube.CoreV1().Services(ns).List, envSel)
 	if err != nil {
 		return inv, fmt.Errorf("listing Services: %w", err)
 	}
 	for _, o := range svcs.Items {
 		add(KindService, o.ObjectMeta)
 	}
-	nps, err := c.kube.NetworkingV1().NetworkPolicies(ns).List(cctx, envSel)
+	nps, err := listWith(ctx, c, c.kube.NetworkingV1().NetworkPolicies(ns).List, envSel)
 	if err != nil {
 		return inv, fmt.Errorf("listing NetworkPolicies: %w", err)
 	}
 	for _, o := range nps.Items {
 		add(KindNetworkPolicy, o.ObjectMeta)
 	}
-	pods, err := c.kube.CoreV1().Pods(ns).List(cctx, envSel)
+	pods, err := listWith(ctx, c, c.kube.CoreV1().Pods(ns).List, envSel)
 	if err != nil {
 		return inv, fmt.Errorf("listing Pods: %w", err)
 	}
@@ -180,4 +177,11 @@ func (c *Cluster) Delete(ctx context.Context, r ObjectRef) error {
 		return fmt.Errorf("deleting %s %s: %w", r.Kind, r.Name, err)
 	}
 	return nil
+}
+
+// listWith runs one list call under the per-call timeout.
+func listWith[L any](ctx context.Context, c *Cluster, list func(context.Context, metav1.ListOptions) (L, error), opts metav1.ListOptions) (L, error) {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	return list(ctx, opts)
 }

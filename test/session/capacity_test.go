@@ -3,6 +3,7 @@ package session_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -222,4 +223,54 @@ func waitFor(t *testing.T, timeout time.Duration, what string, ok func() bool) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// If the functions cannot list VMs (here: RBAC no longer grants it), opens
+// are not all refused: the count is skipped and the ResourceQuota still
+// caps the namespace.
+func TestUncountableClusterFallsBackToQuota(t *testing.T) {
+	e := newEnv(t, envOptions{maxVMs: 8})
+	ctx := context.Background()
+	role, err := e.kube.RbacV1().Roles(e.ns).Get(ctx, "labkeep-functions", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, r := range role.Rules {
+		if len(r.Resources) == 1 && r.Resources[0] == "virtualmachines" {
+			role.Rules[i].Verbs = []string{"create", "get", "delete"} // no list
+		}
+	}
+	if _, err := e.kube.RbacV1().Roles(e.ns).Update(ctx, role, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "list refused", func() bool {
+		_, err := e.app.Cluster.CountVMs(ctx)
+		return err != nil
+	})
+	quota := &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: "one-vm"},
+		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/virtualmachines.kubevirt.io": resourceMust("1")}},
+	}
+	if _, err := e.kube.CoreV1().ResourceQuotas(e.ns).Create(ctx, quota, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "quota status", func() bool {
+		q, err := e.kube.CoreV1().ResourceQuotas(e.ns).Get(ctx, "one-vm", metav1.GetOptions{})
+		return err == nil && len(q.Status.Hard) > 0
+	})
+	if r := e.open("u1", "linux-vm"); r.status != 201 {
+		t.Fatalf("open without a VM count = %d %s", r.status, r.body)
+	}
+	r := e.open("u2", "linux-vm")
+	if r.status != 503 || r.code != "no_capacity" || !strings.Contains(r.message, "exceeded quota") {
+		t.Fatalf("open beyond the quota = %d %s", r.status, r.body)
+	}
+	waitFor(t, 20*time.Second, "refused session cleaned up", func() bool {
+		for _, o := range e.labelledObjects() {
+			if o.session == r.session.ID {
+				return false
+			}
+		}
+		return true
+	})
 }

@@ -1,0 +1,86 @@
+package session_test
+
+import (
+	"context"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"labkeep/shared/kube"
+)
+
+// The reaper's view of the namespace, read as the infra ServiceAccount:
+// only this environment's labelled objects, but every VM counted.
+func TestInventorySeesOnlyItsEnvironmentButCountsEveryVM(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	ctx := context.Background()
+	opened := e.open("inv", "k8s-cluster")
+	if opened.status != 201 {
+		t.Fatalf("open = %d %s", opened.status, opened.body)
+	}
+	e.waitRunning("inv", 30*time.Second)
+	for name, labels := range map[string]map[string]any{
+		"unlabelled": nil,
+		"other-env":  {"labkeep.io/env": "prod", "labkeep.io/session": "someone-else"},
+	} {
+		vm := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+			"metadata": map[string]any{"name": name},
+			"spec":     map[string]any{"runStrategy": "Halted", "template": map[string]any{"spec": map[string]any{"domain": map[string]any{"devices": map[string]any{}}}}},
+		}}
+		if labels != nil {
+			vm.SetLabels(map[string]string{"labkeep.io/env": "prod", "labkeep.io/session": "someone-else"})
+		}
+		if _, err := e.dyn.Resource(gvrVM).Namespace(e.ns).Create(ctx, vm, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	inv, err := e.app.Cluster.Inventory(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if inv.VMs != 5 {
+		t.Errorf("VMs = %d, want 5 (3 of the session, unlabelled, other env)", inv.VMs)
+	}
+	var got []string
+	for _, o := range inv.Objects {
+		if o.Env != e.name || o.Session != opened.session.ID || o.UID == "" {
+			t.Errorf("object %+v is not this environment's session's", o)
+		}
+		got = append(got, string(o.Kind)+"/"+strings.TrimPrefix(o.Name, "lk-"+opened.session.ID))
+	}
+	sort.Strings(got)
+	want := "Job/-anchor NetworkPolicy/ Secret/-control-cloudinit Secret/-worker-1-cloudinit Secret/-worker-2-cloudinit Service/ VirtualMachine/-control VirtualMachine/-worker-1 VirtualMachine/-worker-2"
+	if strings.Join(got, " ") != want {
+		t.Errorf("objects = %v\nwant    %v", got, want)
+	}
+	if vmi, ok := inv.VMIs[kube.NodeName(opened.session.ID, "worker-2")]; !ok || !vmi.Ready {
+		t.Errorf("VMIs = %v", inv.VMIs)
+	}
+	// Delete with the UID seen: a stale UID (object replaced) is a no-op,
+	// the right one deletes.
+	var vm kube.Object
+	for _, o := range inv.Objects {
+		if o.Kind == kube.KindVirtualMachine {
+			vm = o
+		}
+	}
+	stale := vm.ObjectRef
+	stale.UID = "00000000-0000-0000-0000-000000000000"
+	if err := e.app.Cluster.Delete(ctx, stale); err != nil {
+		t.Errorf("Delete with a stale UID = %v", err)
+	}
+	if _, err := e.dyn.Resource(gvrVM).Namespace(e.ns).Get(ctx, vm.Name, metav1.GetOptions{}); err != nil {
+		t.Errorf("stale-UID delete removed the VM: %v", err)
+	}
+	if err := e.app.Cluster.Delete(ctx, vm.ObjectRef); err != nil {
+		t.Fatal(err)
+	}
+	if err := e.app.Cluster.Delete(ctx, vm.ObjectRef); err != nil {
+		t.Errorf("second Delete of a gone object = %v", err)
+	}
+}
