@@ -92,6 +92,7 @@ func (c *Cluster) Inventory(ctx context.Context) (Inventory, error) {
 	}
 	inv.VMs = len(vms.Items)
 	for _, vm := range vms.Items {
+		inv.VMNames[vm.Name] = true
 		add(KindVirtualMachine, vm.ObjectMeta)
 	}
 	vmis, err := listWith(ctx, c, c.virt.KubevirtV1().VirtualMachineInstances(ns).List, metav1.ListOptions{})
