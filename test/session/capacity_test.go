@@ -13,8 +13,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-func resourceMust(s string) resource.Quantity { return resource.MustParse(s) }
-
 // Must show 2: 50 students open at once with MAX 8: exactly 8 live, 42 get
 // 503 no_capacity with Retry-After, nothing left behind — five times.
 func TestFiftyConcurrentOpensWithEightSlots(t *testing.T) {
@@ -79,18 +77,7 @@ func TestFiftyConcurrentOpensWithEightSlots(t *testing.T) {
 // failed and nothing is left behind.
 func TestQuotaRefusalIsNoCapacity(t *testing.T) {
 	e := newEnv(t, envOptions{maxVMs: 100})
-	ctx := context.Background()
-	quota := &corev1.ResourceQuota{
-		ObjectMeta: metav1.ObjectMeta{Name: "two-vms"},
-		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/virtualmachines.kubevirt.io": resourceMust("2")}},
-	}
-	if _, err := e.kube.CoreV1().ResourceQuotas(e.ns).Create(ctx, quota, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "quota status", func() bool {
-		q, err := e.kube.CoreV1().ResourceQuotas(e.ns).Get(ctx, "two-vms", metav1.GetOptions{})
-		return err == nil && len(q.Status.Hard) > 0
-	})
+	e.limitVMs(2)
 	for _, s := range []string{"q1", "q2"} {
 		if r := e.open(s, "linux-vm"); r.status != 201 {
 			t.Fatalf("open %s = %d %s", s, r.status, r.body)
@@ -247,17 +234,7 @@ func TestUncountableClusterFallsBackToQuota(t *testing.T) {
 		_, err := e.app.Cluster.CountVMs(ctx)
 		return err != nil
 	})
-	quota := &corev1.ResourceQuota{
-		ObjectMeta: metav1.ObjectMeta{Name: "one-vm"},
-		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/virtualmachines.kubevirt.io": resourceMust("1")}},
-	}
-	if _, err := e.kube.CoreV1().ResourceQuotas(e.ns).Create(ctx, quota, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "quota status", func() bool {
-		q, err := e.kube.CoreV1().ResourceQuotas(e.ns).Get(ctx, "one-vm", metav1.GetOptions{})
-		return err == nil && len(q.Status.Hard) > 0
-	})
+	e.limitVMs(1)
 	if r := e.open("u1", "linux-vm"); r.status != 201 {
 		t.Fatalf("open without a VM count = %d %s", r.status, r.body)
 	}
@@ -272,5 +249,24 @@ func TestUncountableClusterFallsBackToQuota(t *testing.T) {
 			}
 		}
 		return true
+	})
+}
+
+// limitVMs adds a ResourceQuota of n VMs to the sessions namespace and
+// waits until the quota controller has computed its usage (until then the
+// API server cannot enforce it).
+func (e *env) limitVMs(n int) {
+	e.t.Helper()
+	ctx := context.Background()
+	quota := &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-vm-limit"},
+		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/virtualmachines.kubevirt.io": *resource.NewQuantity(int64(n), resource.DecimalSI)}},
+	}
+	if _, err := e.kube.CoreV1().ResourceQuotas(e.ns).Create(ctx, quota, metav1.CreateOptions{}); err != nil {
+		e.t.Fatal(err)
+	}
+	waitFor(e.t, 30*time.Second, "quota status", func() bool {
+		q, err := e.kube.CoreV1().ResourceQuotas(e.ns).Get(ctx, quota.Name, metav1.GetOptions{})
+		return err == nil && len(q.Status.Hard) > 0
 	})
 }
