@@ -133,9 +133,9 @@ func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (pgstore.ReapRun,
 		go func() {
 			defer wg.Done()
 			for it := range work {
-				failures := r.handle(runCtx, log, it, cfg.DryRun)
+				reaped, failures := r.handle(runCtx, log, it, cfg.DryRun)
 				mu.Lock()
-				if len(failures) == 0 {
+				if reaped {
 					report.Counts[string(it.Kind)]++
 					report.Items = append(report.Items, it.record())
 				}
@@ -174,9 +174,10 @@ func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (pgstore.ReapRun,
 	return report, nil
 }
 
-// handle reaps one item and returns its failures; a panic is one too, so
-// not even a bug in one item's handling stops the others.
-func (r *Reaper) handle(ctx context.Context, log *slog.Logger, it Item, dryRun bool) (failures []pgstore.ReapFailure) {
+// handle reaps one item and reports whether it did (false: it failed, or
+// turned out not to need reaping) and its failures; a panic is a failure
+// too, so not even a bug in one item's handling stops the others.
+func (r *Reaper) handle(ctx context.Context, log *slog.Logger, it Item, dryRun bool) (reaped bool, failures []pgstore.ReapFailure) {
 	log = log.With("kind", it.Kind, "session", shortID(it.SessionID))
 	fail := func(object string, err error) {
 		failures = append(failures, pgstore.ReapFailure{Kind: string(it.Kind), Session: it.SessionID, Object: object, Error: err.Error()})
@@ -185,11 +186,12 @@ func (r *Reaper) handle(ctx context.Context, log *slog.Logger, it Item, dryRun b
 	defer func() {
 		if p := recover(); p != nil {
 			fail("", fmt.Errorf("panic: %v\n%s", p, debug.Stack()))
+			reaped = false
 		}
 	}()
 	if dryRun {
 		log.Info("would reap", "reason", it.Reason, "objects", len(it.Objects))
-		return nil
+		return true, nil
 	}
 	switch it.Kind {
 	case Expired, Ghost:
@@ -201,7 +203,7 @@ func (r *Reaper) handle(ctx context.Context, log *slog.Logger, it Item, dryRun b
 		if err := r.Cluster.Teardown(ctx, it.Session); err != nil {
 			fail("", err)
 			if it.Kind == Expired {
-				return failures
+				return false, failures
 			}
 		}
 		status := session.StatusExpired
@@ -210,18 +212,19 @@ func (r *Reaper) handle(ctx context.Context, log *slog.Logger, it Item, dryRun b
 		}
 		if _, err := r.Store.Finish(ctx, it.SessionID, status, it.Reason, r.Now().UTC()); err != nil && !errors.Is(err, session.ErrNotLive) {
 			fail("", fmt.Errorf("marking %s: %w", status, err))
-			return failures
+			return false, failures
 		}
 		log.Info("reaped", "reason", it.Reason)
+		return len(failures) == 0, failures
 	case Orphan:
 		// Re-check right before deleting: a session whose row was written
 		// after this run listed the live rows must survive.
 		if s, err := r.Store.Get(ctx, it.SessionID); err == nil && s.Status.Live() {
 			log.Info("not an orphan after all: session is live now")
-			return nil
+			return false, nil
 		} else if err != nil && !errors.Is(err, session.ErrNoSession) {
 			fail("", fmt.Errorf("re-checking the session row: %w", err))
-			return failures
+			return false, failures
 		}
 		for _, o := range it.Objects {
 			if err := r.Cluster.Delete(ctx, o); err != nil {
@@ -231,8 +234,9 @@ func (r *Reaper) handle(ctx context.Context, log *slog.Logger, it Item, dryRun b
 		if len(failures) == 0 {
 			log.Info("reaped orphan", "objects", len(it.Objects))
 		}
+		return len(failures) == 0, failures
 	}
-	return failures
+	return false, failures
 }
 
 func (it Item) record() pgstore.ReapItem {

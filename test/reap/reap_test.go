@@ -1,0 +1,262 @@
+package reap_test
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"labkeep/shared/kube"
+	"labkeep/shared/pgstore"
+	"labkeep/shared/reap"
+	"labkeep/shared/session"
+)
+
+// unlabelledVM creates a VM without any labkeep label in ns.
+func unlabelledVM(t *testing.T, ns, name string) {
+	t.Helper()
+	_, dyn := admin(t)
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
+		"metadata": map[string]any{"name": name},
+		"spec":     map[string]any{"runStrategy": "Always", "template": map[string]any{"spec": map[string]any{}}},
+	}}
+	if _, err := dyn.Resource(gvrs["VirtualMachine"]).Namespace(ns).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// forgetRow deletes a session's row, leaving its objects: what a backend
+// that crashed between creating objects and committing its row leaves.
+func (b *backend) forgetRow(id string) {
+	b.t.Helper()
+	if _, err := b.db.Exec(context.Background(), "DELETE FROM sessions WHERE id = $1", id); err != nil {
+		b.t.Fatal(err)
+	}
+}
+
+// Must show 1 — regression for the incident where a dev reaper sharing the
+// VM namespace with prod deleted a prod student's VM 26 s after boot,
+// taking it for an orphan because it was not in dev's database.
+func TestDevReaperNeverTouchesProd(t *testing.T) {
+	shared := "shared-" + randSuffix()
+	prod := newBackend(t, backendOptions{env: "prod", namespace: shared})
+	dev := newBackend(t, backendOptions{env: "dev", namespace: shared})
+
+	student := prod.open("alice", "linux-vm")
+	unlabelledVM(t, shared, "hand-made-vm")
+	prodOrphan := prod.open("bob", "linux-vm")
+	prod.forgetRow(prodOrphan.ID) // prod's own orphan
+	before := objectsIn(t, shared, "")
+
+	for i := range 3 {
+		r := dev.run()
+		if n := r.Counts["orphan"] + r.Counts["expired"] + r.Counts["ghost"]; n != 0 || len(r.Failures) != 0 {
+			t.Fatalf("dev run %d reaped %v with failures %v in a namespace holding only prod's and unlabelled objects", i, r.Counts, r.Failures)
+		}
+	}
+	if after := objectsIn(t, shared, ""); !slices.Equal(before, after) {
+		t.Fatalf("dev reaper changed the shared namespace:\nbefore %v\nafter  %v", before, after)
+	}
+
+	r := prod.run()
+	if r.Counts["orphan"] != 1 || len(r.Failures) != 0 {
+		t.Fatalf("prod run: counts %v failures %v, want exactly its one orphan", r.Counts, r.Failures)
+	}
+	prod.waitGone(prodOrphan.ID, 30*time.Second)
+	if got, _ := prod.store.Get(context.Background(), student.ID); got.Status != session.StatusRunning {
+		t.Fatalf("prod student's session is %s (%s) after both reapers ran; prod run %+v", got.Status, got.FailureReason, r)
+	}
+	left := objectsIn(t, shared, "")
+	for _, want := range []string{"VirtualMachine/hand-made-vm", "VirtualMachine/" + kube.NodeName(student.ID, student.Nodes[0].Name)} {
+		if !slices.Contains(left, want) {
+			t.Fatalf("%s is gone; left: %v", want, left)
+		}
+	}
+}
+
+// Must show 2 — regression for the incident where one row whose delete
+// threw on every run stopped every run, so everything behind it piled up.
+func TestOneFailingDeleteDoesNotStallTheRun(t *testing.T) {
+	b := newBackend(t, backendOptions{})
+	stuck := b.open("s-stuck", "linux-vm")
+	exp1 := b.open("s-exp1", "linux-vm")
+	exp2 := b.open("s-exp2", "k8s-cluster")
+	b.clock.Advance(61 * time.Minute) // the three above expire
+	ghost := b.open("s-ghost", "linux-vm")
+	orphan := b.open("s-orphan", "linux-vm")
+	b.forgetRow(orphan.ID)
+	_, dyn := admin(t)
+	if err := dyn.Resource(gvrs["VirtualMachine"]).Namespace(b.ns).Delete(context.Background(), kube.NodeName(ghost.ID, ghost.Nodes[0].Name), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	b.faults.FailDeletesOf(stuck.ID)
+
+	for run := range 2 { // fails on every run, not just once
+		r := b.run()
+		want := map[string]int{"expired": 2, "ghost": 1, "orphan": 1}
+		if run > 0 {
+			want = map[string]int{}
+		}
+		if fmt.Sprint(r.Counts) != fmt.Sprint(want) {
+			t.Fatalf("run %d: counts %v, want %v (failures %v)", run, r.Counts, want, r.Failures)
+		}
+		if len(r.Failures) == 0 || !allAbout(r.Failures, stuck.ID) {
+			t.Fatalf("run %d: failures %+v, want only session %s's", run, r.Failures, stuck.ID)
+		}
+		if got := b.status(stuck.ID); got != session.StatusRunning {
+			t.Fatalf("run %d: failing session is %s; it must stay live for the next run", run, got)
+		}
+	}
+	for id, want := range map[string]session.Status{exp1.ID: session.StatusExpired, exp2.ID: session.StatusExpired, ghost.ID: session.StatusFailed} {
+		if got := b.status(id); got != want {
+			t.Fatalf("session %s is %s, want %s", id, got, want)
+		}
+		b.waitGone(id, 30*time.Second)
+	}
+	b.waitGone(orphan.ID, 30*time.Second)
+	runs, err := b.store.RecentRuns(context.Background(), 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(runs) != 2 || len(runs[0].Failures) == 0 || len(runs[1].Failures) == 0 {
+		t.Fatalf("stored runs do not show the failures: %+v", runs)
+	}
+
+	b.faults.Heal()
+	r := b.run()
+	if r.Counts["expired"] != 1 || len(r.Failures) != 0 {
+		t.Fatalf("after the fault is gone: counts %v failures %v, want the stuck session expired", r.Counts, r.Failures)
+	}
+	if got := b.status(stuck.ID); got != session.StatusExpired {
+		t.Fatalf("stuck session is %s after healing", got)
+	}
+	b.waitGone(stuck.ID, 30*time.Second)
+}
+
+func allAbout(fs []pgstore.ReapFailure, id string) bool {
+	for _, f := range fs {
+		if f.Session != id {
+			return false
+		}
+	}
+	return true
+}
+
+// liveHook is a Store whose ListLive runs a function after listing: the
+// window between the reaper reading the rows and reading the cluster.
+type liveHook struct {
+	reap.Store
+	after func()
+}
+
+func (h *liveHook) ListLive(ctx context.Context) ([]session.Session, error) {
+	live, err := h.Store.ListLive(ctx)
+	if h.after != nil {
+		h.after()
+	}
+	return live, err
+}
+
+// Must show 3 — the backend crashes between creating a VM and writing its
+// row: the next run reaps the orphan. A session created while a run is in
+// progress is not reaped.
+func TestCrashOrphanReapedButNewSessionSurvives(t *testing.T) {
+	b := newBackend(t, backendOptions{})
+	ctx := context.Background()
+	lab, _ := b.svc.Labs.Get("linux-vm")
+	crashed := session.Session{ID: "0d5c9e4e-0000-4000-8000-00000000c0de", Student: "s-crash", Lab: lab.Name, Kind: lab.Kind,
+		Status: session.StatusProvisioning, Window: b.svc.Policy.Open(b.clock.Now()), Nodes: []session.Node{{Name: lab.Nodes[0].Name, Role: lab.Nodes[0].Role}}}
+	if err := b.cluster.Provision(ctx, crashed, lab); err != nil { // objects, no row
+		t.Fatal(err)
+	}
+	if len(b.sessionObjects(crashed.ID)) == 0 {
+		t.Fatal("crashed provisioning created nothing")
+	}
+
+	var fresh session.Session
+	b.reaper.Store = &liveHook{Store: b.store, after: func() {
+		// Opened after the run read the rows, before it lists the cluster.
+		s, err := b.svc.Open(ctx, "s-fresh", "linux-vm")
+		if err != nil {
+			t.Errorf("open during the run: %v", err)
+		}
+		fresh = s
+	}}
+	r := b.run()
+	if r.Counts["orphan"] != 1 || len(r.Failures) != 0 {
+		t.Fatalf("run: counts %v failures %v, want the crash orphan only", r.Counts, r.Failures)
+	}
+	b.waitGone(crashed.ID, 30*time.Second)
+	if got := b.status(fresh.ID); !got.Live() {
+		t.Fatalf("session opened during the run is %s", got)
+	}
+	if objs := b.sessionObjects(fresh.ID); !slices.Contains(objs, "VirtualMachine/"+kube.NodeName(fresh.ID, fresh.Nodes[0].Name)) {
+		t.Fatalf("session opened during the run lost its VM: %v", objs)
+	}
+}
+
+// Must show 4 — a VM deleted out-of-band (or whose VMI vanished): its
+// session becomes a ghost, is marked failed with the reason, and the
+// student can open a new lab at once.
+func TestGhostMarkedFailedAndStudentCanReopen(t *testing.T) {
+	b := newBackend(t, backendOptions{})
+	ctx := context.Background()
+	deleted := b.open("s-deleted", "linux-vm")
+	vanished := b.open("s-vanished", "linux-vm")
+	_, dyn := admin(t)
+	if err := dyn.Resource(gvrs["VirtualMachine"]).Namespace(b.ns).Delete(ctx, kube.NodeName(deleted.ID, deleted.Nodes[0].Name), metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Sim.Vanish(ctx, b.ns, kube.NodeName(vanished.ID, vanished.Nodes[0].Name)); err != nil {
+		t.Fatal(err)
+	}
+	r := b.run()
+	if r.Counts["ghost"] != 2 || len(r.Failures) != 0 {
+		t.Fatalf("counts %v failures %v, want two ghosts", r.Counts, r.Failures)
+	}
+	for _, s := range []session.Session{deleted, vanished} {
+		got, err := b.store.Get(ctx, s.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got.Status != session.StatusFailed || !strings.Contains(got.FailureReason, "no longer exists") {
+			t.Fatalf("ghost %s: status %s reason %q", s.ID, got.Status, got.FailureReason)
+		}
+		b.waitGone(s.ID, 30*time.Second)
+		again := b.open(s.Student, "linux-vm")
+		if again.ID == s.ID {
+			t.Fatal("reopen returned the ghost")
+		}
+	}
+}
+
+// Must show 5 — with every labkeep process stopped, the deadline anchors
+// alone delete the VMs and Secrets at max lifetime + grace.
+func TestAnchorsAloneReclaimEverything(t *testing.T) {
+	// Max lifetime 3s + grace 2s: the anchor's activeDeadlineSeconds is 5.
+	b := newBackend(t, backendOptions{lifetime: time.Second, grace: 2 * time.Second})
+	opened := time.Now()
+	s := b.open("s-anchor", "k8s-cluster")
+	objs := b.sessionObjects(s.ID)
+	for _, kind := range []string{"VirtualMachine/", "Secret/", "Job/", "Service/", "NetworkPolicy/"} {
+		if !slices.ContainsFunc(objs, func(o string) bool { return strings.HasPrefix(o, kind) }) {
+			t.Fatalf("3-node session lacks a %s object: %v", kind, objs)
+		}
+	}
+	// No reaper and no function runs from here on.
+	b.waitGone(s.ID, 60*time.Second)
+	took := time.Since(opened)
+	if took < 5*time.Second-500*time.Millisecond {
+		t.Fatalf("objects gone %s after open, before max lifetime + grace (5s)", took)
+	}
+	if got := b.status(s.ID); got != session.StatusRunning {
+		t.Fatalf("row is %s; nothing but Kubernetes should have acted", got)
+	}
+	t.Logf("all %d objects of a 3-node session deleted by Kubernetes alone %s after open (deadline 5s)", len(objs), took.Round(100*time.Millisecond))
+}
