@@ -384,3 +384,12 @@ func (b *backend) waitGone(id string, timeout time.Duration) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+func (b *backend) count(sql string, args ...any) int {
+	b.t.Helper()
+	var n int
+	if err := b.db.QueryRow(context.Background(), sql, args...).Scan(&n); err != nil {
+		b.t.Fatal(err)
+	}
+	return n
+}

@@ -2,9 +2,11 @@ package reap_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -259,4 +261,159 @@ func TestAnchorsAloneReclaimEverything(t *testing.T) {
 		t.Fatalf("row is %s; nothing but Kubernetes should have acted", got)
 	}
 	t.Logf("all %d objects of a 3-node session deleted by Kubernetes alone %s after open (deadline 5s)", len(objs), took.Round(100*time.Millisecond))
+}
+
+// Must show 6 — two reapers (two replicas with their own connection pools)
+// running concurrently for 20 runs: no errors, each item reaped exactly once.
+func TestConcurrentReapersReapEachItemOnce(t *testing.T) {
+	a := newBackend(t, backendOptions{})
+	ctx := context.Background()
+	const expiring, orphans = 6, 4
+	var ids []string
+	for i := range expiring {
+		ids = append(ids, a.open(fmt.Sprintf("s-exp-%d", i), "linux-vm").ID)
+	}
+	a.clock.Advance(61 * time.Minute)
+	for i := range orphans {
+		s := a.open(fmt.Sprintf("s-orphan-%d", i), "linux-vm")
+		a.forgetRow(s.ID)
+		ids = append(ids, s.ID)
+	}
+	// Replica b: same database and environment, its own pool and clients.
+	second, err := pgstore.Open(ctx, a.store.Pool().Config().ConnString())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer second.Close()
+	replica := *a.reaper
+	replica.Store = second
+
+	var (
+		mu     sync.Mutex
+		counts = map[string]int{}
+		busy   int
+		items  = map[string]int{}
+	)
+	for run := range 20 {
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for _, r := range []*reap.Reaper{a.reaper, &replica} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				<-start
+				rep, err := r.RunOnce(ctx, reap.TriggerSchedule)
+				mu.Lock()
+				defer mu.Unlock()
+				switch {
+				case errors.Is(err, reap.ErrBusy):
+					busy++
+				case err != nil:
+					t.Errorf("run %d: %v", run, err)
+				default:
+					for k, n := range rep.Counts {
+						counts[k] += n
+					}
+					for _, it := range rep.Items {
+						items[it.Session]++
+					}
+					if len(rep.Failures) > 0 {
+						t.Errorf("run %d: failures %+v", run, rep.Failures)
+					}
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+	}
+	if counts["expired"] != expiring || counts["orphan"] != orphans {
+		t.Fatalf("reaped %v over 40 runs, want %d expired and %d orphans exactly", counts, expiring, orphans)
+	}
+	for _, id := range ids {
+		if items[id] != 1 {
+			t.Fatalf("session %s reaped %d times", id, items[id])
+		}
+		a.waitGone(id, 30*time.Second)
+	}
+	t.Logf("40 runs from two replicas: %d returned busy, every one of %d items reaped exactly once", busy, len(ids))
+}
+
+// Must show 7 — a run over 200 expired sessions completes inside the run
+// deadline, and the number of list calls per run does not grow with the
+// number of session rows.
+func TestTwoHundredExpiredWithinDeadline(t *testing.T) {
+	if testing.Short() {
+		t.Skip("opens 200 sessions")
+	}
+	const runDeadline = 50 * time.Second
+	listsFor := func(n int) (lists int64, took time.Duration, rep pgstore.ReapRun) {
+		b := newBackend(t, backendOptions{deadline: runDeadline})
+		ctx := context.Background()
+		var wg sync.WaitGroup
+		sem := make(chan struct{}, 8)
+		for i := range n {
+			wg.Add(1)
+			sem <- struct{}{}
+			go func() {
+				defer wg.Done()
+				defer func() { <-sem }()
+				if _, err := b.svc.Open(ctx, fmt.Sprintf("s-%04d", i), "linux-vm"); err != nil {
+					t.Errorf("open %d: %v", i, err)
+				}
+			}()
+		}
+		wg.Wait()
+		b.clock.Advance(61 * time.Minute)
+		before := b.faults.lists.Load()
+		start := time.Now()
+		rep = b.run()
+		took = time.Since(start)
+		if rep.Counts["expired"] != n || len(rep.Failures) != 0 {
+			t.Fatalf("%d sessions: counts %v, %d failures (first %+v)", n, rep.Counts, len(rep.Failures), first(rep.Failures))
+		}
+		if left := b.count("SELECT count(*) FROM sessions WHERE status IN ('provisioning','running')"); left != 0 {
+			t.Fatalf("%d sessions still live after the run", left)
+		}
+		return b.faults.lists.Load() - before, took, rep
+	}
+	smallLists, smallTook, _ := listsFor(10)
+	bigLists, bigTook, rep := listsFor(200)
+	if bigLists != smallLists {
+		t.Fatalf("list calls per run: %d with 10 sessions, %d with 200: must not grow with rows", smallLists, bigLists)
+	}
+	if rep.FinishedAt.Sub(rep.StartedAt) >= runDeadline {
+		t.Fatalf("200-session run took %s, not inside the %s deadline", rep.FinishedAt.Sub(rep.StartedAt), runDeadline)
+	}
+	t.Logf("run over 10 expired sessions: %s, %d list calls; over 200: %s, %d list calls (deadline %s)",
+		smallTook.Round(time.Millisecond), smallLists, bigTook.Round(time.Millisecond), bigLists, runDeadline)
+}
+
+func first(fs []pgstore.ReapFailure) pgstore.ReapFailure {
+	if len(fs) == 0 {
+		return pgstore.ReapFailure{}
+	}
+	return fs[0]
+}
+
+// A dry run reports what it would reap and changes nothing.
+func TestDryRunDeletesNothing(t *testing.T) {
+	b := newBackend(t, backendOptions{dryRun: true})
+	s := b.open("s-dry", "linux-vm")
+	o := b.open("s-dry-orphan", "linux-vm")
+	b.forgetRow(o.ID)
+	b.clock.Advance(61 * time.Minute)
+	before := objectsIn(t, b.ns, "")
+	rep := b.run()
+	if !rep.DryRun || rep.Counts["expired"] != 1 || rep.Counts["orphan"] != 1 || len(rep.Items) != 2 {
+		t.Fatalf("dry run report: %+v", rep)
+	}
+	if after := objectsIn(t, b.ns, ""); !slices.Equal(before, after) {
+		t.Fatalf("dry run changed the namespace:\nbefore %v\nafter  %v", before, after)
+	}
+	if got := b.status(s.ID); got != session.StatusRunning {
+		t.Fatalf("dry run marked the session %s", got)
+	}
+	if b.faults.deletes.Load() != 0 {
+		t.Fatalf("dry run sent %d DELETE requests", b.faults.deletes.Load())
+	}
 }
