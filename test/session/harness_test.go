@@ -92,7 +92,7 @@ const jwtSecret = "test-secret-0123456789abcdef-0123456789"
 // env is one deployment of the functions on the shared stack: its own
 // namespaces, database and labkeep.io/env.
 type env struct {
-	t        *testing.T
+	t        testing.TB
 	name     string
 	fnNS     string
 	ns       string // sessions namespace
@@ -108,7 +108,8 @@ type env struct {
 type envOptions struct {
 	namePrefix string
 	maxVMs     int
-	quota      bool // apply infra/resourcequota.yaml
+	quota      bool   // apply infra/resourcequota.yaml
+	labsYAML   string // lab templates; "" = infra/labs.yaml
 }
 
 func randSuffix() string {
@@ -117,7 +118,7 @@ func randSuffix() string {
 	return hex.EncodeToString(b)
 }
 
-func newEnv(t *testing.T, o envOptions) *env {
+func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
 	ctx := context.Background()
 	prefix := o.namePrefix
@@ -155,9 +156,11 @@ func newEnv(t *testing.T, o envOptions) *env {
 		t.Fatal(err)
 	}
 	labsFile := filepath.Join(dir, "labs.yaml")
-	labsYAML, err := infra.File("labs.yaml")
-	if err != nil {
-		t.Fatal(err)
+	labsYAML := []byte(o.labsYAML)
+	if o.labsYAML == "" {
+		if labsYAML, err = infra.File("labs.yaml"); err != nil {
+			t.Fatal(err)
+		}
 	}
 	if err := os.WriteFile(labsFile, labsYAML, 0o644); err != nil {
 		t.Fatal(err)
