@@ -24,7 +24,9 @@ func TestGoldenPVCLabClonesThroughDataVolumeTemplates(t *testing.T) {
 	}
 	e.waitRunning("gina", 30*time.Second)
 	vmName := "lk-" + r.session.ID + "-vm"
-	var dv interface{ GetOwnerReferences() []metav1.OwnerReference }
+	var dv interface {
+		GetOwnerReferences() []metav1.OwnerReference
+	}
 	waitFor(t, 10*time.Second, "DataVolume", func() bool {
 		got, err := e.dyn.Resource(gvrDV).Namespace(e.ns).Get(context.Background(), vmName+"-root", metav1.GetOptions{})
 		if err == nil {
