@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"labkeep/shared/reap"
 	"labkeep/shared/session"
 )
 
@@ -40,6 +41,7 @@ var statusTable = []struct {
 	{session.ErrNoSession, http.StatusNotFound},
 	{session.ErrNoCapacity, http.StatusServiceUnavailable},
 	{session.ErrProvisioning, http.StatusBadGateway},
+	{reap.ErrBusy, http.StatusConflict},
 }
 
 // StatusOf returns the HTTP status and error code for err.

@@ -1,0 +1,127 @@
+package httpapi
+
+import (
+	"context"
+	"crypto/subtle"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"labkeep/shared/pgstore"
+	"labkeep/shared/reap"
+)
+
+// ReaperRunner is the reaper as the HTTP layer needs it.
+type ReaperRunner interface {
+	RunOnce(ctx context.Context, trigger reap.Trigger) (pgstore.ReapRun, error)
+}
+
+// ReaperStatus reads the data behind GET /adminStatus.
+type ReaperStatus func(ctx context.Context) (reap.Status, error)
+
+// ReaperOptions configures the reaper's endpoints.
+type ReaperOptions struct {
+	Reaper ReaperRunner
+	Status ReaperStatus
+	// SchedulerToken authenticates POST /reapTick (Authorization: Bearer
+	// …). If empty, reapTick refuses every call: an unauthenticated
+	// endpoint that deletes things is never the default.
+	SchedulerToken string
+	// Gatherer serves /metrics (nil: no /metrics route).
+	Gatherer prometheus.Gatherer
+}
+
+// reaperRoutes lists the reaper's paths with their only method.
+var reaperRoutes = map[string]string{
+	"/adminReapNow": http.MethodPost,
+	"/adminStatus":  http.MethodGet,
+	"/reapTick":     http.MethodPost,
+	"/metrics":      http.MethodGet,
+}
+
+// WithReaper returns a handler serving the reaper's endpoints —
+// POST /adminReapNow and GET /adminStatus (admin JWT), POST /reapTick
+// (scheduler token; any payload is accepted and ignored, so a CloudEvent,
+// an EventBridge event or an empty body all work) and GET /metrics — in
+// front of the session API, which serves every other path.
+func (a *API) WithReaper(o ReaperOptions) http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/adminReapNow", func(w http.ResponseWriter, r *http.Request) {
+		if !a.admin(w, r) {
+			return
+		}
+		// Only an empty body or an empty JSON object: there are no options.
+		var none struct{}
+		if err := decodeBody(w, r, &none, false); err != nil {
+			a.writeError(w, r, err, nil)
+			return
+		}
+		a.reapNow(w, r, o.Reaper, reap.TriggerAdmin)
+	})
+	mux.HandleFunc("/adminStatus", func(w http.ResponseWriter, r *http.Request) {
+		if !a.admin(w, r) {
+			return
+		}
+		st, err := o.Status(r.Context())
+		if err != nil {
+			a.writeError(w, r, err, nil)
+			return
+		}
+		writeJSON(w, http.StatusOK, st)
+	})
+	mux.HandleFunc("/reapTick", func(w http.ResponseWriter, r *http.Request) {
+		if !schedulerAuthorized(r, o.SchedulerToken) {
+			a.writeError(w, r, fmt.Errorf("%w: reapTick needs the scheduler token", ErrUnauthorized), nil)
+			return
+		}
+		// Drain what the scheduler sent (bounded), without interpreting it.
+		_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, MaxBodyBytes))
+		a.reapNow(w, r, o.Reaper, reap.TriggerSchedule)
+	})
+	if o.Gatherer != nil {
+		mux.Handle("/metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
+	}
+	mux.Handle("/", a)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if m, ok := reaperRoutes[r.URL.Path]; ok && r.Method != m && !(m == http.MethodGet && r.Method == http.MethodHead) {
+			a.writeError(w, r, fmt.Errorf("%w: %s %s; use %s", ErrMethodNotAllowed, r.Method, r.URL.Path, m), nil)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+// admin authenticates r and requires the admin role (403 for students).
+func (a *API) admin(w http.ResponseWriter, r *http.Request) bool {
+	p, ok := a.Authenticate(w, r)
+	if !ok {
+		return false
+	}
+	if !p.Admin() {
+		a.writeError(w, r, fmt.Errorf("%w: %s needs the admin role", ErrForbidden, r.URL.Path), nil)
+		return false
+	}
+	return true
+}
+
+func (a *API) reapNow(w http.ResponseWriter, r *http.Request, rr ReaperRunner, t reap.Trigger) {
+	report, err := rr.RunOnce(r.Context(), t)
+	if err != nil {
+		a.writeError(w, r, err, nil)
+		return
+	}
+	writeJSON(w, http.StatusOK, report)
+}
+
+// schedulerAuthorized compares the bearer token in constant time.
+func schedulerAuthorized(r *http.Request, token string) bool {
+	if token == "" {
+		return false
+	}
+	got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+	return ok && subtle.ConstantTimeCompare([]byte(got), []byte(token)) == 1
+}
