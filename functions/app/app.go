@@ -13,6 +13,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -22,6 +24,7 @@ import (
 	"labkeep/shared/labs"
 	"labkeep/shared/lifetime"
 	"labkeep/shared/pgstore"
+	"labkeep/shared/reap"
 	"labkeep/shared/session"
 )
 
@@ -61,6 +64,27 @@ type Config struct {
 	// SchedulerToken authenticates reapTick calls (issue 4); platform shims
 	// send it with scheduled events.
 	SchedulerToken string `split_words:"true"`
+	// ReapDryRun makes the reaper report what it would delete and delete
+	// nothing (LABKEEP_REAP_DRY_RUN).
+	ReapDryRun bool `split_words:"true"`
+	// ReapRunDeadline bounds one reaper run; keep it below the schedule
+	// period (1 minute) so runs never overlap.
+	ReapRunDeadline time.Duration `split_words:"true" default:"50s"`
+	// ReapProvisionTimeout: a session still provisioning after this is a
+	// ghost.
+	ReapProvisionTimeout time.Duration `split_words:"true" default:"10m"`
+	// ReapProvisionGrace: how long a provisioning session may lack its VM
+	// (the row is written before the objects).
+	ReapProvisionGrace time.Duration `split_words:"true" default:"2m"`
+	// KubeQPS and KubeBurst are the client-side rate limits towards the
+	// API server (client-go's default of 5 QPS is far too low for a reaper
+	// run over hundreds of sessions).
+	KubeQPS   float32 `envconfig:"KUBE_QPS" default:"50"`
+	KubeBurst int     `split_words:"true" default:"100"`
+	// ReapWorkers is how many items a run handles at once.
+	ReapWorkers int `split_words:"true" default:"8"`
+	// AdminStatusRuns is how many recent runs GET /adminStatus shows.
+	AdminStatusRuns int `split_words:"true" default:"20"`
 }
 
 // Validate checks what envconfig cannot; every message names the variable.
@@ -96,7 +120,53 @@ func (c Config) Validate() error {
 	if c.LabsFile == "" {
 		bad("LABS_FILE", "is required")
 	}
+	// The reaper's and client's tunables: zero means the default (see
+	// withDefaults), negative is a mistake.
+	if c.ReapRunDeadline < 0 {
+		bad("REAP_RUN_DEADLINE", "must not be negative, got %s", c.ReapRunDeadline)
+	}
+	if c.ReapProvisionTimeout < 0 {
+		bad("REAP_PROVISION_TIMEOUT", "must not be negative, got %s", c.ReapProvisionTimeout)
+	}
+	if c.ReapProvisionGrace < 0 {
+		bad("REAP_PROVISION_GRACE", "must not be negative, got %s", c.ReapProvisionGrace)
+	}
+	if c.KubeQPS < 0 || c.KubeBurst < 0 {
+		bad("KUBE_QPS", "and LABKEEP_KUBE_BURST must not be negative, got %v and %d", c.KubeQPS, c.KubeBurst)
+	}
+	if c.ReapWorkers < 0 {
+		bad("REAP_WORKERS", "must not be negative, got %d", c.ReapWorkers)
+	}
+	if c.AdminStatusRuns < 0 {
+		bad("ADMIN_STATUS_RUNS", "must not be negative, got %d", c.AdminStatusRuns)
+	}
 	return errors.Join(errs...)
+}
+
+// withDefaults fills the tunables left at zero (a Config built in code
+// rather than by envconfig) with the envconfig defaults.
+func (c Config) withDefaults() Config {
+	def := func(d *time.Duration, v time.Duration) {
+		if *d == 0 {
+			*d = v
+		}
+	}
+	def(&c.ReapRunDeadline, 50*time.Second)
+	def(&c.ReapProvisionTimeout, 10*time.Minute)
+	def(&c.ReapProvisionGrace, 2*time.Minute)
+	if c.KubeQPS == 0 {
+		c.KubeQPS = 50
+	}
+	if c.KubeBurst == 0 {
+		c.KubeBurst = 100
+	}
+	if c.ReapWorkers == 0 {
+		c.ReapWorkers = 8
+	}
+	if c.AdminStatusRuns == 0 {
+		c.AdminStatusRuns = 20
+	}
+	return c
 }
 
 // Policy is the lifetime policy the config describes.
@@ -113,8 +183,14 @@ type App struct {
 	Sessions *session.Service
 	// API serves the session endpoints; mount more routes in front of it.
 	API *httpapi.API
+	// Reaper is reapTick and adminReapNow.
+	Reaper *reap.Reaper
+	// Metrics is the registry behind /metrics.
+	Metrics *prometheus.Registry
 	// Kube is the rest config used, for other adapters.
 	Kube *rest.Config
+
+	handler http.Handler
 }
 
 // Build validates cfg and connects everything. now is the clock (time.Now
@@ -123,6 +199,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	cfg = cfg.withDefaults()
 	catalog, err := labs.LoadFile(cfg.LabsFile)
 	if err != nil {
 		return nil, fmt.Errorf("%s_LABS_FILE: %w", EnvPrefix, err)
@@ -131,6 +208,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
+	rc.QPS, rc.Burst = cfg.KubeQPS, cfg.KubeBurst
 	cluster, err := kube.NewForConfig(kube.Config{
 		Namespace: cfg.Namespace, Env: cfg.Env,
 		MaxLifetime: cfg.SessionMaxLifetime, DeadlineGrace: cfg.DeadlineGrace,
@@ -152,27 +230,49 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 		Sessions: svc, Auth: httpapi.NewAuthenticator([]byte(cfg.JWTSecret), now),
 		Now: now, Log: log, RetryAfter: cfg.RetryAfter,
 	})
-	return &App{Config: cfg, Store: store, Cluster: cluster, Labs: catalog, Sessions: svc, API: api, Kube: rc}, nil
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reaper := &reap.Reaper{
+		Store: store, Cluster: cluster, Now: now, Log: log, Metrics: reap.NewMetrics(reg),
+		Config: reap.Config{
+			DryRun: cfg.ReapDryRun, RunDeadline: cfg.ReapRunDeadline, Workers: cfg.ReapWorkers,
+			Rules: reap.Rules{ProvisionTimeout: cfg.ReapProvisionTimeout, ProvisionGrace: cfg.ReapProvisionGrace},
+		},
+	}
+	a := &App{Config: cfg, Store: store, Cluster: cluster, Labs: catalog, Sessions: svc, API: api, Kube: rc, Reaper: reaper, Metrics: reg}
+	a.handler = api.WithReaper(httpapi.ReaperOptions{
+		Reaper: reaper, SchedulerToken: cfg.SchedulerToken, Gatherer: reg,
+		Status: func(ctx context.Context) (reap.Status, error) {
+			return reaper.ReadStatus(ctx, store, cluster, cfg.AdminStatusRuns, cfg.MaxConcurrentVms)
+		},
+	})
+	return a, nil
 }
 
-// Handler is the http.Handler every platform serves.
-func (a *App) Handler() http.Handler { return a.API }
+// Handler is the http.Handler every platform serves: the session
+// endpoints and the reaper's.
+func (a *App) Handler() http.Handler { return a.handler }
+
+// ReapTick is one scheduled reaper run, for platforms whose scheduler calls
+// a function directly (Lambda on EventBridge, a CronJob binary) instead of
+// POSTing /reapTick. reap.ErrBusy means another run was going.
+func (a *App) ReapTick(ctx context.Context) (pgstore.ReapRun, error) {
+	return a.Reaper.RunOnce(ctx, reap.TriggerSchedule)
+}
 
 // Close releases the database pool.
 func (a *App) Close() { a.Store.Close() }
 
+// restConfig loads the cluster credentials.
 func restConfig(kubeconfig string) (*rest.Config, error) {
+	var rc *rest.Config
+	var err error
 	if kubeconfig == "" {
-		rc, err := rest.InClusterConfig()
-		if err != nil {
+		if rc, err = rest.InClusterConfig(); err != nil {
 			return nil, fmt.Errorf("%s_KUBECONFIG is empty and not running in a cluster: %w", EnvPrefix, err)
 		}
-		return rc, nil
-	}
-	rc, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
-	if err != nil {
+	} else if rc, err = clientcmd.BuildConfigFromFlags("", kubeconfig); err != nil {
 		return nil, fmt.Errorf("%s_KUBECONFIG: %w", EnvPrefix, err)
 	}
-	rc.QPS, rc.Burst = 50, 100
 	return rc, nil
 }
