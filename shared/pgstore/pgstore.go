@@ -26,7 +26,15 @@ import (
 // PG is a session store backed by a pgx connection pool.
 type PG struct {
 	pool *pgxpool.Pool
+	// locks holds the connections that hold or wait for advisory locks, a
+	// pool of its own so a queue of opens waiting for the capacity lock can
+	// never take every connection from reads like getSession.
+	locks *pgxpool.Pool
 }
+
+// LockConns is the size of the advisory-lock pool: waiters beyond it queue
+// in the process instead of in PostgreSQL.
+const LockConns = 4
 
 var _ session.Store = (*PG)(nil)
 
@@ -49,11 +57,21 @@ func Open(ctx context.Context, dsn string) (*PG, error) {
 		pool.Close()
 		return nil, err
 	}
-	return &PG{pool: pool}, nil
+	lcfg := cfg.Copy()
+	lcfg.MaxConns, lcfg.MinConns = LockConns, 0
+	locks, err := pgxpool.NewWithConfig(ctx, lcfg)
+	if err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return &PG{pool: pool, locks: locks}, nil
 }
 
-// Close closes the pool.
-func (p *PG) Close() { p.pool.Close() }
+// Close closes both pools.
+func (p *PG) Close() {
+	p.pool.Close()
+	p.locks.Close()
+}
 
 // Pool exposes the pool for tests and admin reads that need plain SQL.
 func (p *PG) Pool() *pgxpool.Pool { return p.pool }
@@ -178,12 +196,12 @@ func (p *PG) LockCapacity(ctx context.Context) (func(), error) {
 }
 
 // Lock blocks until it holds the database-wide advisory lock called name
-// (e.g. "capacity"), on a connection reserved for it. unlock releases it;
-// if the process dies the database releases it with the connection. The
-// holder needs no other pool connection while waiting, so waiters can never
-// starve the holder.
+// (e.g. "capacity"), on a connection of the lock pool. unlock releases it;
+// if the process dies the database releases it with the connection.
+// Neither the holder nor the waiters use the main pool while waiting, so
+// they can never starve the holder's or anyone else's queries.
 func (p *PG) Lock(ctx context.Context, name string) (unlock func(), err error) {
-	conn, err := p.pool.Acquire(ctx)
+	conn, err := p.locks.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -201,7 +219,7 @@ func (p *PG) Lock(ctx context.Context, name string) (unlock func(), err error) {
 // whether it did; the reaper uses it so a second concurrent run returns
 // "busy" instead of waiting. unlock is nil when ok is false.
 func (p *PG) TryLock(ctx context.Context, name string) (unlock func(), ok bool, err error) {
-	conn, err := p.pool.Acquire(ctx)
+	conn, err := p.locks.Acquire(ctx)
 	if err != nil {
 		return nil, false, err
 	}

@@ -150,11 +150,13 @@ func TestOneLiveSessionPerStudentUnderConcurrency(t *testing.T) {
 func TestLockSerialisesAndSurvivesManyWaiters(t *testing.T) {
 	ctx := context.Background()
 	pg := openStore(t)
-	// More waiters than pool connections: the holder must never need a
-	// second connection, or this deadlocks.
+	// More waiters than connections in either pool: the holder must never
+	// need a second connection, or this deadlocks; and reads must go on
+	// while the lock is contended.
 	var inside, maxInside atomic.Int32
 	var wg sync.WaitGroup
-	for range 3 * int(pg.pool.Config().MaxConns) {
+	var reads atomic.Int32
+	for range 3 * (int(pg.pool.Config().MaxConns) + LockConns) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -170,6 +172,9 @@ func TestLockSerialisesAndSurvivesManyWaiters(t *testing.T) {
 					break
 				}
 			}
+			if _, err := pg.LiveFor(ctx, "nobody"); errors.Is(err, session.ErrNoSession) {
+				reads.Add(1)
+			}
 			time.Sleep(2 * time.Millisecond)
 			inside.Add(-1)
 			unlock()
@@ -178,6 +183,9 @@ func TestLockSerialisesAndSurvivesManyWaiters(t *testing.T) {
 	wg.Wait()
 	if maxInside.Load() != 1 {
 		t.Errorf("%d holders at once, want 1", maxInside.Load())
+	}
+	if int(reads.Load()) != 3*(int(pg.pool.Config().MaxConns)+LockConns) {
+		t.Errorf("only %d reads while holding the lock succeeded", reads.Load())
 	}
 	unlock, ok, err := pg.TryLock(ctx, "reap")
 	if err != nil || !ok {
