@@ -212,12 +212,7 @@ func newBackend(t *testing.T, o backendOptions) *backend {
 	if err := infra.Apply(ctx, st.Admin(), infra.Placement{Functions: fnNS, Sessions: o.namespace}, "namespaces.yaml", "rbac.yaml"); err != nil {
 		t.Fatal(err)
 	}
-	_, err := cs.RbacV1().RoleBindings(o.namespace).Create(ctx, &rbacv1.RoleBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: "labkeep-functions-" + fnNS},
-		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: infra.ServiceAccount},
-		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: infra.ServiceAccount, Namespace: fnNS}},
-	}, metav1.CreateOptions{})
-	if err != nil && !apierrors.IsAlreadyExists(err) {
+	if err := bindRole(o.namespace, fnNS); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
@@ -262,6 +257,24 @@ func newBackend(t *testing.T, o backendOptions) *backend {
 		Config: reap.Config{DryRun: o.dryRun, RunDeadline: o.deadline, Rules: reap.Rules{ProvisionTimeout: 10 * time.Minute, ProvisionGrace: 2 * time.Minute}},
 	}
 	return b
+}
+
+// bindRole binds the shipped functions Role in the sessions namespace ns to
+// the functions ServiceAccount of fnNS.
+func bindRole(ns, fnNS string) error {
+	cs, err := kubernetes.NewForConfig(st.Admin())
+	if err != nil {
+		return err
+	}
+	_, err = cs.RbacV1().RoleBindings(ns).Create(context.Background(), &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "labkeep-functions-" + fnNS},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: infra.ServiceAccount},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: infra.ServiceAccount, Namespace: fnNS}},
+	}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
 }
 
 func labsCatalog(data []byte) (*labs.Catalog, error) { return labs.Parse(data) }
