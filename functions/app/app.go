@@ -253,13 +253,6 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 // endpoints and the reaper's.
 func (a *App) Handler() http.Handler { return a.handler }
 
-// ReapTick is one scheduled reaper run, for platforms whose scheduler calls
-// a function directly (Lambda on EventBridge, a CronJob binary) instead of
-// POSTing /reapTick. reap.ErrBusy means another run was going.
-func (a *App) ReapTick(ctx context.Context) (pgstore.ReapRun, error) {
-	return a.Reaper.RunOnce(ctx, reap.TriggerSchedule)
-}
-
 // Close releases the database pool.
 func (a *App) Close() { a.Store.Close() }
 

@@ -19,6 +19,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"labkeep/functions/app"
+	"labkeep/functions/lambda"
 	"labkeep/infra"
 	"labkeep/localrun/controlplane"
 	"labkeep/shared/httpapi"
@@ -346,5 +347,33 @@ func bindExtra(t *testing.T, ns, fnNS string) {
 	t.Helper()
 	if err := bindRole(ns, fnNS); err != nil {
 		t.Fatal(fmt.Errorf("binding %s: %w", fnNS, err))
+	}
+}
+
+// An EventBridge schedule invoking the Lambda shim runs the real reaper
+// through the same handler (the shim only adapts the event).
+func TestReapTickThroughLambdaShim(t *testing.T) {
+	h := newHTTPBackend(t)
+	s := h.open("s-lambda", "linux-vm")
+	h.clock.Advance(61 * time.Minute)
+	adapter := lambda.Adapter{Handler: h.app.Handler(), ScheduledPath: "/reapTick", SchedulerToken: schedulerToken}
+	event := json.RawMessage(`{"version":"0","id":"53dc4d37","detail-type":"Scheduled Event","source":"aws.events","account":"123456789012","time":"2026-11-30T12:00:00Z","region":"eu-west-1","resources":["arn:aws:events:eu-west-1:123456789012:rule/labkeep-reap"],"detail":{}}`)
+	res, err := adapter.Invoke(context.Background(), event)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var run runJSON
+	if res.StatusCode != 200 || json.Unmarshal([]byte(res.Body), &run) != nil || run.Counts["expired"] != 1 {
+		t.Fatalf("EventBridge invocation: %d %s", res.StatusCode, res.Body)
+	}
+	if got := h.status(s.ID); got != session.StatusExpired {
+		t.Fatalf("session is %s after the scheduled Lambda run", got)
+	}
+	h.waitGone(s.ID, 30*time.Second)
+	// A shim configured with the wrong token is refused like any caller.
+	adapter.SchedulerToken = "wrong"
+	res, err = adapter.Invoke(context.Background(), event)
+	if err != nil || res.StatusCode != 401 {
+		t.Fatalf("wrong scheduler token through the shim: %d %v", res.StatusCode, err)
 	}
 }
