@@ -178,7 +178,8 @@ func (s *Service) Get(ctx context.Context, student, id string) (Session, error) 
 
 // refresh moves a provisioning session to running when the cluster says
 // every node is ready; the ready time comes from the cluster's condition
-// timestamps, so time-to-ready does not depend on how often anyone polls.
+// timestamps (see recordedReadyAt), so time-to-ready does not depend on how
+// often anyone polls.
 // Cluster errors are logged and the stored state returned.
 func (s *Service) refresh(ctx context.Context, sess Session) Session {
 	if sess.Status != StatusProvisioning {
@@ -208,13 +209,7 @@ func (s *Service) refresh(ctx context.Context, sess Session) Session {
 	if !ready {
 		return sess
 	}
-	switch {
-	case readyAt.IsZero():
-		readyAt = s.now()
-	case readyAt.Before(sess.StartedAt):
-		// Condition times have one-second resolution.
-		readyAt = sess.StartedAt
-	}
+	readyAt = recordedReadyAt(readyAt, sess.StartedAt, s.now())
 	updated, err := s.Store.MarkRunning(ctx, sess.ID, readyAt.UTC().Truncate(time.Microsecond), sess.Nodes)
 	if err != nil && !errors.Is(err, ErrNotLive) {
 		s.Log.Warn("cannot mark session running", "session", sess.ID, "err", err)
@@ -224,6 +219,29 @@ func (s *Service) refresh(ctx context.Context, sess Session) Session {
 		s.Log.Info("session ready", "session", sess.ID, "timeToReady", updated.TimeToReady())
 	}
 	return updated
+}
+
+// conditionResolution is the precision of Kubernetes condition times,
+// which are serialised in whole seconds (truncated).
+const conditionResolution = time.Second
+
+// recordedReadyAt turns the latest Ready condition time of a session's
+// nodes into the time recorded as ready: the condition time is truncated to
+// the second, so the node became ready within [cond, cond+1s); the recorded
+// value is the tightest bound that is never early — cond+1s, or the moment
+// readiness was observed if that is sooner — and never before the session
+// started. Without a condition time, the observation time is used.
+func recordedReadyAt(cond, startedAt, observedAt time.Time) time.Time {
+	at := observedAt
+	if !cond.IsZero() {
+		if upper := cond.Add(conditionResolution); upper.Before(at) {
+			at = upper
+		}
+	}
+	if at.Before(startedAt) {
+		at = startedAt
+	}
+	return at.UTC().Truncate(time.Microsecond)
 }
 
 // Extend pushes the student's running session's expiry to

@@ -258,3 +258,26 @@ func TestCloseKeepsRowLiveWhenDeleteFails(t *testing.T) {
 		t.Errorf("Close = %s %v", closed.Status, err)
 	}
 }
+
+func TestRecordedReadyAt(t *testing.T) {
+	start := time.Date(2026, 1, 1, 9, 0, 0, 400_000_000, time.UTC) // 09:00:00.4
+	at := func(d time.Duration) time.Time { return time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC).Add(d) }
+	tests := []struct {
+		name           string
+		cond, observed time.Time
+		want           time.Time
+	}{
+		{"observed long after: condition second + 1s", at(30 * time.Second), at(45 * time.Second), at(31 * time.Second)},
+		{"observed within the condition's second: observation", at(30 * time.Second), at(30*time.Second + 300*time.Millisecond), at(30*time.Second + 300*time.Millisecond)},
+		{"condition truncated before the start: observation", at(0), at(900 * time.Millisecond), at(900 * time.Millisecond)},
+		{"never before the start", at(0), at(200 * time.Millisecond), start},
+		{"no condition time: observation", time.Time{}, at(12 * time.Second), at(12 * time.Second)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := recordedReadyAt(tc.cond, start, tc.observed); !got.Equal(tc.want) {
+				t.Errorf("recordedReadyAt = %s, want %s", got.Format("15:04:05.000"), tc.want.Format("15:04:05.000"))
+			}
+		})
+	}
+}

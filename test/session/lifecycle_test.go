@@ -18,6 +18,7 @@ func TestOpenReadyExtendClose(t *testing.T) {
 	tok := e.token(student, "student")
 
 	opened := e.open(student, "linux-vm")
+	t.Logf("openSession answered in %s", opened.received.Sub(t0))
 	if opened.status != 201 {
 		t.Fatalf("open = %d %s", opened.status, opened.body)
 	}
@@ -66,6 +67,7 @@ func TestOpenReadyExtendClose(t *testing.T) {
 		t.Errorf("secret labels = %v", secret.Labels)
 	}
 
+	e.clock.Set(time.Time{}) // real time while the VM boots
 	running := e.waitRunning(student, 30*time.Second)
 	t.Logf("time to ready: %s recorded (readyAt-startedAt, condition time has 1s resolution), %s from open response to running seen by 50ms polling; virtsim boot delay %s",
 		running.ReadyAt.Sub(running.StartedAt), time.Since(opened.received), bootDelay)
