@@ -281,3 +281,33 @@ func TestRecordedReadyAt(t *testing.T) {
 		})
 	}
 }
+
+func TestOpenReclaimsAnExpiredSession(t *testing.T) {
+	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+	c := &fakeCluster{}
+	svc, store := newService(t, c, &now)
+	old, err := svc.Open(context.Background(), "ann", "one")
+	if err != nil {
+		t.Fatal(err)
+	}
+	now = now.Add(59 * time.Minute)
+	if _, err := svc.Open(context.Background(), "ann", "one"); !errors.Is(err, ErrSessionExists) {
+		t.Fatalf("open before expiry = %v, want ErrSessionExists", err)
+	}
+	now = now.Add(time.Minute)
+	c.teardownErr = errors.New("api down")
+	if _, err := svc.Open(context.Background(), "ann", "one"); !errors.Is(err, ErrSessionExists) {
+		t.Fatalf("open when the reclaim cannot delete = %v, want ErrSessionExists", err)
+	}
+	if row, _ := store.Get(context.Background(), old.ID); !row.Status.Live() {
+		t.Errorf("undeletable expired session = %s, want live for the reaper", row.Status)
+	}
+	c.teardownErr = nil
+	s, err := svc.Open(context.Background(), "ann", "one")
+	if err != nil || s.ID == old.ID {
+		t.Fatalf("open after expiry = %v, %v", s.ID, err)
+	}
+	if row, _ := store.Get(context.Background(), old.ID); row.Status != StatusExpired || !row.FinishedAt.Equal(now) {
+		t.Errorf("old session = %s at %s, want expired now", row.Status, row.FinishedAt)
+	}
+}

@@ -148,3 +148,30 @@ func indexOf(s, sub string) int {
 	}
 	return -1
 }
+
+// A student whose session expired can open a new lab at once: the expired
+// one is reclaimed (resources deleted, then the row marked expired) without
+// waiting for the reaper.
+func TestOpenAfterExpiryReclaimsTheOldSession(t *testing.T) {
+	e := newEnv(t, envOptions{})
+	first := e.open("erin", "k8s-cluster")
+	if first.status != 201 {
+		t.Fatalf("open = %d %s", first.status, first.body)
+	}
+	e.waitRunning("erin", 30*time.Second)
+	e.clock.Set(first.session.ExpiresAt.Add(-time.Second))
+	if r := e.open("erin", "linux-vm"); r.status != 409 || r.code != "session_exists" {
+		t.Fatalf("open one second before expiry = %d %s", r.status, r.body)
+	}
+	e.clock.Set(first.session.ExpiresAt)
+	second := e.open("erin", "linux-vm")
+	if second.status != 201 || second.session.ID == first.session.ID {
+		t.Fatalf("open at expiry = %d %s", second.status, second.body)
+	}
+	waitFor(t, 20*time.Second, "the expired session's objects to go", func() bool {
+		return len(e.objects("labkeep.io/session="+first.session.ID)) == 0
+	})
+	if n := e.count(`SELECT count(*) FROM sessions WHERE id = $1 AND status = 'expired' AND finished_at IS NOT NULL`, first.session.ID); n != 1 {
+		t.Errorf("the old row is not expired")
+	}
+}
