@@ -285,12 +285,22 @@ func (b builder) networkPolicy(anchor *batchv1.Job) *networkingv1.NetworkPolicy 
 }
 
 // workspace is the Pod of a pod-kind session: the student's container
-// plus the guardian sidecar that keeps it alive and reachable over SSH.
+// (the lab image, which runs sshd on the lab's SSH port; root inside, but
+// without the capabilities guardian relies on) plus the guardian sidecar,
+// configured the way guardian/cmd/guardian reads it: it finds the workspace
+// container's cgroup from POD_UID and CONTAINER_NAME on the host cgroup
+// tree, sees its processes through the shared PID namespace, and probes SSH
+// on loopback. The guardian gets exactly the capabilities it uses (cgroup
+// writes, real-time scheduling, raising limits, signalling, reading /proc)
+// instead of privileged mode.
 func (b builder) workspace(anchor *batchv1.Job) *corev1.Pod {
 	n := b.lab.Nodes[0]
 	deadline := b.deadlineSeconds()
 	secret := CloudInitName(b.sess.ID, n.Name)
-	mount := []corev1.VolumeMount{{Name: "labkeep", MountPath: "/etc/labkeep", ReadOnly: true}}
+	labkeepMount := corev1.VolumeMount{Name: "labkeep", MountPath: "/etc/labkeep", ReadOnly: true}
+	field := func(path string) *corev1.EnvVarSource {
+		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
+	}
 	return &corev1.Pod{
 		ObjectMeta: b.owned(NodeName(b.sess.ID, n.Name), n.Role, n.Name, anchor),
 		Spec: corev1.PodSpec{
@@ -301,34 +311,51 @@ func (b builder) workspace(anchor *batchv1.Job) *corev1.Pod {
 			ShareProcessNamespace:        ptr(true),
 			Containers: []corev1.Container{
 				{
-					Name:         "workspace",
+					Name:         WorkspaceContainer,
 					Image:        b.lab.Image,
-					Command:      []string{"sleep", "infinity"},
+					Ports:        []corev1.ContainerPort{{Name: "ssh", ContainerPort: b.lab.SSHPort}},
 					Resources:    corev1.ResourceRequirements{Requests: b.resources(n), Limits: b.resources(n)},
-					VolumeMounts: mount,
+					VolumeMounts: []corev1.VolumeMount{labkeepMount},
+					SecurityContext: &corev1.SecurityContext{
+						AllowPrivilegeEscalation: ptr(false),
+						Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{
+							"SYS_ADMIN", "SYS_NICE", "SYS_RESOURCE", "SYS_PTRACE", "NET_ADMIN",
+						}},
+					},
 				},
 				{
 					Name:  "guardian",
 					Image: b.cfg.GuardianImage,
 					Env: []corev1.EnvVar{
-						{Name: "GUARDIAN_SSH_PORT", Value: fmt.Sprint(b.lab.SSHPort)},
-						{Name: "GUARDIAN_SESSION", Value: b.sess.ID},
+						{Name: "POD_UID", ValueFrom: field("metadata.uid")},
+						{Name: "POD_NAME", ValueFrom: field("metadata.name")},
+						{Name: "CONTAINER_NAME", Value: WorkspaceContainer},
+						{Name: "GUARDIAN_SSH_ADDR", Value: fmt.Sprintf("127.0.0.1:%d", b.lab.SSHPort)},
+						{Name: "GUARDIAN_MEMORY_LIMIT", Value: n.Memory},
 					},
-					Ports:        []corev1.ContainerPort{{Name: "ssh", ContainerPort: b.lab.SSHPort}},
-					VolumeMounts: mount,
+					Ports:        []corev1.ContainerPort{{Name: "guardian", ContainerPort: 9090}},
+					VolumeMounts: []corev1.VolumeMount{labkeepMount, {Name: "cgroup", MountPath: "/sys/fs/cgroup"}},
 					Resources: corev1.ResourceRequirements{
 						Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
 						Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
 					},
-					SecurityContext: &corev1.SecurityContext{Privileged: ptr(true)},
+					SecurityContext: &corev1.SecurityContext{
+						Capabilities: &corev1.Capabilities{Add: []corev1.Capability{
+							"SYS_ADMIN", "SYS_NICE", "SYS_RESOURCE", "SYS_PTRACE", "KILL",
+						}},
+					},
 				},
 			},
-			Volumes: []corev1.Volume{{
-				Name:         "labkeep",
-				VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}},
-			}},
+			Volumes: []corev1.Volume{
+				{Name: "labkeep", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}},
+				{Name: "cgroup", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/sys/fs/cgroup", Type: ptr(corev1.HostPathDirectory)}}},
+			},
 		},
 	}
 }
+
+// WorkspaceContainer is the name of the student's container in a
+// workspace Pod; guardian finds its cgroup by this name.
+const WorkspaceContainer = "workspace"
 
 func ptr[T any](v T) *T { return &v }

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -95,12 +96,33 @@ func TestWorkspacePod(t *testing.T) {
 	if strings.Join(names, ",") != "workspace=debian,guardian=guardian" {
 		t.Errorf("containers = %v", names)
 	}
-	if pod.Spec.Containers[1].Ports[0].ContainerPort != 2222 || pod.Labels[LabelRole] != "workspace" {
-		t.Errorf("pod = %+v", pod)
+	ws, guardian := pod.Spec.Containers[0], pod.Spec.Containers[1]
+	if ws.Ports[0].ContainerPort != 2222 || pod.Labels[LabelRole] != "workspace" || !*pod.Spec.ShareProcessNamespace {
+		t.Errorf("workspace port %d, role %q, shared PIDs %v", ws.Ports[0].ContainerPort, pod.Labels[LabelRole], *pod.Spec.ShareProcessNamespace)
 	}
-	ws := pod.Spec.Containers[0].Resources
-	if !ws.Requests.Memory().Equal(*ws.Limits.Memory()) || ws.Requests.Memory().Cmp(resource.MustParse(labs.DefaultPodMemory)) != 0 {
-		t.Errorf("workspace resources = %+v", ws)
+	env := map[string]string{}
+	for _, e := range guardian.Env {
+		env[e.Name] = e.Value
+		if e.ValueFrom != nil {
+			env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		}
+	}
+	wantEnv := map[string]string{"POD_UID": "metadata.uid", "POD_NAME": "metadata.name", "CONTAINER_NAME": "workspace",
+		"GUARDIAN_SSH_ADDR": "127.0.0.1:2222", "GUARDIAN_MEMORY_LIMIT": "1Gi"}
+	for k, v := range wantEnv {
+		if env[k] != v {
+			t.Errorf("guardian env %s = %q, want %q", k, env[k], v)
+		}
+	}
+	if sc := guardian.SecurityContext; sc.Privileged != nil && *sc.Privileged {
+		t.Error("guardian runs privileged; it gets capabilities instead")
+	}
+	if !slices.Contains(ws.SecurityContext.Capabilities.Drop, "SYS_ADMIN") || !slices.Contains(guardian.SecurityContext.Capabilities.Add, "SYS_ADMIN") {
+		t.Errorf("capabilities: workspace drops %v, guardian adds %v", ws.SecurityContext.Capabilities.Drop, guardian.SecurityContext.Capabilities.Add)
+	}
+	res := ws.Resources
+	if !res.Requests.Memory().Equal(*res.Limits.Memory()) || res.Requests.Memory().Cmp(resource.MustParse(labs.DefaultPodMemory)) != 0 {
+		t.Errorf("workspace resources = %+v", res)
 	}
 	if pod.Spec.Volumes[0].VolumeSource.Secret.SecretName != CloudInitName(b.sess.ID, "workspace") {
 		t.Errorf("volumes = %+v", pod.Spec.Volumes)
