@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -110,7 +111,7 @@ func (c *Cluster) Inventory(ctx context.Context) (Inventory, error) {
 	for _, o := range jobs.Items {
 		add(KindAnchor, o.ObjectMeta)
 	}
-	secrets, err := listWith(ctx, c, c.kube.CoreV1().Secrets(ns).List, envSel)
+	secrets, err := listWith(ctx, c, c.meta.Resource(corev1.SchemeGroupVersion.WithResource("secrets")).Namespace(ns).List, envSel)
 	if err != nil {
 		return inv, fmt.Errorf("listing Secrets: %w", err)
 	}

@@ -19,6 +19,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/kubevirt"
@@ -51,12 +52,15 @@ type Cluster struct {
 	cfg  Config
 	kube kubernetes.Interface
 	virt kubevirt.Interface
+	// meta lists Secrets as metadata only, so the reaper's inventory never
+	// pulls cloud-init data (grading tokens) into memory.
+	meta metadata.Interface
 }
 
 var _ session.Cluster = (*Cluster)(nil)
 
 // New returns a Cluster using the given clients.
-func New(cfg Config, kube kubernetes.Interface, virt kubevirt.Interface) (*Cluster, error) {
+func New(cfg Config, kube kubernetes.Interface, virt kubevirt.Interface, meta metadata.Interface) (*Cluster, error) {
 	if cfg.Namespace == "" || cfg.Env == "" {
 		return nil, errors.New("kube: namespace and env are required")
 	}
@@ -66,7 +70,7 @@ func New(cfg Config, kube kubernetes.Interface, virt kubevirt.Interface) (*Clust
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 10 * time.Second
 	}
-	return &Cluster{cfg: cfg, kube: kube, virt: virt}, nil
+	return &Cluster{cfg: cfg, kube: kube, virt: virt, meta: meta}, nil
 }
 
 // NewForConfig builds both clients from rc.
@@ -79,7 +83,11 @@ func NewForConfig(cfg Config, rc *rest.Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(cfg, kc, vc)
+	mc, err := metadata.NewForConfig(rc)
+	if err != nil {
+		return nil, err
+	}
+	return New(cfg, kc, vc, mc)
 }
 
 func (c *Cluster) call(ctx context.Context) (context.Context, context.CancelFunc) {
