@@ -14,6 +14,7 @@ import (
 	"hash/fnv"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -100,7 +101,11 @@ func (p *PG) Create(ctx context.Context, s session.Session) error {
 
 // Get implements session.Store.
 func (p *PG) Get(ctx context.Context, id string) (session.Session, error) {
-	s, err := p.queryOne(ctx, `SELECT `+columns+` FROM sessions WHERE id::text = $1`, id)
+	if _, err := uuid.Parse(id); err != nil {
+		// Not an id we ever issued (e.g. a portal passing garbage).
+		return session.Session{}, fmt.Errorf("%w: no session %q", session.ErrNoSession, id)
+	}
+	s, err := p.queryOne(ctx, `SELECT `+columns+` FROM sessions WHERE id = $1`, id)
 	if errors.Is(err, session.ErrNoSession) {
 		return s, fmt.Errorf("%w: no session %s", session.ErrNoSession, id)
 	}

@@ -64,6 +64,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"student acting for another", "POST", "/openSession", student, `{"lab":"linux-vm","student":"victim"}`, "", 403, "forbidden", "own session"},
 		{"get another's session by id", "GET", "/getSession?id=" + vid, student, ``, "", 404, "no_session", ""},
 		{"get another's session by student", "GET", "/getSession?student=victim", student, ``, "", 403, "forbidden", ""},
+		{"get with a malformed id", "GET", "/getSession?id=%27%3B%20DROP%20TABLE%20sessions", student, ``, "", 404, "no_session", ""},
 		{"unknown query parameter", "GET", "/getSession?all=1", student, ``, "", 400, "bad_request", "unknown query parameter"},
 		{"extend another's session", "POST", "/extendSession", student, `{"id":"` + vid + `"}`, "", 404, "no_session", ""},
 		{"close another's session", "POST", "/closeSession", student, `{"id":"` + vid + `"}`, "", 404, "no_session", ""},
