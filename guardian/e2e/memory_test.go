@@ -13,7 +13,7 @@ import (
 // nothing protected dies, the kernel OOM killer never fires and every login
 // succeeds.
 func TestMemoryHogIsKilledAndLoginsSucceed(t *testing.T) {
-	var m uint64 = 256 << 20
+	var m uint64 = 1 << 30
 	ws := newWorkspace(t, testcgroup.Limits{MemoryBytes: m, Pids: 512, CPUs: 1})
 	g := ws.startGuardian(t.TempDir()+"/state.json", nil)
 	since := time.Now()
@@ -33,12 +33,13 @@ func TestMemoryHogIsKilledAndLoginsSucceed(t *testing.T) {
 	l := ws.loginLoop(100*time.Millisecond, 10*time.Second)
 	time.Sleep(500 * time.Millisecond)
 
-	// Three processes, each growing 8 MiB every 10 ms towards 150 MiB,
-	// named "sshd" to show the name buys nothing.
+	// Three processes, each growing 8 MiB every 20 ms (400 MiB/s) towards
+	// 400 MiB, together 1.2 GiB > M; named "sshd" to show the name buys
+	// nothing.
 	var hogs []*proc
 	hogStart := time.Now()
 	for i := 0; i < 3; i++ {
-		hogs = append(hogs, ws.user(bins.workload, "hog", "-mb", "150", "-step", "8", "-every", "10ms", "-comm", "sshd"))
+		hogs = append(hogs, ws.user(bins.workload, "hog", "-mb", "400", "-step", "8", "-every", "20ms", "-comm", "sshd"))
 	}
 	// Wait until guardian has killed enough for the survivors to fit:
 	// usage back below the alert threshold with at least one hog gone.
@@ -72,7 +73,7 @@ func TestMemoryHogIsKilledAndLoginsSucceed(t *testing.T) {
 			deaths = append(deaths, h.ended.Sub(hogStart).Round(time.Millisecond))
 			t.Logf("hog pid %d killed by %v", h.cmd.Process.Pid, sig)
 		} else {
-			t.Errorf("hog pid %d exited by itself: %v", h.cmd.Process.Pid, h.state)
+			t.Errorf("hog pid %d exited by itself: %v\n%s", h.cmd.Process.Pid, h.state, h.stderr.String())
 		}
 	}
 	if killed == 0 {
@@ -91,7 +92,7 @@ func TestMemoryHogIsKilledAndLoginsSucceed(t *testing.T) {
 		t.Errorf("the kernel OOM killer fired: %v", oc)
 	}
 	if len(failures) > 0 {
-		t.Errorf("%d of %d logins failed: %v", len(failures), len(failures)+len(lat), failures)
+		t.Errorf("%d of %d logins failed: %v\nsshd: %s", len(failures), len(failures)+len(lat), failures, ws.sshd.stderr.String())
 	}
 	if len(lat) < 5 {
 		t.Errorf("only %d logins happened during the scenario", len(lat))

@@ -186,6 +186,8 @@ type Guardian struct {
 	rtRefused  bool
 	heartbeats map[string]time.Time
 	crossedAt  time.Time // when usage was first seen at the kill threshold
+
+	limitsPending bool // the kernel limits could not be applied yet
 }
 
 // Deps are the adapters a Guardian uses.
@@ -252,17 +254,16 @@ func (g *Guardian) Start(ctx context.Context) error {
 	g.mu.Unlock()
 	g.alerts.Restore(g.st.Alerts)
 
-	high, max := uint64(g.cfg.HighFraction*float64(m)), uint64(g.cfg.MaxFraction*float64(m))
-	if err := g.cg.SetMemory(high, max); err != nil {
-		return fmt.Errorf("set memory limits: %w", err)
+	if err := g.applyLimits(); err != nil {
+		// Not fatal: a guardian that exits protects nothing. The protector
+		// retries, and the memory loop can free memory meanwhile (setting a
+		// limit below current usage fails with EBUSY).
+		g.raise("limits-not-applied", "", alert.Critical, fmt.Sprintf("kernel limits not applied yet, retrying: %v", err), nil)
 	}
 	if g.cfg.HandleOOM {
 		if err := g.cg.HandleOOM(); err != nil {
 			g.raise("oom-handling-unavailable", "", alert.Warning, fmt.Sprintf("cannot take over OOM handling: %v", err), nil)
 		}
-	}
-	if err := g.cg.SetPidsMax(g.cfg.PidsMax); err != nil {
-		return fmt.Errorf("set pids.max: %w", err)
 	}
 	if err := g.cg.GrantRT(g.cfg.RTRuntimeUS); err != nil {
 		g.mu.Lock()
@@ -272,11 +273,40 @@ func (g *Guardian) Start(ctx context.Context) error {
 			fmt.Sprintf("no real-time budget for the workspace cgroup (%v); sshd gets nice %d instead of SCHED_RR", err, g.cfg.FallbackNice), nil)
 	}
 	g.metrics.memoryLimit.Set(float64(m))
-	g.log.Info("limits applied", "cgroup", g.cg.String(), "memory_limit", m, "memory_high", high, "memory_max", max,
-		"pids_max", g.cfg.PidsMax, "restarted", restarted, "starts", g.st.Starts)
+	g.log.Info("started", "cgroup", g.cg.String(), "memory_limit", m, "restarted", restarted, "starts", g.st.Starts)
 	g.protect(ctx)
 	return g.save()
 }
+
+// applyLimits sets memory.high/max and pids.max unless they already have
+// the wanted values (a restarted guardian finds its own settings). It
+// records whether they are in place, for the protector to retry.
+func (g *Guardian) applyLimits() error {
+	m := g.memLimit()
+	high, max := uint64(g.cfg.HighFraction*float64(m)), uint64(g.cfg.MaxFraction*float64(m))
+	var errs []error
+	// The kernel rounds limits down to whole pages.
+	if cur, err := g.cg.MemoryLimit(); err != nil || cur != max/pageSize*pageSize {
+		if err := g.cg.SetMemory(high, max); err != nil {
+			errs = append(errs, fmt.Errorf("memory limits: %w", err))
+		}
+	}
+	if cur, err := g.cg.PidsLimit(); err != nil || cur != g.cfg.PidsMax {
+		if err := g.cg.SetPidsMax(g.cfg.PidsMax); err != nil {
+			errs = append(errs, fmt.Errorf("pids.max: %w", err))
+		}
+	}
+	err := errors.Join(errs...)
+	g.mu.Lock()
+	g.limitsPending = err != nil
+	g.mu.Unlock()
+	if err == nil {
+		g.log.Info("limits applied", "cgroup", g.cg.String(), "memory_limit", m, "memory_high", high, "memory_max", max, "pids_max", g.cfg.PidsMax)
+	}
+	return err
+}
+
+var pageSize = uint64(os.Getpagesize())
 
 // Run runs the loops until ctx ends.
 func (g *Guardian) Run(ctx context.Context) {

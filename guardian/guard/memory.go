@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"labkeep/guardian/alert"
 	"labkeep/guardian/victim"
 )
@@ -110,6 +112,30 @@ func (g *Guardian) checkMemory(ctx context.Context) bool {
 	}
 	g.emergency.Lock()
 	defer g.emergency.Unlock()
+	// Stop the growth first: a fast hog passes from the kill threshold to
+	// the hard limit in milliseconds, and at the hard limit the kernel fails
+	// other processes' allocations (a login's fork). Frozen, nothing grows
+	// while the victim is chosen and signalled. Tasks already waiting at the
+	// limit (v1) may not freeze, so then the freeze is skipped.
+	frozen, froze := false, false
+	if !ev.UnderOOM {
+		fctx, cancel := context.WithTimeout(ctx, min(g.cfg.FreezeTimeout, 100*time.Millisecond))
+		frozen = g.cg.Freeze(fctx) == nil
+		cancel()
+		froze = frozen
+		if !frozen {
+			_ = g.cg.Thaw()
+		}
+	}
+	thaw := func() {
+		if frozen {
+			if err := g.cg.Thaw(); err != nil {
+				g.log.Error("thaw after memory kill", "err", err)
+			}
+			frozen = false
+		}
+	}
+	defer thaw()
 	procs, prot, err := g.snapshot()
 	if err != nil {
 		g.log.Error("memory: snapshot", "err", err)
@@ -124,6 +150,16 @@ func (g *Guardian) checkMemory(ctx context.Context) bool {
 	if ev.UnderOOM {
 		grace = 0
 	}
+	// The first signal goes out while frozen; it takes effect on thaw.
+	first := unix.SIGTERM
+	if grace == 0 {
+		first = unix.SIGKILL
+	}
+	if err := g.killer.Signal(v.Identity, first); err != nil && !errors.Is(err, errGone) {
+		g.log.Warn("memory victim not signalled", "pid", v.PID, "exe", v.Exe, "err", err)
+		return false
+	}
+	thaw()
 	hurry := func() bool {
 		e, err := g.cg.MemoryEvents()
 		return err == nil && (e.UnderOOM || e.OOM > ev.OOM || e.Max > ev.Max)
@@ -133,6 +169,7 @@ func (g *Guardian) checkMemory(ctx context.Context) bool {
 		g.log.Warn("memory victim not killed", "pid", v.PID, "exe", v.Exe, "err", err)
 		return false
 	}
+	hard = hard || first == unix.SIGKILL
 	dead := g.now()
 	reaction := dead.Sub(crossed)
 	g.metrics.kills.WithLabelValues("memory").Inc()
@@ -143,7 +180,7 @@ func (g *Guardian) checkMemory(ctx context.Context) bool {
 	g.crossedAt = time.Time{}
 	g.mu.Unlock()
 	g.log.Info("memory victim killed", "pid", v.PID, "exe", v.Exe, "comm", v.Comm, "rss", v.RSS, "usage", usage,
-		"limit", m, "sigkill", hard, "under_oom", ev.UnderOOM, "reaction_ms", reaction.Milliseconds())
+		"limit", m, "sigkill", hard, "under_oom", ev.UnderOOM, "frozen_first", froze, "reaction_ms", reaction.Milliseconds())
 	g.raise("memory-kill", strconv.Itoa(v.PID), alert.Critical,
 		fmt.Sprintf("memory at %s: killed pid %d (%s, %s, RSS %d MiB)", pct, v.PID, v.Comm, v.Exe, v.RSS>>20),
 		map[string]string{"pid": strconv.Itoa(v.PID), "exe": v.Exe, "rss": strconv.FormatUint(v.RSS, 10), "reaction_ms": strconv.FormatInt(reaction.Milliseconds(), 10)})

@@ -26,6 +26,14 @@ func (g *Guardian) protectLoop(ctx context.Context) {
 // scheduling (or the nice fallback), sets oom_score_adj on the protected
 // set and re-applies anything the user changed.
 func (g *Guardian) protect(ctx context.Context) {
+	g.mu.Lock()
+	pending := g.limitsPending
+	g.mu.Unlock()
+	if pending {
+		if err := g.applyLimits(); err != nil {
+			g.raise("limits-not-applied", "", alert.Critical, fmt.Sprintf("kernel limits still not applied: %v", err), nil)
+		}
+	}
 	pids, err := g.cg.Procs()
 	if err != nil {
 		g.log.Error("protect: list processes", "err", err)

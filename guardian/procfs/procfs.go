@@ -60,9 +60,16 @@ func (fs *FS) Process(pid int) (victim.Process, error) {
 	if err != nil {
 		return victim.Process{}, gone(pid, err)
 	}
-	p, err := parseStat(string(b), fs.pageSize)
+	st, state, err := parseStat(string(b), fs.pageSize)
 	if err != nil {
 		return victim.Process{}, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+	}
+	p := st.Process
+	if state == "Z" || state == "X" || st.exiting {
+		// An exiting process or a zombie is as good as gone: it frees its
+		// memory, cannot be stopped from exiting, and the kernel already
+		// reports it outside its cgroup.
+		return victim.Process{}, fmt.Errorf("pid %d is exiting: %w", pid, ErrGone)
 	}
 	if p.PID != pid {
 		return victim.Process{}, fmt.Errorf("/proc/%d/stat names pid %d", pid, p.PID)
@@ -152,33 +159,42 @@ func gone(pid int, err error) error {
 	return err
 }
 
-// parseStat parses /proc/PID/stat. The name may contain spaces and
+// parseStat parses /proc/PID/stat and returns the process and its state
+// letter. The name may contain spaces and
 // parentheses, so fields are counted from the last ')'.
-func parseStat(s string, pageSize uint64) (victim.Process, error) {
+type statInfo struct {
+	victim.Process
+	exiting bool // PF_EXITING in the flags field
+}
+
+// pfExiting is the kernel's PF_EXITING task flag.
+const pfExiting = 0x4
+
+func parseStat(s string, pageSize uint64) (statInfo, string, error) {
 	open, closing := strings.IndexByte(s, '('), strings.LastIndexByte(s, ')')
 	if open < 0 || closing < open {
-		return victim.Process{}, errors.New("malformed stat")
+		return statInfo{}, "", errors.New("malformed stat")
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(s[:open]))
 	if err != nil {
-		return victim.Process{}, err
+		return statInfo{}, "", err
 	}
 	// rest[0] is field 3 (state).
 	rest := strings.Fields(s[closing+1:])
 	if len(rest) < 22 {
-		return victim.Process{}, errors.New("short stat")
+		return statInfo{}, "", errors.New("short stat")
 	}
 	num := func(field int) uint64 {
 		v, _ := strconv.ParseUint(rest[field-3], 10, 64)
 		return v
 	}
-	return victim.Process{
+	return statInfo{Process: victim.Process{
 		Identity: victim.Identity{PID: pid, StartTime: num(22)},
 		PPID:     int(num(4)),
 		Comm:     s[open+1 : closing],
 		CPUTicks: num(14) + num(15),
 		RSS:      num(24) * pageSize,
-	}, nil
+	}, exiting: num(9)&pfExiting != 0}, rest[0], nil
 }
 
 // ListeningInodes returns the socket inodes listening on TCP port (IPv4 and

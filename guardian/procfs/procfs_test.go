@@ -5,7 +5,10 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
@@ -15,14 +18,21 @@ import (
 
 func TestParseStat(t *testing.T) {
 	tests := []struct {
-		name string
-		stat string
-		want victim.Process
+		name    string
+		stat    string
+		want    victim.Process
+		exiting bool
 	}{
 		{
 			name: "plain",
 			stat: "42 (sshd) S 1 42 42 0 -1 4194560 100 0 0 0 7 3 0 0 20 0 1 0 12345 1000000 250 18446744073709551615",
 			want: victim.Process{Identity: victim.Identity{PID: 42, StartTime: 12345}, PPID: 1, Comm: "sshd", CPUTicks: 10, RSS: 250 * 4096},
+		},
+		{
+			name:    "an exiting process (PF_EXITING)",
+			stat:    "44 (hog) R 1 44 44 0 -1 4194564 100 0 0 0 7 3 0 0 20 0 1 0 555 1000000 250 0",
+			want:    victim.Process{Identity: victim.Identity{PID: 44, StartTime: 555}, PPID: 1, Comm: "hog", CPUTicks: 10, RSS: 250 * 4096},
+			exiting: true,
 		},
 		{
 			name: "a name with spaces and parentheses cannot shift the fields",
@@ -32,17 +42,20 @@ func TestParseStat(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := parseStat(tt.stat, 4096)
+			got, _, err := parseStat(tt.stat, 4096)
 			if err != nil {
 				t.Fatal(err)
 			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
+			if diff := cmp.Diff(tt.want, got.Process); diff != "" {
 				t.Errorf("parseStat() (-want +got):\n%s", diff)
+			}
+			if got.exiting != tt.exiting {
+				t.Errorf("exiting = %v; want %v", got.exiting, tt.exiting)
 			}
 		})
 	}
 	for _, bad := range []string{"", "42 sshd S", "42 (sshd) S 1 2"} {
-		if _, err := parseStat(bad, 4096); err == nil {
+		if _, _, err := parseStat(bad, 4096); err == nil {
 			t.Errorf("parseStat(%q) accepted malformed input", bad)
 		}
 	}
@@ -72,6 +85,20 @@ func TestProcessReadsRealProcesses(t *testing.T) {
 	if renamed.Exe != "/usr/bin/dash" && renamed.Exe != "/usr/bin/bash" && renamed.Exe != "/bin/dash" && renamed.Exe != "/bin/bash" {
 		t.Errorf("renamed process exe = %q; the name must not change the executable", renamed.Exe)
 	}
+	zombie := exec.Command("/bin/true")
+	if err := zombie.Start(); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 200; i++ { // exited but not reaped yet: a zombie
+		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(zombie.Process.Pid) + "/stat"); strings.Contains(string(b), ") Z ") {
+			break
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	if _, err := fs.Process(zombie.Process.Pid); !errors.Is(err, ErrGone) {
+		t.Errorf("Process(zombie) error = %v; want ErrGone", err)
+	}
+	zombie.Wait()
 	if _, err := fs.Process(1 << 22); !errors.Is(err, ErrGone) {
 		t.Errorf("Process(nonexistent) error = %v; want ErrGone", err)
 	}
