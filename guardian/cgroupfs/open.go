@@ -16,13 +16,27 @@ type Layout struct {
 	V2 string            // cgroup2 mount point, "" if none
 }
 
-// ReadLayout reads the mounts of this process (/proc/self/mountinfo).
-func ReadLayout() (Layout, error) {
+// ReadLayout reads the cgroup mounts of this process (/proc/self/mountinfo)
+// at or below prefix ("/" for all). In a Pod the host's cgroupfs is mounted
+// at a prefix such as /host/sys/fs/cgroup next to the container's own,
+// namespaced, read-only /sys/fs/cgroup, which must not be picked.
+func ReadLayout(prefix string) (Layout, error) {
 	b, err := os.ReadFile("/proc/self/mountinfo")
 	if err != nil {
 		return Layout{}, err
 	}
-	v1, v2 := MountsV1(string(b))
+	prefix = filepath.Clean(prefix)
+	var kept []string
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) > 4 && within(prefix, filepath.Clean(f[4])) {
+			kept = append(kept, line)
+		}
+	}
+	v1, v2 := MountsV1(strings.Join(kept, "\n"))
+	if len(v1) == 0 && v2 == "" {
+		return Layout{}, fmt.Errorf("no cgroup mount at or below %s", prefix)
+	}
 	return Layout{V1: v1, V2: v2}, nil
 }
 

@@ -46,6 +46,7 @@ type config struct {
 	PodName       string `envconfig:"POD_NAME"`
 	ContainerName string `envconfig:"CONTAINER_NAME" default:"workspace"`
 	ProcRoot      string `envconfig:"PROC_ROOT" default:"/proc"`
+	CgroupMount   string `envconfig:"CGROUP_MOUNT" default:"/sys/fs/cgroup"` // where the (host) cgroup hierarchies are mounted
 
 	MemoryLimit   string        `envconfig:"MEMORY_LIMIT"` // bytes, or with Ki/Mi/Gi; empty: the cgroup's limit at first start
 	HighFraction  float64       `envconfig:"MEMORY_HIGH_FRACTION" default:"0.90"`
@@ -121,7 +122,7 @@ func run() error {
 	}
 	sshPort, _ := strconv.Atoi(portStr)
 
-	layout, err := cgroupfs.ReadLayout()
+	layout, err := cgroupfs.ReadLayout(c.CgroupMount)
 	if err != nil {
 		return err
 	}
