@@ -1,0 +1,582 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"slices"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
+
+	"labkeep/guardian/alert"
+	"labkeep/guardian/cgroupfs"
+	"labkeep/guardian/httpapi"
+	"labkeep/guardian/killer"
+	"labkeep/guardian/sched"
+	"labkeep/guardian/victim"
+)
+
+// The fakes below stand in for the kernel so the wiring between the loops
+// and the pure rules can be tested without cgroups; the end-to-end tests in
+// guardian/e2e show the same behaviour on the real kernel.
+
+type fakeCgroup struct {
+	mu          sync.Mutex
+	table       *fakeProcs
+	usage       uint64
+	shmem       uint64
+	limit       uint64
+	pidsMax     int
+	events      cgroupfs.MemoryEvents
+	frozen      bool
+	freezes     int
+	setMemory   [][2]uint64
+	setMemErr   error
+	handleOOM   bool
+	rtErr       error
+	freedOnKill uint64
+}
+
+var _ cgroupfs.Cgroup = (*fakeCgroup)(nil)
+
+func (c *fakeCgroup) Version() int   { return 2 }
+func (c *fakeCgroup) String() string { return "fake" }
+func (c *fakeCgroup) Procs() ([]int, error) {
+	return c.table.pids(), nil
+}
+func (c *fakeCgroup) MemoryUsage() (uint64, uint64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.usage, c.shmem, nil
+}
+func (c *fakeCgroup) MemoryLimit() (uint64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.limit, nil
+}
+func (c *fakeCgroup) SetMemory(high, max uint64) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.setMemErr != nil {
+		return c.setMemErr
+	}
+	c.setMemory = append(c.setMemory, [2]uint64{high, max})
+	c.limit = max / 4096 * 4096
+	return nil
+}
+func (c *fakeCgroup) HandleOOM() error { c.handleOOM = true; return nil }
+func (c *fakeCgroup) MemoryEvents() (cgroupfs.MemoryEvents, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.events, nil
+}
+func (c *fakeCgroup) WatchMemory(ctx context.Context, _ []uint64) (<-chan struct{}, error) {
+	return nil, errors.New("fake: no notifications")
+}
+func (c *fakeCgroup) SetPidsMax(n int) error       { c.pidsMax = n; return nil }
+func (c *fakeCgroup) PidsLimit() (int, error)      { return c.pidsMax, nil }
+func (c *fakeCgroup) PidsRefused() (uint64, error) { return 0, nil }
+func (c *fakeCgroup) Freeze(context.Context) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.frozen = true
+	c.freezes++
+	return nil
+}
+func (c *fakeCgroup) Thaw() error                      { c.mu.Lock(); defer c.mu.Unlock(); c.frozen = false; return nil }
+func (c *fakeCgroup) CPUUsage() (time.Duration, error) { return 0, nil }
+func (c *fakeCgroup) CPUs() (float64, error)           { return 1, nil }
+func (c *fakeCgroup) GrantRT(int) error                { return c.rtErr }
+
+type fakeProcs struct {
+	mu        sync.Mutex
+	procs     map[int]victim.Process
+	oom       map[int]int
+	oomErr    error
+	listener  int // pid owning the SSH socket, 0 for none
+	cgroup    *fakeCgroup
+	oomWrites []int
+}
+
+func (f *fakeProcs) pids() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []int
+	for pid := range f.procs {
+		out = append(out, pid)
+	}
+	slices.Sort(out)
+	return out
+}
+
+func (f *fakeProcs) Snapshot(pids []int) ([]victim.Process, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []victim.Process
+	for _, pid := range pids {
+		if p, ok := f.procs[pid]; ok {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}
+func (f *fakeProcs) Process(pid int) (victim.Process, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if p, ok := f.procs[pid]; ok {
+		return p, nil
+	}
+	return victim.Process{}, killer.ErrGone
+}
+func (f *fakeProcs) ListeningInodes(int) (map[uint64]bool, error) {
+	return map[uint64]bool{1: true}, nil
+}
+func (f *fakeProcs) SocketOwner(pids []int, _ map[uint64]bool) (int, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.listener != 0 && slices.Contains(pids, f.listener) {
+		if _, ok := f.procs[f.listener]; ok {
+			return f.listener, true
+		}
+	}
+	return 0, false
+}
+func (f *fakeProcs) OOMScoreAdj(pid int) (int, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.oom[pid], nil
+}
+func (f *fakeProcs) SetOOMScoreAdj(pid, adj int) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.oomErr != nil {
+		return f.oomErr
+	}
+	f.oom[pid] = adj
+	f.oomWrites = append(f.oomWrites, pid)
+	return nil
+}
+
+// kill removes a process and frees its RSS from the fake cgroup.
+func (f *fakeProcs) kill(id victim.Identity) error {
+	f.mu.Lock()
+	p, ok := f.procs[id.PID]
+	if !ok || p.Identity != id {
+		f.mu.Unlock()
+		return killer.ErrGone
+	}
+	delete(f.procs, id.PID)
+	f.mu.Unlock()
+	f.cgroup.mu.Lock()
+	f.cgroup.usage -= min(f.cgroup.usage, p.RSS)
+	f.cgroup.mu.Unlock()
+	return nil
+}
+
+type signal struct {
+	PID   int
+	Sig   unix.Signal
+	Grace time.Duration
+}
+
+type fakeKiller struct {
+	table *fakeProcs
+	mu    sync.Mutex
+	calls []signal
+}
+
+func (k *fakeKiller) Signal(id victim.Identity, sig unix.Signal) error {
+	k.mu.Lock()
+	k.calls = append(k.calls, signal{id.PID, sig, -1})
+	k.mu.Unlock()
+	if sig == unix.SIGKILL || sig == unix.SIGTERM {
+		return k.table.kill(id)
+	}
+	return nil
+}
+func (k *fakeKiller) Terminate(_ context.Context, id victim.Identity, grace, _ time.Duration, _ func() bool) (bool, error) {
+	k.mu.Lock()
+	k.calls = append(k.calls, signal{id.PID, unix.SIGTERM, grace})
+	k.mu.Unlock()
+	return false, k.table.kill(id)
+}
+
+type fakeSched struct {
+	attrs map[int]sched.Attr
+	rrErr error
+}
+
+func (s *fakeSched) Get(pid int) (sched.Attr, error) { return s.attrs[pid], nil }
+func (s *fakeSched) SetRR(pid, prio int) error {
+	if s.rrErr != nil {
+		return s.rrErr
+	}
+	s.attrs[pid] = sched.Attr{Policy: unix.SCHED_RR, ResetOnFork: true, Priority: prio}
+	return nil
+}
+func (s *fakeSched) SetNice(pid, nice int) error {
+	a := s.attrs[pid]
+	a.Nice = nice
+	s.attrs[pid] = a
+	return nil
+}
+
+type fakeProber struct{ err error }
+
+func (p fakeProber) Probe(context.Context) (string, time.Duration, error) {
+	return "SSH-2.0-fake", time.Millisecond, p.err
+}
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time { return c.t }
+
+const mib = 1 << 20
+
+type rig struct {
+	g      *Guardian
+	cg     *fakeCgroup
+	procs  *fakeProcs
+	killer *fakeKiller
+	sched  *fakeSched
+	clock  *clock
+	alerts *alert.Aggregator
+}
+
+// workspaceProcs is a workspace of init (oldest), the sshd listener, a
+// live connection, the user's shell and two jobs, one renamed "sshd".
+func workspaceProcs() map[int]victim.Process {
+	m := map[int]victim.Process{}
+	for _, p := range []victim.Process{
+		{Identity: victim.Identity{PID: 7, StartTime: 100, Exe: "/usr/bin/sleep"}, RSS: 1 * mib},
+		{Identity: victim.Identity{PID: 20, StartTime: 110, Exe: "/usr/sbin/sshd"}, PPID: 7, RSS: 8 * mib},
+		{Identity: victim.Identity{PID: 30, StartTime: 200, Exe: "/usr/sbin/sshd"}, PPID: 20, RSS: 9 * mib},
+		{Identity: victim.Identity{PID: 31, StartTime: 201, Exe: "/usr/bin/bash"}, PPID: 30, RSS: 4 * mib},
+		{Identity: victim.Identity{PID: 40, StartTime: 300, Exe: "/usr/bin/python3"}, PPID: 31, RSS: 700 * mib, Comm: "sshd"},
+		{Identity: victim.Identity{PID: 41, StartTime: 301, Exe: "/usr/bin/python3"}, PPID: 31, RSS: 200 * mib},
+	} {
+		m[p.PID] = p
+	}
+	return m
+}
+
+// newRig builds and starts a guardian over workspaceProcs.
+func newRig(t *testing.T, cfg Config) *rig { return newRigWith(t, cfg, func(*rig) {}) }
+
+// newRigWith is newRig with a hook that adjusts the fakes before Start.
+func newRigWith(t *testing.T, cfg Config, hook func(*rig)) *rig {
+	t.Helper()
+	clk := &clock{time.Unix(1_000_000, 0)}
+	table := &fakeProcs{oom: map[int]int{}, listener: 20, procs: workspaceProcs()}
+	cg := &fakeCgroup{table: table, limit: 1024 * mib, usage: 500 * mib}
+	table.cgroup = cg
+	r := &rig{cg: cg, procs: table, killer: &fakeKiller{table: table}, sched: &fakeSched{attrs: map[int]sched.Attr{}}, clock: clk}
+	r.alerts = alert.New(alert.Config{Window: time.Second}, clk.now, nil, nil)
+	hook(r)
+	if cfg.StatePath == "" {
+		cfg.StatePath = filepath.Join(t.TempDir(), "state.json")
+	}
+	g, err := New(cfg, Deps{Cgroup: cg, Procs: table, Killer: r.killer, Scheduler: r.sched, Prober: fakeProber{},
+		Alerts: r.alerts, Metrics: NewMetrics(prometheus.NewRegistry()), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r.g = g
+	if err := g.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+func testConfig() Config {
+	c := Defaults()
+	c.MemoryLimit = 1024 * mib
+	c.SSHPort = 2222
+	return c
+}
+
+func (r *rig) alertKinds() []string {
+	var out []string
+	for _, a := range r.alerts.Recent() {
+		out = append(out, a.Kind)
+	}
+	return out
+}
+
+func (r *rig) has(kind string) bool { return slices.Contains(r.alertKinds(), kind) }
+
+func (r *rig) killed() []int {
+	r.killer.mu.Lock()
+	defer r.killer.mu.Unlock()
+	var out []int
+	for _, c := range r.killer.calls {
+		if !slices.Contains(out, c.PID) {
+			out = append(out, c.PID)
+		}
+	}
+	return out
+}
+
+func TestStartAppliesKernelSettingsFirst(t *testing.T) {
+	r := newRig(t, testConfig())
+	m := float64(1024 * mib)
+	want := [][2]uint64{{uint64(0.90 * m), uint64(0.98 * m)}}
+	if diff := cmp.Diff(want, r.cg.setMemory); diff != "" {
+		t.Errorf("SetMemory calls (-want +got):\n%s", diff)
+	}
+	if r.cg.pidsMax != 4096 || !r.cg.handleOOM {
+		t.Errorf("pids.max = %d, OOM handled = %v", r.cg.pidsMax, r.cg.handleOOM)
+	}
+	if a := r.sched.attrs[20]; !a.IsRR(1) {
+		t.Errorf("listener scheduling = %+v; want SCHED_RR 1", a)
+	}
+	want2 := map[int]int{7: -1000, 20: -1000}
+	for pid, adj := range want2 {
+		if r.procs.oom[pid] != adj {
+			t.Errorf("oom_score_adj of %d = %d; want %d", pid, r.procs.oom[pid], adj)
+		}
+	}
+	for _, pid := range []int{30, 31, 40, 41} {
+		if r.procs.oom[pid] != 0 {
+			t.Errorf("unprotected/session pid %d got oom_score_adj %d", pid, r.procs.oom[pid])
+		}
+	}
+}
+
+func TestMemory(t *testing.T) {
+	tests := []struct {
+		name       string
+		usage      uint64
+		shmem      uint64
+		underOOM   bool
+		priorKills int // kills already recorded just before
+		wantKilled []int
+		wantAlerts []string
+		wantGrace  time.Duration
+	}{
+		{"below the alert threshold nothing happens", 900 * mib, 0, false, 0, nil, nil, 0},
+		{"at 95% an alert, no kill", 975 * mib, 0, false, 0, nil, []string{"memory-high"}, 0},
+		{"at the kill threshold the largest unprotected process goes, SIGTERM first", 1000 * mib, 0, false, 0, []int{40}, []string{"memory-high", "memory-kill"}, 5 * time.Second},
+		{"tmpfs holding the memory: alert, no kill", 1000 * mib, 990 * mib, false, 0, nil, []string{"memory-high", "memory-unfreeable"}, 0},
+		{"kill loop: after 3 kills in 30s threshold kills pause", 1000 * mib, 0, false, 3, nil, []string{"memory-high", "memory-kill-paused"}, 0},
+		{"at the hard limit the pause yields and SIGKILL comes at once", 1003 * mib, 0, true, 3, []int{40}, []string{"memory-high", "memory-kill"}, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, testConfig())
+			for i := 0; i < tt.priorKills; i++ {
+				r.g.st.Budget.Record(r.clock.t.Add(-time.Duration(i) * time.Second))
+			}
+			r.cg.usage, r.cg.shmem = tt.usage, tt.shmem
+			r.cg.events.UnderOOM = tt.underOOM
+			before := r.alertKinds()
+			r.g.checkMemory(context.Background())
+			if diff := cmp.Diff(tt.wantKilled, r.killed()); diff != "" {
+				t.Errorf("killed (-want +got):\n%s", diff)
+			}
+			var got []string
+			for _, k := range r.alertKinds()[len(before):] {
+				got = append(got, k)
+			}
+			if diff := cmp.Diff(tt.wantAlerts, got); diff != "" {
+				t.Errorf("alerts (-want +got):\n%s", diff)
+			}
+			if len(tt.wantKilled) > 0 {
+				first := r.killer.calls[0]
+				wantSig := unix.SIGTERM
+				if tt.underOOM {
+					wantSig = unix.SIGKILL
+				}
+				if first.Sig != wantSig {
+					t.Errorf("first signal = %v; want %v", first.Sig, wantSig)
+				}
+				if !tt.underOOM && r.cg.freezes != 1 {
+					t.Errorf("froze %d times; the growth must be stopped once before the kill", r.cg.freezes)
+				}
+			}
+			if r.cg.frozen {
+				t.Error("the workspace was left frozen")
+			}
+		})
+	}
+}
+
+func TestStateSurvivesRestart(t *testing.T) {
+	cfg := testConfig()
+	cfg.MemoryLimit = 0 // taken from the cgroup at the first start
+	cfg.StatePath = filepath.Join(t.TempDir(), "state.json")
+	r := newRig(t, cfg)
+	if r.g.memLimit() != 1024*mib {
+		t.Fatalf("M = %d; want the cgroup's limit", r.g.memLimit())
+	}
+	// Three kills trigger the kill-loop pause.
+	for i := 0; i < 3; i++ {
+		r.procs.procs[100+i] = victim.Process{Identity: victim.Identity{PID: 100 + i, StartTime: uint64(400 + i), Exe: "/x"}, RSS: 900 * mib}
+		r.cg.usage = 1000 * mib
+		r.g.checkMemory(context.Background())
+		r.clock.t = r.clock.t.Add(time.Second)
+	}
+	if !r.has("memory-kill-loop") {
+		t.Fatalf("no kill-loop alert after 3 kills: %v", r.alertKinds())
+	}
+
+	// A second guardian on the same state: the lowered limit must not
+	// become the new M, and the pause and the alerts carry over.
+	g2, err := New(cfg, Deps{Cgroup: r.cg, Procs: r.procs, Killer: r.killer, Scheduler: r.sched, Prober: fakeProber{},
+		Alerts: alert.New(alert.Config{}, r.clock.now, nil, nil), Metrics: NewMetrics(prometheus.NewRegistry()),
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: r.clock.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g2.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if g2.memLimit() != 1024*mib {
+		t.Errorf("restarted M = %d; want 1024 MiB remembered (the cgroup now says %d)", g2.memLimit(), r.cg.limit)
+	}
+	if g2.st.Starts != 2 {
+		t.Errorf("starts = %d; want 2", g2.st.Starts)
+	}
+	var kinds []string
+	for _, a := range g2.Alerts() {
+		kinds = append(kinds, a.Kind)
+	}
+	if !slices.Contains(kinds, "memory-kill-loop") {
+		t.Errorf("alerts after restart = %v; the earlier ones must be kept", kinds)
+	}
+	r.procs.procs[200] = victim.Process{Identity: victim.Identity{PID: 200, StartTime: 500, Exe: "/x"}, RSS: 900 * mib}
+	r.cg.usage = 1000 * mib
+	r.killer.calls = nil
+	g2.checkMemory(context.Background())
+	if len(r.killer.calls) != 0 {
+		t.Errorf("the restarted guardian killed during the kill-loop pause: %v", r.killer.calls)
+	}
+}
+
+func TestStartSurvivesLimitsThatCannotBeApplied(t *testing.T) {
+	clk := &clock{time.Unix(1_000_000, 0)}
+	table := &fakeProcs{oom: map[int]int{}, procs: map[int]victim.Process{}}
+	cg := &fakeCgroup{table: table, limit: 1024 * mib, setMemErr: unix.EBUSY}
+	table.cgroup = cg
+	alerts := alert.New(alert.Config{}, clk.now, nil, nil)
+	g, err := New(testConfig(), Deps{Cgroup: cg, Procs: table, Killer: &fakeKiller{table: table}, Scheduler: &fakeSched{attrs: map[int]sched.Attr{}},
+		Prober: fakeProber{}, Alerts: alerts, Metrics: NewMetrics(prometheus.NewRegistry()), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Start(context.Background()); err != nil {
+		t.Fatalf("Start() = %v; a limit that cannot be set yet must not stop guardian", err)
+	}
+	if !g.limitsPending {
+		t.Error("limits not marked for retry")
+	}
+	cg.setMemErr = nil
+	g.protect(context.Background())
+	if g.limitsPending || len(cg.setMemory) != 1 {
+		t.Errorf("the protector did not retry the limits: pending %v, calls %v", g.limitsPending, cg.setMemory)
+	}
+}
+
+func TestProtect(t *testing.T) {
+	t.Run("RT refused: nice fallback and an alert", func(t *testing.T) {
+		cfg := testConfig()
+		r := newRigWith(t, cfg, func(r *rig) { r.sched.rrErr = unix.EPERM })
+		if a := r.sched.attrs[20]; a.Nice != -20 || a.Policy == unix.SCHED_RR {
+			t.Errorf("listener = %+v; want nice -20", a)
+		}
+		if !r.has("sshd-rt-refused") {
+			t.Errorf("alerts = %v; want sshd-rt-refused", r.alertKinds())
+		}
+	})
+	t.Run("no RT budget: nice fallback and an alert", func(t *testing.T) {
+		r := newRigWith(t, testConfig(), func(r *rig) { r.cg.rtErr = unix.EINVAL })
+		if a := r.sched.attrs[20]; a.Nice != -20 {
+			t.Errorf("listener = %+v; want nice -20", a)
+		}
+		if !r.has("sshd-rt-unavailable") {
+			t.Errorf("alerts = %v", r.alertKinds())
+		}
+	})
+	t.Run("re-applied when the user changed it", func(t *testing.T) {
+		r := newRig(t, testConfig())
+		r.sched.attrs[20] = sched.Attr{Policy: unix.SCHED_IDLE}
+		r.procs.oom[20] = 0
+		r.g.protect(context.Background())
+		if !r.sched.attrs[20].IsRR(1) || r.procs.oom[20] != -1000 {
+			t.Errorf("listener not re-protected: %+v oom %d", r.sched.attrs[20], r.procs.oom[20])
+		}
+	})
+	t.Run("an unprotected child that inherited -1000 gets 0 back", func(t *testing.T) {
+		r := newRig(t, testConfig())
+		r.procs.oom[41] = -1000
+		r.procs.oom[40] = -997 // kubelet's Guaranteed-QoS score: left alone
+		r.g.protect(context.Background())
+		if r.procs.oom[41] != 0 || r.procs.oom[40] != -997 {
+			t.Errorf("oom_score_adj 41=%d 40=%d; want 0 and -997", r.procs.oom[41], r.procs.oom[40])
+		}
+	})
+	t.Run("without CAP_SYS_RESOURCE an alert says so", func(t *testing.T) {
+		r := newRigWith(t, testConfig(), func(r *rig) { r.procs.oomErr = os.ErrPermission })
+		if !r.has("oom-protection-unavailable") {
+			t.Errorf("alerts = %v", r.alertKinds())
+		}
+	})
+	t.Run("sshd gone", func(t *testing.T) {
+		r := newRig(t, testConfig())
+		delete(r.procs.procs, 20)
+		r.g.protect(context.Background())
+		if !r.has("sshd-gone") {
+			t.Errorf("alerts = %v; want sshd-gone", r.alertKinds())
+		}
+	})
+}
+
+func TestCleanup(t *testing.T) {
+	r := newRig(t, testConfig())
+	res, err := r.g.Cleanup(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(res.Killed)
+	// init, listener and the live connection's sshd stay; the shell and the
+	// jobs (one of them renamed "sshd") go.
+	if diff := cmp.Diff([]int{31, 40, 41}, res.Killed); diff != "" {
+		t.Errorf("killed (-want +got):\n%s", diff)
+	}
+	if r.cg.frozen {
+		t.Error("left frozen")
+	}
+	r.g.emergency.Lock()
+	defer r.g.emergency.Unlock()
+	if _, err := r.g.Cleanup(context.Background()); !errors.Is(err, httpapi.ErrBusy) {
+		t.Errorf("Cleanup during another emergency = %v; want ErrBusy", err)
+	}
+}
+
+func TestConfigValidate(t *testing.T) {
+	bad := []func(*Config){
+		func(c *Config) { c.KillFraction = 0.99 }, // above max
+		func(c *Config) { c.AlertFraction = 0 },
+		func(c *Config) { c.PidsMax = 0 },
+		func(c *Config) { c.ProbeEvery = 0 },
+		func(c *Config) { c.SSHPort = 70000 },
+	}
+	for i, mutate := range bad {
+		c := testConfig()
+		mutate(&c)
+		if err := c.Validate(); err == nil {
+			t.Errorf("case %d: Validate() accepted a bad config", i)
+		}
+	}
+	if err := testConfig().Validate(); err != nil {
+		t.Errorf("defaults rejected: %v", err)
+	}
+}
