@@ -285,14 +285,14 @@ func (b builder) networkPolicy(anchor *batchv1.Job) *networkingv1.NetworkPolicy 
 }
 
 // workspace is the Pod of a pod-kind session: the student's container
-// (the lab image, which runs sshd on the lab's SSH port; root inside, but
-// without the capabilities guardian relies on) plus the guardian sidecar,
-// configured the way guardian/cmd/guardian reads it: it finds the workspace
-// container's cgroup from POD_UID and CONTAINER_NAME on the host cgroup
-// tree, sees its processes through the shared PID namespace, and probes SSH
-// on loopback. The guardian gets exactly the capabilities it uses (cgroup
-// writes, real-time scheduling, raising limits, signalling, reading /proc)
-// instead of privileged mode.
+// (the lab image, running sshd on the lab's SSH port as root, but without
+// the capabilities guardian relies on) plus guardian as a native sidecar,
+// exactly as infra/guardian/workspace-pod.yaml (the guardian's own spec)
+// describes it: an init container with restartPolicy Always that starts
+// first and is restarted if the user kills it, finding the workspace
+// container's cgroup from POD_UID and CONTAINER_NAME under the host cgroup
+// tree, seeing its processes through the shared PID namespace, probing SSH
+// on loopback, with exactly SYS_PTRACE, SYS_NICE, KILL and SYS_RESOURCE.
 func (b builder) workspace(anchor *batchv1.Job) *corev1.Pod {
 	n := b.lab.Nodes[0]
 	deadline := b.deadlineSeconds()
@@ -301,54 +301,93 @@ func (b builder) workspace(anchor *batchv1.Job) *corev1.Pod {
 	field := func(path string) *corev1.EnvVarSource {
 		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
 	}
+	optional := true
+	always := corev1.ContainerRestartPolicyAlways
+	guardianAPI := intstr.FromString("guardian-api")
+	grace := int64(10)
 	return &corev1.Pod{
 		ObjectMeta: b.owned(NodeName(b.sess.ID, n.Name), n.Role, n.Name, anchor),
 		Spec: corev1.PodSpec{
-			ActiveDeadlineSeconds:        &deadline,
-			Hostname:                     n.Name,
-			RestartPolicy:                corev1.RestartPolicyAlways,
-			AutomountServiceAccountToken: ptr(false),
-			ShareProcessNamespace:        ptr(true),
-			Containers: []corev1.Container{
-				{
-					Name:         WorkspaceContainer,
-					Image:        b.lab.Image,
-					Ports:        []corev1.ContainerPort{{Name: "ssh", ContainerPort: b.lab.SSHPort}},
-					Resources:    corev1.ResourceRequirements{Requests: b.resources(n), Limits: b.resources(n)},
-					VolumeMounts: []corev1.VolumeMount{labkeepMount},
-					SecurityContext: &corev1.SecurityContext{
-						AllowPrivilegeEscalation: ptr(false),
-						Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{
-							"SYS_ADMIN", "SYS_NICE", "SYS_RESOURCE", "SYS_PTRACE", "NET_ADMIN",
-						}},
+			ActiveDeadlineSeconds:         &deadline,
+			Hostname:                      n.Name,
+			RestartPolicy:                 corev1.RestartPolicyAlways,
+			AutomountServiceAccountToken:  ptr(false),
+			ShareProcessNamespace:         ptr(true),
+			EnableServiceLinks:            ptr(false),
+			TerminationGracePeriodSeconds: &grace,
+			InitContainers: []corev1.Container{{
+				Name:          "guardian",
+				Image:         b.cfg.GuardianImage,
+				RestartPolicy: &always, // native sidecar
+				Env: []corev1.EnvVar{
+					{Name: "POD_UID", ValueFrom: field("metadata.uid")},
+					{Name: "POD_NAME", ValueFrom: field("metadata.name")},
+					{Name: "CONTAINER_NAME", Value: WorkspaceContainer},
+					{Name: "GUARDIAN_MEMORY_LIMIT", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{
+						ContainerName: WorkspaceContainer, Resource: "limits.memory", Divisor: resource.MustParse("1"),
+					}}},
+					{Name: "GUARDIAN_CGROUP_MOUNT", Value: "/host/sys/fs/cgroup"},
+					{Name: "GUARDIAN_SSH_ADDR", Value: fmt.Sprintf("127.0.0.1:%d", b.lab.SSHPort)},
+					{Name: "GUARDIAN_LISTEN", Value: ":9090"},
+					{Name: "GUARDIAN_STATE_PATH", Value: "/var/lib/guardian/state.json"},
+					{Name: "GUARDIAN_WEBHOOK_URL", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+						LocalObjectReference: corev1.LocalObjectReference{Name: "labkeep-guardian"}, Key: "webhook-url", Optional: &optional,
+					}}},
+					{Name: "GUARDIAN_CLEANUP_TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+						LocalObjectReference: corev1.LocalObjectReference{Name: "labkeep-guardian"}, Key: "cleanup-token", Optional: &optional,
+					}}},
+				},
+				Ports: []corev1.ContainerPort{{Name: "guardian-api", ContainerPort: 9090}},
+				SecurityContext: &corev1.SecurityContext{
+					RunAsUser:                ptr(int64(0)),
+					RunAsNonRoot:             ptr(false),
+					ReadOnlyRootFilesystem:   ptr(true),
+					AllowPrivilegeEscalation: ptr(false),
+					Capabilities: &corev1.Capabilities{
+						Drop: []corev1.Capability{"ALL"},
+						Add:  []corev1.Capability{"SYS_PTRACE", "SYS_NICE", "KILL", "SYS_RESOURCE"},
 					},
 				},
-				{
-					Name:  "guardian",
-					Image: b.cfg.GuardianImage,
-					Env: []corev1.EnvVar{
-						{Name: "POD_UID", ValueFrom: field("metadata.uid")},
-						{Name: "POD_NAME", ValueFrom: field("metadata.name")},
-						{Name: "CONTAINER_NAME", Value: WorkspaceContainer},
-						{Name: "GUARDIAN_SSH_ADDR", Value: fmt.Sprintf("127.0.0.1:%d", b.lab.SSHPort)},
-						{Name: "GUARDIAN_MEMORY_LIMIT", Value: n.Memory},
-					},
-					Ports:        []corev1.ContainerPort{{Name: "guardian", ContainerPort: 9090}},
-					VolumeMounts: []corev1.VolumeMount{labkeepMount, {Name: "cgroup", MountPath: "/sys/fs/cgroup"}},
-					Resources: corev1.ResourceRequirements{
-						Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
-						Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
-					},
-					SecurityContext: &corev1.SecurityContext{
-						Capabilities: &corev1.Capabilities{Add: []corev1.Capability{
-							"SYS_ADMIN", "SYS_NICE", "SYS_RESOURCE", "SYS_PTRACE", "KILL",
-						}},
-					},
+				Resources: corev1.ResourceRequirements{
+					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
+					Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
 				},
-			},
+				StartupProbe: &corev1.Probe{
+					ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: guardianAPI}},
+					PeriodSeconds:    1,
+					FailureThreshold: 30,
+				},
+				LivenessProbe: &corev1.Probe{
+					ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: guardianAPI}},
+					PeriodSeconds:    10,
+					FailureThreshold: 3,
+				},
+				VolumeMounts: []corev1.VolumeMount{
+					labkeepMount,
+					{Name: "host-cgroup", MountPath: "/host/sys/fs/cgroup"},
+					{Name: "guardian-state", MountPath: "/var/lib/guardian"},
+				},
+			}},
+			Containers: []corev1.Container{{
+				Name:         WorkspaceContainer,
+				Image:        b.lab.Image,
+				Env:          []corev1.EnvVar{{Name: "LABKEEP_CONTAINER_NAME", Value: WorkspaceContainer}},
+				Ports:        []corev1.ContainerPort{{Name: "ssh", ContainerPort: b.lab.SSHPort}},
+				Resources:    corev1.ResourceRequirements{Requests: b.resources(n), Limits: b.resources(n)},
+				VolumeMounts: []corev1.VolumeMount{labkeepMount},
+				SecurityContext: &corev1.SecurityContext{
+					RunAsUser: ptr(int64(0)),
+					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{
+						"SYS_ADMIN", "SYS_NICE", "SYS_RESOURCE", "SYS_PTRACE",
+					}},
+				},
+			}},
 			Volumes: []corev1.Volume{
 				{Name: "labkeep", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}},
-				{Name: "cgroup", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/sys/fs/cgroup", Type: ptr(corev1.HostPathDirectory)}}},
+				{Name: "host-cgroup", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/sys/fs/cgroup", Type: ptr(corev1.HostPathDirectory)}}},
+				{Name: "guardian-state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
+					Medium: corev1.StorageMediumMemory, SizeLimit: ptr(resource.MustParse("1Mi")),
+				}}},
 			},
 		},
 	}

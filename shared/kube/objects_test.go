@@ -7,6 +7,7 @@ import (
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
@@ -89,36 +90,43 @@ func TestWorkspacePod(t *testing.T) {
 	if *pod.Spec.ActiveDeadlineSeconds != 11700 {
 		t.Errorf("activeDeadlineSeconds = %d", *pod.Spec.ActiveDeadlineSeconds)
 	}
-	var names []string
-	for _, c := range pod.Spec.Containers {
-		names = append(names, c.Name+"="+c.Image)
+	if len(pod.Spec.InitContainers) != 1 || len(pod.Spec.Containers) != 1 {
+		t.Fatalf("init containers %d, containers %d; want guardian as the one native sidecar", len(pod.Spec.InitContainers), len(pod.Spec.Containers))
 	}
-	if strings.Join(names, ",") != "workspace=debian,guardian=guardian" {
-		t.Errorf("containers = %v", names)
+	ws, guardian := pod.Spec.Containers[0], pod.Spec.InitContainers[0]
+	if ws.Name != "workspace" || ws.Image != "debian" || guardian.Name != "guardian" || guardian.Image != "guardian" {
+		t.Errorf("containers %s=%s, %s=%s", ws.Name, ws.Image, guardian.Name, guardian.Image)
 	}
-	ws, guardian := pod.Spec.Containers[0], pod.Spec.Containers[1]
+	if guardian.RestartPolicy == nil || *guardian.RestartPolicy != corev1.ContainerRestartPolicyAlways {
+		t.Error("guardian is not a native sidecar (restartPolicy Always)")
+	}
 	if ws.Ports[0].ContainerPort != 2222 || pod.Labels[LabelRole] != "workspace" || !*pod.Spec.ShareProcessNamespace {
 		t.Errorf("workspace port %d, role %q, shared PIDs %v", ws.Ports[0].ContainerPort, pod.Labels[LabelRole], *pod.Spec.ShareProcessNamespace)
 	}
 	env := map[string]string{}
 	for _, e := range guardian.Env {
-		env[e.Name] = e.Value
-		if e.ValueFrom != nil {
+		switch {
+		case e.ValueFrom == nil:
+			env[e.Name] = e.Value
+		case e.ValueFrom.FieldRef != nil:
 			env[e.Name] = e.ValueFrom.FieldRef.FieldPath
+		case e.ValueFrom.ResourceFieldRef != nil:
+			env[e.Name] = e.ValueFrom.ResourceFieldRef.ContainerName + "/" + e.ValueFrom.ResourceFieldRef.Resource
 		}
 	}
 	wantEnv := map[string]string{"POD_UID": "metadata.uid", "POD_NAME": "metadata.name", "CONTAINER_NAME": "workspace",
-		"GUARDIAN_SSH_ADDR": "127.0.0.1:2222", "GUARDIAN_MEMORY_LIMIT": "1Gi"}
+		"GUARDIAN_SSH_ADDR": "127.0.0.1:2222", "GUARDIAN_MEMORY_LIMIT": "workspace/limits.memory", "GUARDIAN_CGROUP_MOUNT": "/host/sys/fs/cgroup"}
 	for k, v := range wantEnv {
 		if env[k] != v {
 			t.Errorf("guardian env %s = %q, want %q", k, env[k], v)
 		}
 	}
-	if sc := guardian.SecurityContext; sc.Privileged != nil && *sc.Privileged {
-		t.Error("guardian runs privileged; it gets capabilities instead")
+	caps := guardian.SecurityContext.Capabilities
+	if !slices.Equal(caps.Drop, []corev1.Capability{"ALL"}) || !slices.Equal(caps.Add, []corev1.Capability{"SYS_PTRACE", "SYS_NICE", "KILL", "SYS_RESOURCE"}) {
+		t.Errorf("guardian capabilities = %+v", caps)
 	}
-	if !slices.Contains(ws.SecurityContext.Capabilities.Drop, "SYS_ADMIN") || !slices.Contains(guardian.SecurityContext.Capabilities.Add, "SYS_ADMIN") {
-		t.Errorf("capabilities: workspace drops %v, guardian adds %v", ws.SecurityContext.Capabilities.Drop, guardian.SecurityContext.Capabilities.Add)
+	if !slices.Contains(ws.SecurityContext.Capabilities.Drop, "SYS_NICE") {
+		t.Errorf("workspace keeps SYS_NICE: %+v", ws.SecurityContext.Capabilities)
 	}
 	res := ws.Resources
 	if !res.Requests.Memory().Equal(*res.Limits.Memory()) || res.Requests.Memory().Cmp(resource.MustParse(labs.DefaultPodMemory)) != 0 {
