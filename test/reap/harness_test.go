@@ -356,7 +356,8 @@ var gvrs = map[string]schema.GroupVersionResource{
 }
 
 // objectsIn lists "Kind/name" of every object of labkeep's kinds in ns
-// matching selector, sorted (admin view, for assertions).
+// matching selector, sorted (admin view, for assertions), leaving out the
+// anchor Jobs' Pods.
 func objectsIn(t *testing.T, ns, selector string) []string {
 	t.Helper()
 	_, dyn := admin(t)
@@ -367,6 +368,11 @@ func objectsIn(t *testing.T, ns, selector string) []string {
 			t.Fatalf("list %s: %v", kind, err)
 		}
 		for _, o := range list.Items {
+			// The anchor Job's Pod is the Job controller's, created
+			// whenever it gets to it; it is not an object labkeep made.
+			if _, anchorPod := o.GetLabels()[kube.LabelAnchorOf]; anchorPod {
+				continue
+			}
 			if o.GetDeletionTimestamp() == nil {
 				out = append(out, kind+"/"+o.GetName())
 			}
