@@ -46,6 +46,8 @@ type Server struct {
 	StudentToken, AdminToken string
 	srv                      *http.Server
 	done                     chan error
+	schedulerToken           string
+	log                      *slog.Logger
 }
 
 // TokenLifetime is how long the printed tokens are valid.
@@ -65,9 +67,14 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
+	schedulerToken, err := localSecret(filepath.Join(stateDir, "scheduler-token"))
+	if err != nil {
+		return nil, err
+	}
 	defaults := map[string]string{
 		"LABKEEP_ENV": "local", "LABKEEP_DATABASE_URL": st.DSN(), "LABKEEP_JWT_SECRET": secret,
 		"LABKEEP_LABS_FILE": labsFile, "LABKEEP_KUBECONFIG": saKubeconfig,
+		"LABKEEP_SCHEDULER_TOKEN": schedulerToken,
 	}
 	for k, v := range defaults {
 		if _, set := os.LookupEnv(k); !set {
@@ -115,7 +122,7 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 		a.Close()
 		return nil, fmt.Errorf("LABKEEP_HTTP_ADDR: %w", err)
 	}
-	s := &Server{App: a, URL: "http://" + ln.Addr().String(), done: make(chan error, 1)}
+	s := &Server{App: a, URL: "http://" + ln.Addr().String(), done: make(chan error, 1), schedulerToken: cfg.SchedulerToken, log: log}
 	exp := time.Now().Add(TokenLifetime)
 	if s.StudentToken, err = httpapi.Sign([]byte(cfg.JWTSecret), SampleStudent, httpapi.RoleStudent, exp); err == nil {
 		s.AdminToken, err = httpapi.Sign([]byte(cfg.JWTSecret), "admin-1", httpapi.RoleAdmin, exp)
@@ -134,7 +141,40 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 	fmt.Fprintf(out, "  admin token:   %s\n", s.AdminToken)
 	fmt.Fprintf(out, "  try:           curl -sS -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{\"lab\":\"linux-vm\"}' %s/openSession\n", s.URL)
 	fmt.Fprintf(out, "                 curl -sS -H \"Authorization: Bearer $TOKEN\" %s/getSession\n", s.URL)
+	fmt.Fprintf(out, "  reaper:        curl -sS -X POST -H \"Authorization: Bearer $ADMIN_TOKEN\" %s/adminReapNow\n", s.URL)
+	fmt.Fprintf(out, "                 curl -sS -H \"Authorization: Bearer $ADMIN_TOKEN\" %s/adminStatus ; curl -sS %s/metrics\n", s.URL, s.URL)
 	return s, nil
+}
+
+// RunScheduler plays the production scheduler (PingSource, CronJob,
+// EventBridge) until ctx is done: every interval it POSTs /reapTick with
+// the scheduler token, as they do, and logs the outcome.
+func (s *Server) RunScheduler(ctx context.Context, interval time.Duration) {
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/reapTick", nil)
+		if err != nil {
+			s.log.Error("reapTick", "err", err)
+			continue
+		}
+		req.Header.Set("Authorization", "Bearer "+s.schedulerToken)
+		res, err := http.DefaultClient.Do(req)
+		if err != nil {
+			if ctx.Err() == nil {
+				s.log.Error("reapTick", "err", err)
+			}
+			continue
+		}
+		body, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+		res.Body.Close()
+		s.log.Info("reapTick", "status", res.StatusCode, "report", string(body))
+	}
 }
 
 // Stop shuts the server down and closes the database pool.

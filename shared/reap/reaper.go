@@ -104,7 +104,8 @@ func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (pgstore.ReapRun,
 	}
 	defer unlock()
 
-	report := pgstore.ReapRun{Trigger: string(trigger), StartedAt: r.Now().UTC(), DryRun: cfg.DryRun, Counts: map[string]int{}}
+	report := pgstore.ReapRun{Trigger: string(trigger), StartedAt: r.Now().UTC(), DryRun: cfg.DryRun,
+		Counts: map[string]int{}, Failures: []pgstore.ReapFailure{}, Items: []pgstore.ReapItem{}}
 	runCtx, cancel := context.WithTimeout(ctx, cfg.RunDeadline)
 	defer cancel()
 	log := r.Log.With("trigger", trigger, "dryRun", cfg.DryRun)

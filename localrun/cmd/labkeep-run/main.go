@@ -23,14 +23,19 @@ import (
 	"labkeep/localrun/virtsim"
 )
 
-// config is filled from LABKEEP_* variables; every field has a local default.
+// config is filled from LABKEEP_* variables (split_words: StateDir is
+// LABKEEP_STATE_DIR; no unprefixed fallbacks); every field has a local
+// default.
 type config struct {
-	StateDir    string        `envconfig:"STATE_DIR"`
-	BinCache    string        `envconfig:"BIN_CACHE"`
-	DatabaseURL string        `envconfig:"DATABASE_URL"`
-	VMBootDelay time.Duration `envconfig:"VIRTSIM_BOOT_DELAY" default:"5s"`
-	QuotaSync   time.Duration `envconfig:"QUOTA_SYNC_PERIOD" default:"5s"`
-	LogLevel    slog.Level    `envconfig:"LOG_LEVEL" default:"INFO"`
+	StateDir         string        `split_words:"true"`
+	BinCache         string        `split_words:"true"`
+	DatabaseURL      string        `split_words:"true"`
+	VirtsimBootDelay time.Duration `split_words:"true" default:"5s"`
+	QuotaSyncPeriod  time.Duration `split_words:"true" default:"5s"`
+	LogLevel         slog.Level    `split_words:"true" default:"INFO"`
+	// ReapInterval is how often the local scheduler calls reapTick (the
+	// production schedule is every minute).
+	ReapInterval time.Duration `split_words:"true" default:"1m"`
 }
 
 func main() {
@@ -61,8 +66,8 @@ func run() error {
 
 	start := time.Now()
 	st, err := stack.Start(ctx, stack.Options{
-		ControlPlane: controlplane.Options{BinCache: cfg.BinCache, QuotaSyncPeriod: cfg.QuotaSync},
-		VirtSim:      virtsim.Options{BootDelay: cfg.VMBootDelay},
+		ControlPlane: controlplane.Options{BinCache: cfg.BinCache, QuotaSyncPeriod: cfg.QuotaSyncPeriod},
+		VirtSim:      virtsim.Options{BootDelay: cfg.VirtsimBootDelay},
 		DatabaseURL:  cfg.DatabaseURL,
 		Logger:       log,
 		Progress:     os.Stderr,
@@ -100,6 +105,10 @@ func run() error {
 		return fmt.Errorf("session functions: %w", err)
 	}
 	defer fns.Stop()
+	if cfg.ReapInterval <= 0 {
+		return fmt.Errorf("LABKEEP_REAP_INTERVAL must be positive, got %s", cfg.ReapInterval)
+	}
+	go fns.RunScheduler(ctx, cfg.ReapInterval)
 	fmt.Printf("\nlabkeep local stack is up (in %s).\n", time.Since(start).Round(100*time.Millisecond))
 	fmt.Printf("  state dir:  %s\n", cfg.StateDir)
 	fmt.Printf("  kubectl:    kubectl --kubeconfig %s get vm,vmi -A\n", kubeconfig)
