@@ -193,6 +193,9 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	if err := InstallKubeVirtCRDs(ctx, cp.Admin); err != nil {
 		return cp, fmt.Errorf("install KubeVirt CRDs: %w", err)
 	}
+	if err := warmUpCRDs(ctx, cp.Admin); err != nil {
+		return cp, err
+	}
 
 	kcm, err := childproc.Start("kube-controller-manager", filepath.Join(dir, "kube-controller-manager.log"), childproc.Attr{}, opts.Binaries.ControllerManager,
 		"--kubeconfig="+cp.AdminKubeconfig,

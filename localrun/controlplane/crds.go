@@ -9,6 +9,9 @@ import (
 	apiextensionsclient "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/rest"
 )
 
@@ -79,6 +82,28 @@ func InstallKubeVirtCRDs(ctx context.Context, cfg *rest.Config) error {
 				return fmt.Errorf("CRD %s not established: %w", name, ctx.Err())
 			case <-time.After(50 * time.Millisecond):
 			}
+		}
+	}
+	return nil
+}
+
+// warmUpCRDs makes one server-side dry-run create of each KubeVirt kind:
+// the API server builds a CRD's handler lazily, and the first real create
+// would otherwise take about 2 s, in whichever test happens to be first.
+func warmUpCRDs(ctx context.Context, cfg *rest.Config) error {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	for _, c := range kubeVirtCRDs {
+		u := &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": c.group + "/" + c.version, "kind": c.kind,
+			"metadata": map[string]any{"name": "labkeep-warm-up"},
+			"spec":     map[string]any{},
+		}}
+		gvr := schema.GroupVersionResource{Group: c.group, Version: c.version, Resource: c.plural}
+		if _, err := dyn.Resource(gvr).Namespace("default").Create(ctx, u, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			return fmt.Errorf("warm-up create of %s: %w", c.kind, err)
 		}
 	}
 	return nil
