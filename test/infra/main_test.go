@@ -1,0 +1,325 @@
+// Package infra_test checks labkeep's deployment manifests (infra/) against
+// a real kube-apiserver that serves the real third-party CRDs (Knative
+// Serving and Eventing, read from ../shared/crds beside the repository):
+// every object must pass a server-side dry-run apply with strict field
+// validation, so a misspelt field, a wrong apiVersion or an invalid value
+// fails here instead of at `kubectl apply` time in production.
+package infra_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
+	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/restmapper"
+
+	"labkeep/localrun/controlplane"
+)
+
+// fieldManager owns everything this package applies.
+const fieldManager = "labkeep-infra-test"
+
+// Package state, set up once by TestMain.
+var (
+	repoRoot string   // the directory holding go.mod
+	crdFiles []string // the third-party CRD files installed
+	api      *cluster
+)
+
+func TestMain(m *testing.M) {
+	os.Exit(run(m))
+}
+
+func run(m *testing.M) int {
+	var err error
+	if repoRoot, err = findRepoRoot(); err != nil {
+		fmt.Fprintln(os.Stderr, "test/infra:", err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cp, err := controlplane.Start(ctx, controlplane.Options{Progress: os.Stderr, StopOnSignal: true})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "test/infra: control plane:", err)
+		return 1
+	}
+	defer cp.Stop()
+	if api, err = setUpCluster(ctx, cp); err != nil {
+		fmt.Fprintln(os.Stderr, "test/infra:", err)
+		return 1
+	}
+	return m.Run()
+}
+
+// findRepoRoot walks up from the working directory to the directory
+// holding go.mod (tests run in their package's directory).
+func findRepoRoot() (string, error) {
+	dir, err := os.Getwd()
+	if err != nil {
+		return "", err
+	}
+	for {
+		if _, err := os.Stat(filepath.Join(dir, "go.mod")); err == nil {
+			return dir, nil
+		}
+		parent := filepath.Dir(dir)
+		if parent == dir {
+			return "", errors.New("no go.mod above the working directory")
+		}
+		dir = parent
+	}
+}
+
+// cluster is the control plane as these tests use it.
+type cluster struct {
+	dyn    dynamic.Interface
+	mapper meta.RESTMapper
+	groups map[string]bool // API groups the server serves
+}
+
+// setUpCluster installs every CRD under ../shared/crds, waits until they
+// are Established and discoverable, and creates the namespaces the
+// manifests live in (for real: a dry-run object needs an existing
+// namespace).
+func setUpCluster(ctx context.Context, cp *controlplane.ControlPlane) (*cluster, error) {
+	dyn, err := dynamic.NewForConfig(cp.Admin)
+	if err != nil {
+		return nil, err
+	}
+	c := &cluster{dyn: dyn}
+	crdDir := filepath.Join(repoRoot, "..", "shared", "crds")
+	crds, err := installCRDs(ctx, dyn, crdDir)
+	if err != nil {
+		return nil, err
+	}
+	dc, err := discovery.NewDiscoveryClientForConfig(cp.Admin)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.discover(ctx, dc, crds); err != nil {
+		return nil, err
+	}
+	// The namespaces of namespaces.yaml, plus the golden-PVC namespace the
+	// operator creates (golden-clone-rbac.yaml).
+	nsObjs, err := decodeFile(filepath.Join(repoRoot, "infra", "namespaces.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	golden := &unstructured.Unstructured{}
+	golden.SetAPIVersion("v1")
+	golden.SetKind("Namespace")
+	golden.SetName("labkeep-golden")
+	for _, ns := range append(nsObjs, golden) {
+		if err := c.apply(ctx, ns, "", false); err != nil {
+			return nil, fmt.Errorf("creating namespace %s: %w", ns.GetName(), err)
+		}
+	}
+	return c, nil
+}
+
+// installCRDs applies every CustomResourceDefinition found in the YAML
+// files under dir and waits until each is Established. It returns the
+// kinds they define.
+func installCRDs(ctx context.Context, dyn dynamic.Interface, dir string) ([]schema.GroupVersionKind, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("third-party CRDs: %w (expected the shared/crds folder beside the repository)", err)
+	}
+	crdRes := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
+	var names []string
+	var kinds []schema.GroupVersionKind
+	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
+		if err != nil || d.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
+			return err
+		}
+		objs, err := decodeFile(path)
+		if err != nil {
+			return err
+		}
+		for _, o := range objs {
+			if o.GetKind() != "CustomResourceDefinition" {
+				continue
+			}
+			body, err := json.Marshal(o.Object)
+			if err != nil {
+				return err
+			}
+			force := true
+			if _, err := dyn.Resource(crdRes).Patch(ctx, o.GetName(), types.ApplyPatchType, body,
+				metav1.PatchOptions{FieldManager: fieldManager, Force: &force}); err != nil {
+				return fmt.Errorf("installing CRD %s from %s: %w", o.GetName(), path, err)
+			}
+			names = append(names, o.GetName())
+			group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
+			kind, _, _ := unstructured.NestedString(o.Object, "spec", "names", "kind")
+			versions, _, _ := unstructured.NestedSlice(o.Object, "spec", "versions")
+			for _, v := range versions {
+				vm, _ := v.(map[string]any)
+				if served, _ := vm["served"].(bool); served {
+					kinds = append(kinds, schema.GroupVersionKind{Group: group, Version: fmt.Sprint(vm["name"]), Kind: kind})
+				}
+			}
+			crdFiles = append(crdFiles, path)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("no CustomResourceDefinition under %s", dir)
+	}
+	for _, name := range names {
+		for {
+			crd, err := dyn.Resource(crdRes).Get(ctx, name, metav1.GetOptions{})
+			if err == nil && established(crd) {
+				break
+			}
+			select {
+			case <-ctx.Done():
+				return nil, fmt.Errorf("CRD %s not Established: %w (last error: %v)", name, ctx.Err(), err)
+			case <-time.After(50 * time.Millisecond):
+			}
+		}
+	}
+	return kinds, nil
+}
+
+func established(crd *unstructured.Unstructured) bool {
+	conds, _, _ := unstructured.NestedSlice(crd.Object, "status", "conditions")
+	for _, c := range conds {
+		cm, _ := c.(map[string]any)
+		if cm["type"] == "Established" && cm["status"] == "True" {
+			return true
+		}
+	}
+	return false
+}
+
+// discover builds the REST mapper once every kind in want is served
+// (discovery lags a little behind Established).
+func (c *cluster) discover(ctx context.Context, dc discovery.DiscoveryInterface, want []schema.GroupVersionKind) error {
+	for {
+		resources, err := restmapper.GetAPIGroupResources(dc)
+		if err == nil {
+			c.mapper = restmapper.NewDiscoveryRESTMapper(resources)
+			c.groups = map[string]bool{}
+			for _, g := range resources {
+				c.groups[g.Group.Name] = true
+			}
+			missing := ""
+			for _, gvk := range want {
+				if _, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+					missing = gvk.String()
+					break
+				}
+			}
+			if missing == "" {
+				return nil
+			}
+			err = fmt.Errorf("%s not discoverable", missing)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("discovery: %w (last error: %v)", ctx.Err(), err)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// notServedError says the server serves no API group of the object's
+// apiVersion at all: a third-party kind whose CRD is not available here.
+// A served group without the object's version or kind is a plain error.
+type notServedError struct{ gvk schema.GroupVersionKind }
+
+func (e *notServedError) Error() string {
+	return fmt.Sprintf("API group %q is not served (no CRD available for %s)", e.gvk.Group, e.gvk.Kind)
+}
+
+// apply server-side-applies u with strict field validation: unknown or
+// duplicate fields are errors, not warnings. With dryRun the server runs
+// every admission and validation step but stores nothing. Objects
+// without a namespace that need one go to defaultNS. It returns a
+// *notServedError if u's API group is not served.
+func (c *cluster) apply(ctx context.Context, u *unstructured.Unstructured, defaultNS string, dryRun bool) error {
+	gvk := u.GroupVersionKind()
+	if gvk.Kind == "" || gvk.Version == "" {
+		return fmt.Errorf("object %q has no apiVersion or kind", u.GetName())
+	}
+	if !c.groups[gvk.Group] {
+		return &notServedError{gvk}
+	}
+	m, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+	if err != nil {
+		return fmt.Errorf("apiVersion %q kind %q: %w", u.GetAPIVersion(), gvk.Kind, err)
+	}
+	var ri dynamic.ResourceInterface = c.dyn.Resource(m.Resource)
+	if m.Scope.Name() == meta.RESTScopeNameNamespace {
+		ns := u.GetNamespace()
+		if ns == "" {
+			ns = defaultNS
+		}
+		if ns == "" {
+			return fmt.Errorf("%s %s: namespaced, but has no namespace", gvk.Kind, u.GetName())
+		}
+		ri = c.dyn.Resource(m.Resource).Namespace(ns)
+	} else if u.GetNamespace() != "" {
+		return fmt.Errorf("%s %s is cluster-scoped but names namespace %q", gvk.Kind, u.GetName(), u.GetNamespace())
+	}
+	body, err := json.Marshal(u.Object)
+	if err != nil {
+		return err
+	}
+	force := true
+	opts := metav1.PatchOptions{FieldManager: fieldManager, Force: &force, FieldValidation: metav1.FieldValidationStrict}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	_, err = ri.Patch(ctx, u.GetName(), types.ApplyPatchType, body, opts)
+	return err
+}
+
+// decodeFile reads every object of a multi-document YAML file.
+func decodeFile(path string) ([]*unstructured.Unstructured, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	objs, err := decodeYAML(data)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", path, err)
+	}
+	return objs, nil
+}
+
+func decodeYAML(data []byte) ([]*unstructured.Unstructured, error) {
+	dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader(data), 4096)
+	var out []*unstructured.Unstructured
+	for {
+		var obj map[string]any
+		if err := dec.Decode(&obj); errors.Is(err, io.EOF) {
+			return out, nil
+		} else if err != nil {
+			return nil, err
+		}
+		if obj != nil {
+			out = append(out, &unstructured.Unstructured{Object: obj})
+		}
+	}
+}
