@@ -1,10 +1,14 @@
 package infra
 
 import (
+	"io/fs"
+	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/yaml"
 
 	"labkeep/shared/labs"
 )
@@ -84,5 +88,77 @@ func TestSampleLabs(t *testing.T) {
 	slices.Sort(shapes)
 	if !slices.Equal(shapes, []string{"pod/1", "vm/1", "vm/3"}) {
 		t.Errorf("lab shapes = %v", shapes)
+	}
+}
+
+// notInKustomization are the manifests `kubectl apply -k infra/` leaves
+// out on purpose, with the reason (also written in kustomization.yaml).
+var notInKustomization = map[string]string{
+	"reap-cronjob.yaml":                   "alternative to reap-pingsource.yaml where Knative Eventing is missing; two schedulers make one fail with 409 busy every minute",
+	"golden-clone-rbac.yaml":              "only for golden-PVC labs; needs the labkeep-golden namespace",
+	"guardian/workspace-pod.yaml":         "an example; the functions create the real workspace Pods",
+	"guardian/tetragon-block-renice.yaml": "needs Tetragon's CRDs",
+}
+
+// Every manifest is deployed by kustomization.yaml or left out on
+// purpose (notInKustomization); a new manifest must be one or the other.
+func TestKustomizationListsEveryManifest(t *testing.T) {
+	data, err := File("kustomization.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var k struct {
+		Resources          []string `json:"resources"`
+		ConfigMapGenerator []struct {
+			Files []string `json:"files"`
+		} `json:"configMapGenerator"`
+	}
+	if err := yaml.Unmarshal(data, &k); err != nil {
+		t.Fatalf("kustomization.yaml: %v", err)
+	}
+	used := map[string]string{"kustomization.yaml": "itself"}
+	for _, r := range k.Resources {
+		used[r] = "resources"
+	}
+	for _, g := range k.ConfigMapGenerator {
+		for _, f := range g.Files {
+			used[f] = "configMapGenerator"
+		}
+	}
+	manifests, err := fs.Glob(files, "*.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	guardian, err := filepath.Glob("guardian/*.yaml") // not embedded
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, g := range guardian {
+		if !strings.HasPrefix(filepath.Base(g), ".") { // guardian/.ko.yaml is ko's config
+			manifests = append(manifests, g)
+		}
+	}
+	for _, m := range manifests {
+		_, listed := used[m]
+		reason, excluded := notInKustomization[m]
+		switch {
+		case listed && excluded:
+			t.Errorf("%s is listed in kustomization.yaml (%s) but also excluded on purpose (%s)", m, used[m], reason)
+		case !listed && !excluded:
+			t.Errorf("%s is neither in kustomization.yaml nor in notInKustomization with a reason", m)
+		}
+	}
+	for name := range used {
+		if !slices.Contains(manifests, name) {
+			t.Errorf("kustomization.yaml names %s, which is not in infra/", name)
+		}
+	}
+	for name := range notInKustomization {
+		if !slices.Contains(manifests, name) {
+			t.Errorf("notInKustomization names %s, which is not in infra/", name)
+		}
+		if !strings.Contains(string(data), strings.TrimPrefix(name, "guardian/")) {
+			t.Errorf("kustomization.yaml's header does not explain why %s is left out", name)
+		}
 	}
 }
