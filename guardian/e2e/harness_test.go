@@ -241,7 +241,7 @@ LogLevel ERROR
 	ws.sshd.id = ws.identity(ws.sshd.cmd.Process.Pid, "/usr/sbin/sshd")
 	ws.init.id = ws.identity(ws.init.cmd.Process.Pid, "/usr/bin/sleep")
 	for _, c := range []int{unix.CAP_SYS_ADMIN, unix.CAP_SYS_NICE, unix.CAP_SYS_RESOURCE} {
-		if hasCap(ws.sshd.id.PID, c) {
+		if procfs.ProcessHasCapability("/proc", ws.sshd.id.PID, c) {
 			t.Fatalf("the workspace's sshd still has capability %d; it must run without what a Pod's root lacks", c)
 		}
 	}
@@ -291,21 +291,6 @@ func (ws *workspace) identity(pid int, exe string) victim.Identity {
 	}
 	ws.t.Fatalf("pid %d never became %s", pid, exe)
 	return victim.Identity{}
-}
-
-// hasCap reports whether pid has capability c in its effective set.
-func hasCap(pid, c int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return false
-	}
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "CapEff:"); ok {
-			mask, _ := strconv.ParseUint(strings.TrimSpace(v), 16, 64)
-			return mask&(1<<uint(c)) != 0
-		}
-	}
-	return false
 }
 
 // stillSame reports whether the process with this identity is alive.
@@ -615,6 +600,16 @@ func readKnob(t testing.TB, rel, controller, name string) string {
 	return strings.TrimSpace(string(b))
 }
 
+// knobInt reads a single-number cgroup file.
+func knobInt(t testing.TB, rel, controller, name string) int64 {
+	t.Helper()
+	v, err := strconv.ParseInt(readKnob(t, rel, controller, name), 10, 64)
+	if err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return v
+}
+
 func keyed(t testing.TB, rel, controller, name string) map[string]int64 {
 	out := map[string]int64{}
 	for _, line := range strings.Split(readKnob(t, rel, controller, name), "\n") {
@@ -625,6 +620,23 @@ func keyed(t testing.TB, rel, controller, name string) map[string]int64 {
 		}
 	}
 	return out
+}
+
+// shellBomb is the classic shell fork bomb made persistent: every process
+// keeps re-spawning its pipeline, so the bomb does not fizzle out when
+// pids.max refuses forks (the classic one may), and guardian has to
+// contain it.
+const shellBomb = "exec 2>/dev/null; f(){ while :; do f | f & wait; done; }; f"
+
+// countExe counts the workspace's processes running exe.
+func countExe(ws *workspace, exe string) int {
+	n := 0
+	for _, pid := range testcgroup.Procs(ws.rel) {
+		if e, err := ws.fs.Exe(pid); err == nil && e == exe {
+			n++
+		}
+	}
+	return n
 }
 
 // eventually polls cond until it holds or d passes.

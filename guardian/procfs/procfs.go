@@ -37,18 +37,28 @@ func New(root, cgroupController string) *FS {
 	return &FS{Root: root, CgroupController: cgroupController, pageSize: uint64(os.Getpagesize())}
 }
 
-// Snapshot reads the listed processes; those that exit meanwhile are left out.
+// Snapshot reads the listed processes. Those that exit meanwhile, or whose
+// files cannot be read, are left out: one odd process must not blind
+// guardian to all the others. It fails only when none of a non-empty list
+// could be read for another reason than having exited.
 func (fs *FS) Snapshot(pids []int) ([]victim.Process, error) {
 	out := make([]victim.Process, 0, len(pids))
+	var firstErr error
 	for _, pid := range pids {
 		p, err := fs.Process(pid)
 		if errors.Is(err, ErrGone) {
 			continue
 		}
 		if err != nil {
-			return nil, err
+			if firstErr == nil {
+				firstErr = err
+			}
+			continue
 		}
 		out = append(out, p)
+	}
+	if len(out) == 0 && firstErr != nil {
+		return nil, firstErr
 	}
 	return out, nil
 }
@@ -92,8 +102,10 @@ func (fs *FS) Identity(pid int) (victim.Identity, error) {
 	return p.Identity, err
 }
 
-// Exe returns the resolved executable of pid, "" for kernel threads and
-// zombies.
+// Exe returns the resolved executable of pid, "" for kernel threads,
+// zombies and processes whose executable guardian may not read (then no
+// configured-executable rule can match it, and the identity check still
+// compares start times).
 func (fs *FS) Exe(pid int) (string, error) {
 	exe, err := os.Readlink(filepath.Join(fs.Root, strconv.Itoa(pid), "exe"))
 	if err != nil {
@@ -103,6 +115,9 @@ func (fs *FS) Exe(pid int) (string, error) {
 			if _, serr := os.Stat(filepath.Join(fs.Root, strconv.Itoa(pid))); serr != nil {
 				return "", gone(pid, serr)
 			}
+			return "", nil
+		}
+		if errors.Is(err, os.ErrPermission) {
 			return "", nil
 		}
 		return "", gone(pid, err)
@@ -265,8 +280,12 @@ var errESRCH error = unix.ESRCH
 // effective set (for example unix.CAP_SYS_RESOURCE, needed to lower
 // oom_score_adj below 0), so guardian can say what it cannot do instead of
 // failing on every attempt.
-func HasCapability(c int) bool {
-	b, err := os.ReadFile("/proc/self/status")
+func HasCapability(c int) bool { return ProcessHasCapability("/proc", os.Getpid(), c) }
+
+// ProcessHasCapability reports whether process pid (under proc mount root)
+// has capability c in its effective set; false when it cannot be read.
+func ProcessHasCapability(root string, pid, c int) bool {
+	b, err := os.ReadFile(filepath.Join(root, strconv.Itoa(pid), "status"))
 	if err != nil {
 		return false
 	}
