@@ -126,13 +126,36 @@ func setUpCluster(ctx context.Context, cp *controlplane.ControlPlane) (*cluster,
 	golden.SetAPIVersion("v1")
 	golden.SetKind("Namespace")
 	golden.SetName("labkeep-golden")
-	for _, ns := range append(nsObjs, golden) {
+	// And one enforcing the restricted Pod Security level.
+	restricted := &unstructured.Unstructured{}
+	restricted.SetAPIVersion("v1")
+	restricted.SetKind("Namespace")
+	restricted.SetName(restrictedNamespace)
+	restricted.SetLabels(map[string]string{"pod-security.kubernetes.io/enforce": "restricted"})
+	for _, ns := range append(nsObjs, golden, restricted) {
 		if err := c.apply(ctx, ns, "", false); err != nil {
 			return nil, fmt.Errorf("creating namespace %s: %w", ns.GetName(), err)
 		}
 	}
-	return c, nil
+	// Pods are admitted only once their namespace's default ServiceAccount
+	// exists (the serviceaccount controller creates it).
+	saRes := schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}
+	for {
+		_, err := dyn.Resource(saRes).Namespace(restrictedNamespace).Get(ctx, "default", metav1.GetOptions{})
+		if err == nil {
+			return c, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, fmt.Errorf("no default ServiceAccount in %s: %w (last error: %v)", restrictedNamespace, ctx.Err(), err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
 }
+
+// restrictedNamespace enforces Pod Security "restricted"; Pods made from
+// the manifests' templates are tried there.
+const restrictedNamespace = "labkeep-psa-restricted"
 
 // installCRDs applies every CustomResourceDefinition found in the YAML
 // files under dir and waits until each is Established. It returns the
