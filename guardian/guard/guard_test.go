@@ -529,6 +529,22 @@ func TestProtect(t *testing.T) {
 			t.Errorf("alerts = %v", r.alertKinds())
 		}
 	})
+	t.Run("a stopped listener is continued, a stopped user process is not", func(t *testing.T) {
+		r := newRig(t, testConfig())
+		for _, pid := range []int{20, 41} {
+			p := r.procs.procs[pid]
+			p.State = "T"
+			r.procs.procs[pid] = p
+		}
+		r.killer.calls = nil
+		r.g.protect(context.Background())
+		if diff := cmp.Diff([]signal{{20, unix.SIGCONT, -1}}, r.killer.calls); diff != "" {
+			t.Errorf("signals (-want +got):\n%s", diff)
+		}
+		if !r.has("protected-stopped") {
+			t.Errorf("alerts = %v", r.alertKinds())
+		}
+	})
 	t.Run("sshd gone", func(t *testing.T) {
 		r := newRig(t, testConfig())
 		delete(r.procs.procs, 20)

@@ -7,6 +7,8 @@ import (
 	"os"
 	"strconv"
 
+	"golang.org/x/sys/unix"
+
 	"labkeep/guardian/alert"
 	"labkeep/guardian/victim"
 )
@@ -47,6 +49,21 @@ func (g *Guardian) protect(ctx context.Context) {
 	}
 	g.metrics.protected.Set(float64(len(prot)))
 	g.metrics.processes.Set(float64(len(procs)))
+
+	// A stopped sshd (SIGSTOP from the user, same uid) holds its socket
+	// but answers nothing; a stopped init freezes the container.
+	for _, p := range procs {
+		reason, ok := prot[p.Key()]
+		if !ok || reason == victim.ReasonSelf || p.State != "T" {
+			continue
+		}
+		if err := g.killer.Signal(p.Identity, unix.SIGCONT); err != nil {
+			g.log.Warn("continue stopped process", "pid", p.PID, "err", err)
+			continue
+		}
+		g.raise("protected-stopped", string(reason), alert.Warning,
+			fmt.Sprintf("protected process %d (%s, %s) was stopped; continued it", p.PID, reason, p.Exe), nil)
+	}
 
 	g.mu.Lock()
 	listener, rtRefused := g.listener, g.rtRefused

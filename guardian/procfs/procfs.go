@@ -206,6 +206,7 @@ func parseStat(s string, pageSize uint64) (statInfo, string, error) {
 	return statInfo{Process: victim.Process{
 		Identity: victim.Identity{PID: pid, StartTime: num(22)},
 		PPID:     int(num(4)),
+		State:    rest[0],
 		Comm:     s[open+1 : closing],
 		CPUTicks: num(14) + num(15),
 		RSS:      num(24) * pageSize,

@@ -26,18 +26,18 @@ func TestParseStat(t *testing.T) {
 		{
 			name: "plain",
 			stat: "42 (sshd) S 1 42 42 0 -1 4194560 100 0 0 0 7 3 0 0 20 0 1 0 12345 1000000 250 18446744073709551615",
-			want: victim.Process{Identity: victim.Identity{PID: 42, StartTime: 12345}, PPID: 1, Comm: "sshd", CPUTicks: 10, RSS: 250 * 4096},
+			want: victim.Process{Identity: victim.Identity{PID: 42, StartTime: 12345}, PPID: 1, State: "S", Comm: "sshd", CPUTicks: 10, RSS: 250 * 4096},
 		},
 		{
 			name:    "an exiting process (PF_EXITING)",
 			stat:    "44 (hog) R 1 44 44 0 -1 4194564 100 0 0 0 7 3 0 0 20 0 1 0 555 1000000 250 0",
-			want:    victim.Process{Identity: victim.Identity{PID: 44, StartTime: 555}, PPID: 1, Comm: "hog", CPUTicks: 10, RSS: 250 * 4096},
+			want:    victim.Process{Identity: victim.Identity{PID: 44, StartTime: 555}, PPID: 1, State: "R", Comm: "hog", CPUTicks: 10, RSS: 250 * 4096},
 			exiting: true,
 		},
 		{
 			name: "a name with spaces and parentheses cannot shift the fields",
 			stat: "43 (x) S 9 (y) R 7 7 7 0 -1 0 0 0 0 0 1 1 0 0 20 0 1 0 999 0 3 0",
-			want: victim.Process{Identity: victim.Identity{PID: 43, StartTime: 999}, PPID: 7, Comm: "x) S 9 (y", CPUTicks: 2, RSS: 3 * 4096},
+			want: victim.Process{Identity: victim.Identity{PID: 43, StartTime: 999}, PPID: 7, State: "R", Comm: "x) S 9 (y", CPUTicks: 2, RSS: 3 * 4096},
 		},
 	}
 	for _, tt := range tests {

@@ -166,6 +166,11 @@ type HangPolicy struct {
 	KillOne     time.Duration // default 90s: kill the top-CPU unprotected process
 	KillThree   time.Duration // default 180s: kill the top 3
 	KillAll     time.Duration // default 300s: kill every unprotected process
+	// Recovery is how long CPU must stay at or below CPUFraction to end a
+	// hang while SSH is still unreachable (default 10s), so that one noisy
+	// sample under a CFS quota does not restart the escalation. SSH being
+	// reachable again ends a hang at once.
+	Recovery time.Duration
 }
 
 // HangAction is what the hang tracker asks for. Kill is the number of
@@ -183,6 +188,7 @@ type HangTracker struct {
 	Since  time.Time  `json:"since"` // zero while not hung
 	Stage  int        `json:"stage"` // escalation steps already taken
 	Acted  time.Time  `json:"acted"` // when the last step was taken
+	Low    time.Time  `json:"low"`   // when CPU dropped to the threshold during a hang
 }
 
 // Observe feeds one CPU measurement and the latest SSH probe result and
@@ -190,10 +196,26 @@ type HangTracker struct {
 // step was taken the last one (kill all) repeats every AlertAfter while the
 // hang lasts.
 func (h *HangTracker) Observe(now time.Time, cpu float64, sshOK bool) HangAction {
-	if sshOK || cpu <= h.Policy.CPUFraction {
-		h.Since, h.Stage, h.Acted = time.Time{}, 0, time.Time{}
+	reset := func() HangAction {
+		h.Since, h.Stage, h.Acted, h.Low = time.Time{}, 0, time.Time{}, time.Time{}
 		return HangAction{}
 	}
+	if sshOK {
+		return reset()
+	}
+	if cpu <= h.Policy.CPUFraction {
+		if h.Since.IsZero() {
+			return HangAction{}
+		}
+		if h.Low.IsZero() {
+			h.Low = now
+		}
+		if now.Sub(h.Low) >= h.Policy.Recovery {
+			return reset()
+		}
+		return HangAction{Hung: now.Sub(h.Since)}
+	}
+	h.Low = time.Time{}
 	if h.Since.IsZero() {
 		h.Since = now
 	}

@@ -35,6 +35,7 @@ func (id Identity) Key() Key { return Key{PID: id.PID, StartTime: id.StartTime} 
 type Process struct {
 	Identity
 	PPID     int    `json:"ppid"`
+	State    string `json:"state"`     // kernel state letter: R, S, D, T (stopped), ...
 	Comm     string `json:"comm"`      // the user-controlled name; never used to grant protection
 	RSS      uint64 `json:"rss_bytes"` // resident set size in bytes
 	CPUTicks uint64 `json:"cpu_ticks"` // utime+stime in clock ticks

@@ -283,7 +283,7 @@ func TestForkDetector(t *testing.T) {
 
 func TestHangTracker(t *testing.T) {
 	t0 := time.Unix(1000, 0)
-	policy := HangPolicy{CPUFraction: 0.95, AlertAfter: 30 * time.Second, KillOne: 90 * time.Second, KillThree: 180 * time.Second, KillAll: 300 * time.Second}
+	policy := HangPolicy{CPUFraction: 0.95, AlertAfter: 30 * time.Second, KillOne: 90 * time.Second, KillThree: 180 * time.Second, KillAll: 300 * time.Second, Recovery: 10 * time.Second}
 	type obs struct {
 		at    time.Duration
 		cpu   float64
@@ -312,7 +312,22 @@ func TestHangTracker(t *testing.T) {
 			{310 * time.Second, 1, false, HangAction{Hung: 310 * time.Second}},
 			{330 * time.Second, 1, false, HangAction{Alert: true, Kill: -1, Hung: 330 * time.Second}},
 		}},
-		{"recovery resets the escalation", []obs{
+		{"a short CPU dip does not restart the escalation", []obs{
+			{0, 1, false, HangAction{}},
+			{30 * time.Second, 1, false, HangAction{Alert: true, Hung: 30 * time.Second}},
+			{35 * time.Second, 0.9, false, HangAction{Hung: 35 * time.Second}},
+			{40 * time.Second, 1, false, HangAction{Hung: 40 * time.Second}},
+			{90 * time.Second, 1, false, HangAction{Alert: true, Kill: 1, Hung: 90 * time.Second}},
+		}},
+		{"CPU low for the recovery time ends the hang", []obs{
+			{0, 1, false, HangAction{}},
+			{30 * time.Second, 1, false, HangAction{Alert: true, Hung: 30 * time.Second}},
+			{35 * time.Second, 0.5, false, HangAction{Hung: 35 * time.Second}},
+			{45 * time.Second, 0.5, false, HangAction{}},
+			{50 * time.Second, 1, false, HangAction{}},
+			{80 * time.Second, 1, false, HangAction{Alert: true, Hung: 30 * time.Second}},
+		}},
+		{"SSH reachable again ends the hang at once", []obs{
 			{0, 1, false, HangAction{}},
 			{90 * time.Second, 1, false, HangAction{Alert: true, Kill: 1, Hung: 90 * time.Second}},
 			{95 * time.Second, 1, true, HangAction{}},

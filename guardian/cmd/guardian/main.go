@@ -85,6 +85,7 @@ type config struct {
 	HangKillOne   time.Duration `envconfig:"HANG_KILL_ONE_AFTER" default:"90s"`
 	HangKillThree time.Duration `envconfig:"HANG_KILL_THREE_AFTER" default:"180s"`
 	HangKillAll   time.Duration `envconfig:"HANG_KILL_ALL_AFTER" default:"300s"`
+	HangRecovery  time.Duration `envconfig:"HANG_RECOVERY" default:"10s"`
 
 	ProbeEvery   time.Duration `envconfig:"PROBE_EVERY" default:"30s"`
 	ProbeTimeout time.Duration `envconfig:"PROBE_TIMEOUT" default:"5s"`
@@ -180,7 +181,7 @@ func run() error {
 		RTPriority: c.RTPriority, RTRuntimeUS: c.RTRuntimeUS, FallbackNice: c.FallbackNice,
 		KillGrace: c.KillGrace, KillWait: c.KillWait, KillMax: c.KillMax, KillWindow: c.KillWindow, KillPause: c.KillPause,
 		CPUEvery: c.CPUEvery, OnlineCPUs: float64(runtime.NumCPU()),
-		Hang:       victim.HangPolicy{CPUFraction: c.HangCPU, AlertAfter: c.HangAlert, KillOne: c.HangKillOne, KillThree: c.HangKillThree, KillAll: c.HangKillAll},
+		Hang:       victim.HangPolicy{CPUFraction: c.HangCPU, AlertAfter: c.HangAlert, KillOne: c.HangKillOne, KillThree: c.HangKillThree, KillAll: c.HangKillAll, Recovery: c.HangRecovery},
 		ProbeEvery: c.ProbeEvery, StatePath: statePath,
 	}
 	g, err := guard.New(cfg, guard.Deps{
