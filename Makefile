@@ -18,9 +18,13 @@ run: setup
 
 # Every test, against the real local stack. The race detector is on for
 # everything; integration packages start their own control plane and
-# PostgreSQL, so they need no running `make run`.
+# PostgreSQL, so they need no running `make run`. guardian's end-to-end
+# scenarios load the CPU on purpose and measure how the workspace reacts,
+# so they run on their own after the rest, not beside other packages.
+E2E := ./guardian/e2e
 test: setup vet
-	$(GO) test -race -count=1 -timeout 30m $(GOTEST_FLAGS) ./...
+	$(GO) test -race -count=1 -timeout 30m $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v '/guardian/e2e$$')
+	$(GO) test -race -count=1 -timeout 20m $(GOTEST_FLAGS) $(E2E)
 
 vet:
 	$(GO) vet ./...

@@ -2,7 +2,9 @@
 # Installs what labkeep's tests and `make run` need on a fresh Debian machine,
 # and only what is missing: it is safe and fast to run every time.
 #   - as root: Debian packages (PostgreSQL server, OpenSSH server for the
-#     guardian end-to-end tests, setpriv, procps);
+#     guardian end-to-end tests, setpriv, procps, nginx and envsubst for the
+#     reapTick forwarder test, kubectl for the kustomize check); their
+#     packaged services are never started: tests run their own instances;
 #   - the local control-plane binaries (etcd, kube-apiserver,
 #     kube-controller-manager), built once from the Go module proxy and cached
 #     in $LABKEEP_BIN_CACHE (default: the user cache dir).
@@ -15,18 +17,23 @@ have_cmd initdb || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || need+=
 have_cmd sshd || need+=(openssh-server)
 have_cmd setpriv || need+=(util-linux)
 have_cmd ps || need+=(procps)
+have_cmd nginx || need+=(nginx)
+have_cmd envsubst || need+=(gettext-base)
+have_cmd kubectl || need+=(kubectl)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
     echo "labkeep setup: installing ${need[*]}"
     export DEBIAN_FRONTEND=noninteractive
+    # Keep packaged services (sshd on :22, nginx on :80, a PostgreSQL
+    # cluster) from starting: policy-rc.d exit 101 = "action forbidden".
+    policy=/usr/sbin/policy-rc.d
+    if [ ! -e "$policy" ]; then
+      printf '#!/bin/sh\nexit 101\n' >"$policy" && chmod +x "$policy"
+      trap 'rm -f "$policy"' EXIT
+    fi
     apt-get update -qq
     apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
-    # The Debian postgresql package starts a cluster of its own; tests start
-    # their own throwaway servers, so the packaged one is not needed.
-    if [[ " ${need[*]} " == *" postgresql "* ]]; then
-      (command -v pg_ctlcluster >/dev/null && pg_ctlcluster --force 15 main stop) >/dev/null 2>&1 || true
-    fi
   else
     echo "labkeep setup: missing ${need[*]} — install them (as root: apt-get install ${need[*]})" >&2
     exit 1
