@@ -76,8 +76,12 @@ func refuseDeletes(t *testing.T, ns, sessionID string) func() {
 		t.Fatal(err)
 	}
 	lift := func() {
-		_ = adm.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
-		_ = adm.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
+		if err := adm.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("lifting the delete refusal (binding): %v", err)
+		}
+		if err := adm.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			t.Errorf("lifting the delete refusal (policy): %v", err)
+		}
 	}
 	t.Cleanup(lift)
 	// In force once a dry-run delete of that VM is refused.
