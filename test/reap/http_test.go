@@ -17,6 +17,7 @@ import (
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"labkeep/functions/app"
 	"labkeep/functions/lambda"
@@ -33,15 +34,22 @@ const (
 	schedulerToken = "scheduler-token-for-tests"
 )
 
+// refuseAnnotation marks a VM whose deletion the API server must refuse.
+const refuseAnnotation = "labkeep.test/refuse-delete"
+
 // refuseDeletes makes the real API server refuse to delete the VMs of one
-// session (a ValidatingAdmissionPolicy on DELETE: a server-side refusal,
-// like RBAC denying that one object). Returns a func lifting it.
+// session — a server-side refusal, like RBAC denying that one object. A
+// ValidatingAdmissionPolicy refuses DELETE of any VM annotated
+// refuseAnnotation, and the session's VMs get the annotation. The returned
+// func lifts the refusal by removing the annotation, which takes effect at
+// once (deleting a policy takes effect only when the API server's policy
+// cache next refreshes).
 func refuseDeletes(t *testing.T, ns, sessionID string) func() {
 	t.Helper()
 	ctx := context.Background()
-	cs, _ := admin(t)
+	cs, dyn := admin(t)
 	adm := cs.AdmissionregistrationV1()
-	name := "refuse-delete-" + sessionID[:8]
+	name := "refuse-delete-" + ns
 	fail := admissionv1.Fail
 	_, err := adm.ValidatingAdmissionPolicies().Create(ctx, &admissionv1.ValidatingAdmissionPolicy{
 		ObjectMeta: metav1.ObjectMeta{Name: name},
@@ -54,8 +62,8 @@ func refuseDeletes(t *testing.T, ns, sessionID string) func() {
 				},
 			}}},
 			Validations: []admissionv1.Validation{{
-				Expression: `!has(oldObject.metadata.labels) || !('` + kube.LabelSession + `' in oldObject.metadata.labels) || oldObject.metadata.labels['` + kube.LabelSession + `'] != '` + sessionID + `'`,
-				Message:    "injected fault: deleting session " + sessionID + " refused",
+				Expression: `!has(oldObject.metadata.annotations) || !('` + refuseAnnotation + `' in oldObject.metadata.annotations)`,
+				Message:    "injected fault: deleting this VM is refused",
 			}},
 		},
 	}, metav1.CreateOptions{})
@@ -75,35 +83,32 @@ func refuseDeletes(t *testing.T, ns, sessionID string) func() {
 	if err != nil {
 		t.Fatal(err)
 	}
-	lift := func() {
-		if err := adm.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("lifting the delete refusal (binding): %v", err)
-		}
-		if err := adm.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
-			t.Errorf("lifting the delete refusal (policy): %v", err)
-		}
-	}
-	t.Cleanup(lift)
-	// In force once a dry-run delete of that VM is refused.
-	_, dyn := admin(t)
+	t.Cleanup(func() {
+		_ = adm.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
+		_ = adm.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
+	})
 	vms, err := dyn.Resource(gvrs["VirtualMachine"]).Namespace(ns).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelSession + "=" + sessionID})
 	if err != nil || len(vms.Items) == 0 {
 		t.Fatalf("no VM of session %s to guard: %v", sessionID, err)
 	}
+	annotate := func(value any) {
+		for _, vm := range vms.Items {
+			patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{refuseAnnotation: value}}})
+			if _, err := dyn.Resource(gvrs["VirtualMachine"]).Namespace(ns).Patch(ctx, vm.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
+				t.Fatalf("annotating VM %s: %v", vm.GetName(), err)
+			}
+		}
+	}
+	annotate("true")
 	eventually(t, "delete refusal in force", func() bool {
 		err := dyn.Resource(gvrs["VirtualMachine"]).Namespace(ns).Delete(ctx, vms.Items[0].GetName(), metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err)
 	})
 	return func() {
-		lift()
-		var last error
-		eventually(t, "delete refusal lifted", func() bool {
-			last = dyn.Resource(gvrs["VirtualMachine"]).Namespace(ns).Delete(ctx, vms.Items[0].GetName(), metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
-			if last != nil {
-				t.Logf("dry-run delete after lifting the refusal: %v", last)
-			}
-			return last == nil
-		})
+		annotate(nil) // a merge patch with null removes the annotation
+		if err := dyn.Resource(gvrs["VirtualMachine"]).Namespace(ns).Delete(ctx, vms.Items[0].GetName(), metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			t.Fatalf("delete still refused after lifting: %v", err)
+		}
 	}
 }
 
