@@ -24,6 +24,8 @@ var st *stack.Stack
 func TestMain(m *testing.M) {
 	var err error
 	st, err = stack.Start(context.Background(), stack.Options{
+		// A CI setup that brings its own PostgreSQL sets DATABASE_URL.
+		DatabaseURL:  os.Getenv("DATABASE_URL"),
 		Progress:     os.Stderr,
 		StopOnSignal: true,
 		VirtSim: virtsim.Options{

@@ -47,7 +47,9 @@ const bootDelay = 500 * time.Millisecond
 func TestMain(m *testing.M) {
 	var err error
 	st, err = stack.Start(context.Background(), stack.Options{
-		Progress: os.Stderr,
+		// A CI setup that brings its own PostgreSQL sets DATABASE_URL.
+		DatabaseURL: os.Getenv("DATABASE_URL"),
+		Progress:    os.Stderr,
 		VirtSim: virtsim.Options{
 			BootDelay: bootDelay,
 			Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
