@@ -16,8 +16,10 @@ import (
 // the protector, which would continue it, runs only at start here). Scaled
 // periods: alert 2s, top-1 4s, top-3 6s, all 8s.
 func TestCPUHangEscalates(t *testing.T) {
-	ws := newWorkspace(t, testcgroup.Limits{MemoryBytes: 1 << 30, Pids: 256, CPUs: 1})
-	g := ws.startGuardian(t.TempDir()+"/state.json", map[string]string{"GUARDIAN_PROTECT_EVERY": "1h"})
+	// Half a CPU of quota: reachable even when other work loads this
+	// 2-core machine, so the workspace really sits at its quota.
+	ws := newWorkspace(t, testcgroup.Limits{MemoryBytes: 1 << 30, Pids: 256, CPUs: 0.5})
+	g := ws.startGuardian(t.TempDir()+"/state.json", map[string]string{"GUARDIAN_PROTECT_EVERY": "1h", "GUARDIAN_HANG_RECOVERY": "5s"})
 	since := time.Now()
 	var spin []*proc
 	for i := 0; i < 6; i++ {
