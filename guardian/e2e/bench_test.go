@@ -76,3 +76,21 @@ func BenchmarkLoginUnderCPUStorm(b *testing.B) {
 	}
 	b.ReportMetric(float64(total.Milliseconds())/float64(b.N), "ms/login")
 }
+
+// BenchmarkGuardianIdle: guardian's own CPU and memory while it watches a
+// quiet workspace with the production periods (one op = one second).
+func BenchmarkGuardianIdle(b *testing.B) {
+	ws := newWorkspace(b, testcgroup.Limits{MemoryBytes: 1 << 30, Pids: 512, CPUs: 1})
+	defaults := map[string]string{}
+	for k := range fastEnv() {
+		defaults[k] = "" // back to guardian's defaults
+	}
+	g := ws.startGuardian(b.TempDir()+"/state.json", defaults)
+	cpu0, _, _ := g.usage()
+	for b.Loop() {
+		time.Sleep(time.Second)
+	}
+	cpu1, rss, _ := g.usage()
+	b.ReportMetric(float64((cpu1-cpu0).Milliseconds())/float64(b.N), "cpu-ms/s")
+	b.ReportMetric(float64(rss)/(1<<20), "RSS-MiB")
+}
