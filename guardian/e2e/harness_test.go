@@ -73,6 +73,10 @@ func build(t testing.TB) {
 			out := filepath.Join(dir, name)
 			cmd := exec.Command("go", "build", "-o", out, pkg)
 			cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+			if raceEnabled && name == "guardian" {
+				cmd = exec.Command("go", "build", "-race", "-o", out, pkg)
+				cmd.Env = append(os.Environ(), "CGO_ENABLED=1")
+			}
 			if b, err := cmd.CombinedOutput(); err != nil {
 				bins.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, b)
 				return
@@ -474,6 +478,9 @@ func (g *guardian) start() {
 				g.p.cmd.Process.Kill()
 			}
 		}
+		if strings.Contains(g.logs.String(), "WARNING: DATA RACE") {
+			g.t.Errorf("the race detector found a data race in guardian")
+		}
 		if g.t.Failed() {
 			g.t.Logf("guardian log:\n%s", g.logs.String())
 		}
@@ -587,8 +594,12 @@ func (g *guardian) usage() (cpu time.Duration, rss, peak uint64) {
 func (g *guardian) report(since time.Time) {
 	cpu, rss, peak := g.usage()
 	wall := time.Since(since)
-	g.t.Logf("guardian resources: CPU %v over %v wall (%.1f%% of one core), RSS %.1f MiB, peak RSS %.1f MiB",
-		cpu, wall.Round(time.Millisecond), 100*cpu.Seconds()/wall.Seconds(), float64(rss)/(1<<20), float64(peak)/(1<<20))
+	note := ""
+	if raceEnabled {
+		note = " (race detector on: inflated)"
+	}
+	g.t.Logf("guardian resources%s: CPU %v over %v wall (%.1f%% of one core), RSS %.1f MiB, peak RSS %.1f MiB",
+		note, cpu, wall.Round(time.Millisecond), 100*cpu.Seconds()/wall.Seconds(), float64(rss)/(1<<20), float64(peak)/(1<<20))
 }
 
 func readKnob(t testing.TB, rel, controller, name string) string {
