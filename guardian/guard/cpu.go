@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"labkeep/guardian/alert"
+	"labkeep/guardian/killer"
 	"labkeep/guardian/victim"
 )
 
@@ -70,7 +71,7 @@ func (g *Guardian) killTopCPU(ctx context.Context, prev, cur []victim.Process, p
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			if _, err := g.killer.Terminate(ctx, v.Identity, g.cfg.KillGrace, g.cfg.KillWait, nil); err != nil {
+			if _, err := g.killer.Terminate(ctx, v.Identity, killer.Plan{Grace: g.cfg.KillGrace, KillWait: g.cfg.KillWait}); err != nil {
 				g.log.Warn("cpu victim not killed", "pid", v.PID, "err", err)
 				return
 			}

@@ -22,6 +22,7 @@ import (
 	"labkeep/guardian/alert"
 	"labkeep/guardian/cgroupfs"
 	"labkeep/guardian/httpapi"
+	"labkeep/guardian/killer"
 	"labkeep/guardian/sched"
 	"labkeep/guardian/victim"
 )
@@ -40,7 +41,7 @@ type ProcessTable interface {
 // killer implements it).
 type Killer interface {
 	Signal(id victim.Identity, sig unix.Signal) error
-	Terminate(ctx context.Context, id victim.Identity, grace, killWait time.Duration, hurry func() bool) (bool, error)
+	Terminate(ctx context.Context, id victim.Identity, plan killer.Plan) (bool, error)
 }
 
 // Scheduler reads and sets CPU scheduling (sched.OS implements it).

@@ -202,11 +202,19 @@ func (k *fakeKiller) Signal(id victim.Identity, sig unix.Signal) error {
 	}
 	return nil
 }
-func (k *fakeKiller) Terminate(_ context.Context, id victim.Identity, grace, _ time.Duration, _ func() bool) (bool, error) {
+func (k *fakeKiller) Terminate(_ context.Context, id victim.Identity, p killer.Plan) (bool, error) {
+	sig := unix.SIGTERM
+	if p.Grace == 0 {
+		sig = unix.SIGKILL
+	}
 	k.mu.Lock()
-	k.calls = append(k.calls, signal{id.PID, unix.SIGTERM, grace})
+	k.calls = append(k.calls, signal{id.PID, sig, p.Grace})
 	k.mu.Unlock()
-	return false, k.table.kill(id)
+	err := k.table.kill(id)
+	if p.AfterFirstSignal != nil {
+		p.AfterFirstSignal()
+	}
+	return sig == unix.SIGKILL, err
 }
 
 type fakeSched struct {

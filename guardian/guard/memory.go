@@ -7,9 +7,8 @@ import (
 	"strconv"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"labkeep/guardian/alert"
+	"labkeep/guardian/killer"
 	"labkeep/guardian/victim"
 )
 
@@ -150,26 +149,17 @@ func (g *Guardian) checkMemory(ctx context.Context) bool {
 	if ev.UnderOOM {
 		grace = 0
 	}
-	// The first signal goes out while frozen; it takes effect on thaw.
-	first := unix.SIGTERM
-	if grace == 0 {
-		first = unix.SIGKILL
-	}
-	if err := g.killer.Signal(v.Identity, first); err != nil && !errors.Is(err, errGone) {
-		g.log.Warn("memory victim not signalled", "pid", v.PID, "exe", v.Exe, "err", err)
-		return false
-	}
-	thaw()
 	hurry := func() bool {
 		e, err := g.cg.MemoryEvents()
 		return err == nil && (e.UnderOOM || e.OOM > ev.OOM || e.Max > ev.Max)
 	}
-	hard, err := g.killer.Terminate(ctx, v.Identity, grace, g.cfg.KillWait, hurry)
+	// The identity check and the first signal happen while frozen; the
+	// thaw right after lets the signal take effect.
+	hard, err := g.killer.Terminate(ctx, v.Identity, killer.Plan{Grace: grace, KillWait: g.cfg.KillWait, Hurry: hurry, AfterFirstSignal: thaw})
 	if err != nil && !errors.Is(err, errGone) {
 		g.log.Warn("memory victim not killed", "pid", v.PID, "exe", v.Exe, "err", err)
 		return false
 	}
-	hard = hard || first == unix.SIGKILL
 	dead := g.now()
 	reaction := dead.Sub(crossed)
 	g.metrics.kills.WithLabelValues("memory").Inc()

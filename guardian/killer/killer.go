@@ -62,55 +62,98 @@ func (k *Killer) open(id victim.Identity) (int, error) {
 	return fd, nil
 }
 
-// Signal sends sig to the process if it is still the one identified.
-func (k *Killer) Signal(id victim.Identity, sig unix.Signal) error {
-	fd, err := k.open(id)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	return send(fd, id, sig)
+// target is a process pinned by a pidfd after its identity was checked:
+// whatever happens to the PID afterwards, signals reach this process or
+// nobody.
+type target struct {
+	fd int
+	id victim.Identity
 }
 
-func send(fd int, id victim.Identity, sig unix.Signal) error {
-	if err := unix.PidfdSendSignal(fd, sig, nil, 0); err != nil {
+func (k *Killer) pin(id victim.Identity) (*target, error) {
+	fd, err := k.open(id)
+	if err != nil {
+		return nil, err
+	}
+	return &target{fd: fd, id: id}, nil
+}
+
+func (t *target) signal(sig unix.Signal) error {
+	if err := unix.PidfdSendSignal(t.fd, sig, nil, 0); err != nil {
 		if errors.Is(err, unix.ESRCH) {
-			return fmt.Errorf("%v: %w", id, ErrGone)
+			return fmt.Errorf("%v: %w", t.id, ErrGone)
 		}
-		return fmt.Errorf("signal %v to %v: %w", sig, id, err)
+		return fmt.Errorf("signal %v to %v: %w", sig, t.id, err)
 	}
 	return nil
 }
 
-// Terminate sends SIGTERM, waits up to grace for the process to exit, then
-// sends SIGKILL and waits up to killWait. grace 0 sends SIGKILL at once (at
-// the hard memory limit a process may not run its SIGTERM handler). It
-// returns when the process exited, reporting whether SIGKILL was needed;
-// ErrGone if it had already exited. hurry, if not nil, is polled during the
-// grace period: when it turns true (the workspace reached its hard memory
-// limit meanwhile) SIGKILL follows at once.
-func (k *Killer) Terminate(ctx context.Context, id victim.Identity, grace, killWait time.Duration, hurry func() bool) (killed bool, err error) {
-	fd, err := k.open(id)
+// Signal sends sig to the process if it is still the one identified.
+func (k *Killer) Signal(id victim.Identity, sig unix.Signal) error {
+	t, err := k.pin(id)
+	if err != nil {
+		return err
+	}
+	defer unix.Close(t.fd)
+	return t.signal(sig)
+}
+
+// Plan says how Terminate proceeds.
+type Plan struct {
+	// Grace is how long the process has to exit after SIGTERM before
+	// SIGKILL. 0 sends SIGKILL at once (at the hard memory limit a process
+	// may not get to run its SIGTERM handler).
+	Grace time.Duration
+	// KillWait is how long to wait for the exit after SIGKILL.
+	KillWait time.Duration
+	// Hurry, if set, is polled during the grace period: when it turns true
+	// (the workspace reached its hard memory limit meanwhile) SIGKILL
+	// follows at once.
+	Hurry func() bool
+	// AfterFirstSignal, if set, runs right after the first signal went out:
+	// guardian signals while the cgroup is frozen (identity checked on a
+	// still process) and thaws here so the signal takes effect.
+	AfterFirstSignal func()
+}
+
+// Terminate pins the process (identity checked once, through a pidfd, so
+// no later PID reuse matters), sends SIGTERM (SIGKILL when Grace is 0),
+// waits Grace, then SIGKILL and waits KillWait. It reports whether SIGKILL
+// was sent; ErrGone if the process had already exited, ErrIdentityChanged
+// if the PID names another process, an error if it survived SIGKILL.
+func (k *Killer) Terminate(ctx context.Context, id victim.Identity, p Plan) (killed bool, err error) {
+	t, err := k.pin(id)
+	if err != nil {
+		if p.AfterFirstSignal != nil {
+			p.AfterFirstSignal()
+		}
+		return false, err
+	}
+	defer unix.Close(t.fd)
+	first := unix.SIGTERM
+	if p.Grace <= 0 {
+		first = unix.SIGKILL
+	}
+	err = t.signal(first)
+	if p.AfterFirstSignal != nil {
+		p.AfterFirstSignal()
+	}
 	if err != nil {
 		return false, err
 	}
-	defer unix.Close(fd)
-	if grace > 0 {
-		if err := send(fd, id, unix.SIGTERM); err != nil {
-			return false, err
-		}
-		if exited(ctx, fd, grace, hurry) {
+	if first == unix.SIGTERM {
+		if exited(ctx, t.fd, p.Grace, p.Hurry) {
 			return false, nil
 		}
-	}
-	if err := send(fd, id, unix.SIGKILL); err != nil {
-		if errors.Is(err, ErrGone) {
-			return false, nil // exited between the wait and SIGKILL
+		if err := t.signal(unix.SIGKILL); err != nil {
+			if errors.Is(err, ErrGone) {
+				return false, nil // exited between the wait and SIGKILL
+			}
+			return false, err
 		}
-		return false, err
 	}
-	if !exited(ctx, fd, killWait, nil) {
-		return true, fmt.Errorf("%v still alive %v after SIGKILL", id, killWait)
+	if !exited(ctx, t.fd, p.KillWait, nil) {
+		return true, fmt.Errorf("%v still alive %v after SIGKILL", id, p.KillWait)
 	}
 	return true, nil
 }

@@ -49,7 +49,7 @@ func TestTerminate(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			killed, err := k.Terminate(context.Background(), id, tt.grace, 5*time.Second, tt.hurry)
+			killed, err := k.Terminate(context.Background(), id, Plan{Grace: tt.grace, KillWait: 5 * time.Second, Hurry: tt.hurry})
 			if err != nil || killed != tt.wantKilled {
 				t.Fatalf("Terminate() = %v,%v; want %v,nil", killed, err, tt.wantKilled)
 			}
@@ -81,7 +81,7 @@ func TestIdentityMismatchSparesTheProcess(t *testing.T) {
 		if err := k.Signal(stale, 9); !errors.Is(err, ErrIdentityChanged) {
 			t.Errorf("%s changed: Signal() error = %v; want ErrIdentityChanged", name, err)
 		}
-		if _, err := k.Terminate(context.Background(), stale, 0, time.Second, nil); !errors.Is(err, ErrIdentityChanged) {
+		if _, err := k.Terminate(context.Background(), stale, Plan{KillWait: time.Second}); !errors.Is(err, ErrIdentityChanged) {
 			t.Errorf("%s changed: Terminate() error = %v; want ErrIdentityChanged", name, err)
 		}
 	}
@@ -89,6 +89,29 @@ func TestIdentityMismatchSparesTheProcess(t *testing.T) {
 	case <-done:
 		t.Fatal("a process with a different identity was killed")
 	case <-time.After(100 * time.Millisecond):
+	}
+}
+
+// The first signal can go out while the caller holds the process still
+// (frozen cgroup); AfterFirstSignal runs right after it, before the wait.
+func TestAfterFirstSignal(t *testing.T) {
+	k, fs := newKiller()
+	cmd, done := start(t, "exec sleep 60")
+	id, err := fs.Identity(cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := false
+	if _, err := k.Terminate(context.Background(), id, Plan{Grace: time.Second, KillWait: time.Second, AfterFirstSignal: func() { ran = true }}); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	if !ran {
+		t.Error("AfterFirstSignal did not run")
+	}
+	ran = false
+	if _, err := k.Terminate(context.Background(), id, Plan{AfterFirstSignal: func() { ran = true }}); !errors.Is(err, ErrGone) || !ran {
+		t.Errorf("Terminate(gone) = %v, AfterFirstSignal ran %v; want ErrGone and true (the caller must always thaw)", err, ran)
 	}
 }
 
