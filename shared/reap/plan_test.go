@@ -1,6 +1,7 @@
 package reap
 
 import (
+	"fmt"
 	"testing"
 	"time"
 
@@ -196,5 +197,35 @@ func TestPlan(t *testing.T) {
 				t.Fatalf("plan (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// BenchmarkPlan200 plans a run over 200 live sessions (half expired) and a
+// namespace holding their objects plus 50 orphans' objects.
+func BenchmarkPlan200(b *testing.B) {
+	now := t0.Add(30 * time.Minute)
+	var live []session.Session
+	var vmsWithVMI []string
+	var objs []kube.Object
+	for i := range 200 {
+		id := fmt.Sprintf("s%03d", i)
+		started := t0
+		if i%2 == 0 {
+			started = now.Add(-2 * time.Hour)
+		}
+		live = append(live, vmSession(id, session.StatusRunning, started, "vm"))
+		vmsWithVMI = append(vmsWithVMI, kube.NodeName(id, "vm"))
+		objs = append(objs, obj(kube.KindVirtualMachine, kube.NodeName(id, "vm"), id), obj(kube.KindSecret, id+"-ci", id), obj(kube.KindAnchor, id+"-anchor", id))
+	}
+	for i := range 50 {
+		id := fmt.Sprintf("o%03d", i)
+		objs = append(objs, obj(kube.KindSecret, id+"-ci", id), obj(kube.KindAnchor, id+"-anchor", id))
+	}
+	inv := inventory(vmsWithVMI, nil, objs...)
+	b.ResetTimer()
+	for b.Loop() {
+		if items := Plan(now, live, inv, rules); len(items) != 150 {
+			b.Fatalf("%d items", len(items))
+		}
 	}
 }
