@@ -47,6 +47,10 @@ func (p Prober) Probe(ctx context.Context) (banner string, took time.Duration, e
 			return "", time.Since(start), fmt.Errorf("ssh probe %s: %w", p.Addr, err)
 		}
 		if strings.HasPrefix(line, "SSH-") {
+			// Identify ourselves before hanging up, so sshd logs an
+			// ordinary pre-auth disconnect rather than a protocol error
+			// every probe period.
+			conn.Write([]byte("SSH-2.0-labkeep-guardian-probe\r\n"))
 			return strings.TrimSpace(line), time.Since(start), nil
 		}
 	}

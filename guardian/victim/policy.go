@@ -15,6 +15,7 @@ const (
 	MemoryKill              // at or above the kill fraction: kill the largest unprotected process
 )
 
+// String names the level for logs.
 func (l MemoryLevel) String() string {
 	switch l {
 	case MemoryAlert:
