@@ -2,9 +2,6 @@ package virtsim_test
 
 import (
 	"context"
-	"fmt"
-	"log/slog"
-	"os"
 	"testing"
 	"time"
 
@@ -16,30 +13,14 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"labkeep/localrun/stack"
+	"labkeep/localrun/stacktest"
 	"labkeep/localrun/virtsim"
 )
 
 var st *stack.Stack
 
 func TestMain(m *testing.M) {
-	var err error
-	st, err = stack.Start(context.Background(), stack.Options{
-		// A CI setup that brings its own PostgreSQL sets DATABASE_URL.
-		DatabaseURL:  os.Getenv("DATABASE_URL"),
-		Progress:     os.Stderr,
-		StopOnSignal: true,
-		VirtSim: virtsim.Options{
-			BootDelay: 500 * time.Millisecond,
-			Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
-		},
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "stack:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	st.Stop()
-	os.Exit(code)
+	stacktest.Main(m, &st, stack.Options{VirtSim: virtsim.Options{BootDelay: 500 * time.Millisecond}})
 }
 
 type env struct {

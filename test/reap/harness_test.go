@@ -6,14 +6,9 @@ package reap_test
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
-	"io"
-	"log/slog"
 	"net/http"
 	"net/url"
-	"os"
 	"sort"
 	"strings"
 	"sync"
@@ -31,6 +26,7 @@ import (
 
 	"labkeep/infra"
 	"labkeep/localrun/stack"
+	"labkeep/localrun/stacktest"
 	"labkeep/localrun/virtsim"
 	"labkeep/shared/kube"
 	"labkeep/shared/labs"
@@ -43,50 +39,7 @@ import (
 var st *stack.Stack
 
 func TestMain(m *testing.M) {
-	var err error
-	st, err = stack.Start(context.Background(), stack.Options{
-		// A CI setup that brings its own PostgreSQL sets DATABASE_URL.
-		DatabaseURL:  os.Getenv("DATABASE_URL"),
-		Progress:     os.Stderr,
-		StopOnSignal: true,
-		VirtSim: virtsim.Options{
-			BootDelay: 300 * time.Millisecond,
-			Logger:    quiet(),
-		},
-	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "stack:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	st.Stop()
-	os.Exit(code)
-}
-
-func quiet() *slog.Logger {
-	if os.Getenv("LABKEEP_TEST_VERBOSE") != "" {
-		return slog.New(slog.NewTextHandler(os.Stderr, nil))
-	}
-	return slog.New(slog.NewTextHandler(io.Discard, nil))
-}
-
-// clock is the injected clock of a backend's functions and reaper.
-type clock struct {
-	mu  sync.Mutex
-	off time.Duration
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return time.Now().Add(c.off)
-}
-
-// Advance moves the clock forward by d.
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	c.off += d
-	c.mu.Unlock()
+	stacktest.Main(m, &st, stack.Options{VirtSim: virtsim.Options{BootDelay: 300 * time.Millisecond}})
 }
 
 // faults is a RoundTripper in front of the API server that fails DELETE
@@ -150,7 +103,7 @@ func (f *faults) Heal() {
 type backend struct {
 	t       *testing.T
 	env, ns string
-	clock   *clock
+	clock   *stacktest.Clock
 	faults  *faults
 	store   *pgstore.PG
 	cluster *kube.Cluster
@@ -167,12 +120,6 @@ type backendOptions struct {
 	maxVMs    int
 	dryRun    bool
 	deadline  time.Duration
-}
-
-func randSuffix() string {
-	b := make([]byte, 4)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 func admin(t *testing.T) (kubernetes.Interface, dynamic.Interface) {
@@ -192,10 +139,10 @@ func newBackend(t *testing.T, o backendOptions) *backend {
 	t.Helper()
 	ctx := context.Background()
 	if o.env == "" {
-		o.env = "env-" + randSuffix()
+		o.env = "env-" + stacktest.Suffix()
 	}
 	if o.namespace == "" {
-		o.namespace = "reap-" + randSuffix()
+		o.namespace = "reap-" + stacktest.Suffix()
 	}
 	if o.lifetime == 0 {
 		o.lifetime = time.Hour
@@ -206,7 +153,7 @@ func newBackend(t *testing.T, o backendOptions) *backend {
 	if o.maxVMs == 0 {
 		o.maxVMs = 1000
 	}
-	fnNS := o.env + "-fn-" + randSuffix()
+	fnNS := o.env + "-fn-" + stacktest.Suffix()
 	cs, _ := admin(t)
 	// The manifests as shipped; a second environment sharing the sessions
 	// namespace gets its own RoleBinding to the same Role, as an operator
@@ -224,7 +171,7 @@ func newBackend(t *testing.T, o backendOptions) *backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	b := &backend{t: t, env: o.env, ns: o.namespace, clock: &clock{}}
+	b := &backend{t: t, env: o.env, ns: o.namespace, clock: &stacktest.Clock{}}
 	b.faults = &faults{}
 	sa.Wrap(func(rt http.RoundTripper) http.RoundTripper { b.faults.next = rt; return b.faults })
 	sa.QPS, sa.Burst = 500, 1000
@@ -235,7 +182,7 @@ func newBackend(t *testing.T, o backendOptions) *backend {
 	if err != nil {
 		t.Fatal(err)
 	}
-	dsn := createDatabase(t, o.env)
+	dsn := stacktest.CreateDatabase(t, st, o.env, 20)
 	if b.store, err = pgstore.Open(ctx, dsn); err != nil {
 		t.Fatal(err)
 	}
@@ -252,10 +199,10 @@ func newBackend(t *testing.T, o backendOptions) *backend {
 	b.svc = &session.Service{
 		Store: b.store, Cluster: b.cluster, Labs: catalog,
 		Policy: lifetime.Policy{Lifetime: o.lifetime, MaxLifetime: 3 * o.lifetime},
-		MaxVMs: o.maxVMs, Now: b.clock.Now, Log: quiet(),
+		MaxVMs: o.maxVMs, Now: b.clock.Now, Log: stacktest.Discard(),
 	}
 	b.reaper = &reap.Reaper{
-		Store: b.store, Cluster: b.cluster, Now: b.clock.Now, Log: quiet(),
+		Store: b.store, Cluster: b.cluster, Now: b.clock.Now, Log: stacktest.Discard(),
 		Config: reap.Config{DryRun: o.dryRun, RunDeadline: o.deadline, Rules: reap.Rules{ProvisionTimeout: 10 * time.Minute, ProvisionGrace: 2 * time.Minute}},
 	}
 	return b
@@ -280,29 +227,6 @@ func bindRole(ns, fnNS string) error {
 }
 
 func labsCatalog(data []byte) (*labs.Catalog, error) { return labs.Parse(data) }
-
-func createDatabase(t *testing.T, env string) string {
-	t.Helper()
-	ctx := context.Background()
-	pool, err := pgxpool.New(ctx, st.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pool.Close()
-	name := strings.ReplaceAll(env, "-", "_") + "_" + randSuffix()
-	if _, err := pool.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		t.Fatal(err)
-	}
-	u, err := url.Parse(st.DSN())
-	if err != nil {
-		t.Fatal(err)
-	}
-	u.Path = "/" + name
-	q := u.Query()
-	q.Set("pool_max_conns", "20")
-	u.RawQuery = q.Encode()
-	return u.String()
-}
 
 // open opens a session of lab for student and waits until it is running.
 func (b *backend) open(student, lab string) session.Session {

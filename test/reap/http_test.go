@@ -23,6 +23,7 @@ import (
 	"labkeep/functions/lambda"
 	"labkeep/infra"
 	"labkeep/localrun/controlplane"
+	"labkeep/localrun/stacktest"
 	"labkeep/shared/httpapi"
 	"labkeep/shared/kube"
 	"labkeep/shared/reap"
@@ -165,7 +166,7 @@ func newHTTPBackend(t *testing.T) *httpBackend {
 		KubeTimeout: 10 * time.Second, AnchorImage: "registry.k8s.io/pause:3.10", GuardianImage: "labkeep/guardian:test",
 		SchedulerToken: schedulerToken,
 	}
-	a, err := app.Build(ctx, cfg, b.clock.Now, quiet())
+	a, err := app.Build(ctx, cfg, b.clock.Now, stacktest.Discard())
 	if err != nil {
 		t.Fatal(err)
 	}

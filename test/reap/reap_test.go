@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"labkeep/localrun/stacktest"
 	"labkeep/shared/kube"
 	"labkeep/shared/pgstore"
 	"labkeep/shared/reap"
@@ -46,7 +47,7 @@ func (b *backend) forgetRow(id string) {
 // VM namespace with prod deleted a prod student's VM 26 s after boot,
 // taking it for an orphan because it was not in dev's database.
 func TestDevReaperNeverTouchesProd(t *testing.T) {
-	shared := "shared-" + randSuffix()
+	shared := "shared-" + stacktest.Suffix()
 	prod := newBackend(t, backendOptions{env: "prod", namespace: shared})
 	dev := newBackend(t, backendOptions{env: "dev", namespace: shared})
 

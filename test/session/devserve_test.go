@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"labkeep/functions/devserve"
+	"labkeep/localrun/stacktest"
 )
 
 // `make run` serves the functions on the local stack with the sample labs,
@@ -25,14 +26,14 @@ func TestMakeRunServesTheFunctions(t *testing.T) {
 		t.Setenv(k, "")
 		os.Unsetenv(k) // Start fills these with local defaults
 	}
-	ns := "devserve-" + randSuffix()
+	ns := "devserve-" + stacktest.Suffix()
 	t.Setenv("LABKEEP_NAMESPACE", ns)
 	t.Setenv("LABKEEP_HTTP_ADDR", "127.0.0.1:0")
 	t.Setenv("LABKEEP_MAX_CONCURRENT_VMS", "3")
 	t.Setenv("LABKEEP_SESSION_LIFETIME", "2m")
 	t.Setenv("LABKEEP_SESSION_MAX_LIFETIME", "5m")
 	var out bytes.Buffer
-	srv, err := devserve.Start(context.Background(), st, t.TempDir(), slogDiscard(), &out)
+	srv, err := devserve.Start(context.Background(), st, t.TempDir(), stacktest.Discard(), &out)
 	if err != nil {
 		t.Fatal(err)
 	}

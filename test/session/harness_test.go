@@ -7,20 +7,16 @@ package session_test
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -35,6 +31,7 @@ import (
 	"labkeep/infra"
 	"labkeep/localrun/controlplane"
 	"labkeep/localrun/stack"
+	"labkeep/localrun/stacktest"
 	"labkeep/localrun/virtsim"
 	"labkeep/shared/httpapi"
 )
@@ -45,48 +42,15 @@ var st *stack.Stack
 const bootDelay = 500 * time.Millisecond
 
 func TestMain(m *testing.M) {
-	var err error
-	st, err = stack.Start(context.Background(), stack.Options{
-		// A CI setup that brings its own PostgreSQL sets DATABASE_URL.
-		DatabaseURL: os.Getenv("DATABASE_URL"),
-		Progress:    os.Stderr,
+	stacktest.Main(m, &st, stack.Options{
 		VirtSim: virtsim.Options{
 			BootDelay: bootDelay,
-			Logger:    slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn})),
 			// Environments named "neverready-…" get VMs that never boot.
 			Faults: func(vm *kubevirtv1.VirtualMachine) virtsim.Fault {
 				return virtsim.Fault{NeverReady: strings.HasPrefix(vm.Labels["labkeep.io/env"], "neverready")}
 			},
 		},
 	})
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "stack:", err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	st.Stop()
-	os.Exit(code)
-}
-
-// clock is the functions' injected clock: real time unless frozen.
-type clock struct {
-	mu     sync.Mutex
-	frozen time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if !c.frozen.IsZero() {
-		return c.frozen
-	}
-	return time.Now()
-}
-
-func (c *clock) Set(t time.Time) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.frozen = t
 }
 
 const jwtSecret = "test-secret-0123456789abcdef-0123456789"
@@ -100,7 +64,7 @@ type env struct {
 	ns       string // sessions namespace
 	app      *app.App
 	srv      *httptest.Server
-	clock    *clock
+	clock    *stacktest.Clock
 	db       *pgxpool.Pool
 	kube     kubernetes.Interface // admin, for assertions only
 	dyn      dynamic.Interface    // admin, for assertions only
@@ -114,12 +78,6 @@ type envOptions struct {
 	labsYAML   string // lab templates; "" = infra/labs.yaml
 }
 
-func randSuffix() string {
-	b := make([]byte, 4)
-	rand.Read(b)
-	return hex.EncodeToString(b)
-}
-
 func newEnv(t testing.TB, o envOptions) *env {
 	t.Helper()
 	ctx := context.Background()
@@ -127,7 +85,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if prefix == "" {
 		prefix = "test"
 	}
-	e := &env{t: t, name: prefix + "-" + randSuffix(), clock: &clock{}}
+	e := &env{t: t, name: prefix + "-" + stacktest.Suffix(), clock: &stacktest.Clock{}}
 	e.fnNS, e.ns = e.name+"-fn", e.name+"-sessions"
 	var err error
 	if e.kube, err = kubernetes.NewForConfig(st.Admin()); err != nil {
@@ -167,7 +125,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 	if err := os.WriteFile(labsFile, labsYAML, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	dsn := e.createDatabase()
+	dsn := stacktest.CreateDatabase(e.t, st, e.name, 10)
 	maxVMs := o.maxVMs
 	if maxVMs == 0 {
 		maxVMs = 8
@@ -192,29 +150,6 @@ func newEnv(t testing.TB, o envOptions) *env {
 	}
 	t.Cleanup(e.db.Close)
 	return e
-}
-
-func (e *env) createDatabase() string {
-	e.t.Helper()
-	ctx := context.Background()
-	admin, err := pgxpool.New(ctx, st.DSN())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	defer admin.Close()
-	name := strings.ReplaceAll(e.name, "-", "_")
-	if _, err := admin.Exec(ctx, "CREATE DATABASE "+name); err != nil {
-		e.t.Fatal(err)
-	}
-	u, err := url.Parse(st.DSN())
-	if err != nil {
-		e.t.Fatal(err)
-	}
-	u.Path = "/" + name
-	q := u.Query()
-	q.Set("pool_max_conns", "10")
-	u.RawQuery = q.Encode()
-	return u.String()
 }
 
 func (e *env) token(student, role string) string {
@@ -415,5 +350,3 @@ func jsonBody(v any) string {
 	b, _ := json.Marshal(v)
 	return string(bytes.TrimSpace(b))
 }
-
-func slogDiscard() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
