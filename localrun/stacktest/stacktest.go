@@ -19,6 +19,9 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
 
 	"labkeep/localrun/stack"
 )
@@ -130,4 +133,68 @@ func (c *Clock) Set(t time.Time) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.frozen = t
+}
+
+// Refusal describes a server-side refusal to inject: the API server denies
+// Operations on Resource (in Group) in Namespace whenever the CEL
+// Expression is false — the same kind of refusal a webhook, quota or policy
+// gives in production, without touching the code under test.
+type Refusal struct {
+	Name       string // of the ValidatingAdmissionPolicy and its binding
+	Namespace  string
+	Group      string
+	Resource   string
+	Operations []admissionv1.OperationType
+	Expression string // CEL; the request is refused where it is false
+	Message    string
+}
+
+// Refuse installs r as a ValidatingAdmissionPolicy and binding and removes
+// them when the test ends. A new policy takes effect when the API server's
+// policy cache next refreshes (about a second), so callers wait until a
+// dry-run request is refused before relying on it; deleting a policy takes
+// effect just as lazily, so prefer lifting a refusal through the object the
+// Expression looks at.
+func Refuse(t testing.TB, st *stack.Stack, r Refusal) {
+	t.Helper()
+	ctx := context.Background()
+	cs, err := kubernetes.NewForConfig(st.Admin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	adm := cs.AdmissionregistrationV1()
+	fail := admissionv1.Fail
+	_, err = adm.ValidatingAdmissionPolicies().Create(ctx, &admissionv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: r.Name},
+		Spec: admissionv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: &fail,
+			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionv1.RuleWithOperations{
+					Operations: r.Operations,
+					Rule:       admissionv1.Rule{APIGroups: []string{r.Group}, APIVersions: []string{"*"}, Resources: []string{r.Resource}},
+				},
+			}}},
+			Validations: []admissionv1.Validation{{Expression: r.Expression, Message: r.Message}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = adm.ValidatingAdmissionPolicyBindings().Create(ctx, &admissionv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: r.Name},
+		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        r.Name,
+			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
+			MatchResources: &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{"kubernetes.io/metadata.name": r.Namespace},
+			}},
+		},
+	}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = adm.ValidatingAdmissionPolicyBindings().Delete(ctx, r.Name, metav1.DeleteOptions{})
+		_ = adm.ValidatingAdmissionPolicies().Delete(ctx, r.Name, metav1.DeleteOptions{})
+	})
 }

@@ -2,6 +2,7 @@ package session_test
 
 import (
 	"context"
+	"labkeep/localrun/stacktest"
 	"strings"
 	"testing"
 	"time"
@@ -19,46 +20,18 @@ import (
 func refuseNode(t *testing.T, e *env, node string) func() {
 	t.Helper()
 	ctx := context.Background()
-	fail := admissionv1.Fail
 	name := "refuse-" + e.name
-	policy := &admissionv1.ValidatingAdmissionPolicy{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionv1.ValidatingAdmissionPolicySpec{
-			FailurePolicy: &fail,
-			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{
-				RuleWithOperations: admissionv1.RuleWithOperations{
-					Operations: []admissionv1.OperationType{admissionv1.Create},
-					Rule:       admissionv1.Rule{APIGroups: []string{"kubevirt.io"}, APIVersions: []string{"*"}, Resources: []string{"virtualmachines"}},
-				},
-			}}},
-			Validations: []admissionv1.Validation{{
-				Expression: `!has(object.metadata.labels) || !('labkeep.io/node' in object.metadata.labels) || object.metadata.labels['labkeep.io/node'] != '` + node + `'`,
-				Message:    "injected fault: " + node + " refused",
-			}},
-		},
-	}
+	stacktest.Refuse(t, st, stacktest.Refusal{
+		Name: name, Namespace: e.ns,
+		Group: "kubevirt.io", Resource: "virtualmachines", Operations: []admissionv1.OperationType{admissionv1.Create},
+		Expression: `!has(object.metadata.labels) || !('labkeep.io/node' in object.metadata.labels) || object.metadata.labels['labkeep.io/node'] != '` + node + `'`,
+		Message:    "injected fault: " + node + " refused",
+	})
 	adm := e.kube.AdmissionregistrationV1()
-	if _, err := adm.ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	binding := &admissionv1.ValidatingAdmissionPolicyBinding{
-		ObjectMeta: metav1.ObjectMeta{Name: name},
-		Spec: admissionv1.ValidatingAdmissionPolicyBindingSpec{
-			PolicyName:        name,
-			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny},
-			MatchResources: &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
-				MatchLabels: map[string]string{"kubernetes.io/metadata.name": e.ns},
-			}},
-		},
-	}
-	if _, err := adm.ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
 	lift := func() {
 		_ = adm.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
 		_ = adm.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
 	}
-	t.Cleanup(lift)
 	// Probe with a server-side dry run until the policy bites.
 	probe := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
@@ -71,7 +44,10 @@ func refuseNode(t *testing.T, e *env, node string) func() {
 	})
 	return func() {
 		lift()
-		waitFor(t, 30*time.Second, "admission policy lifted", func() bool {
+		// A deleted policy stops biting at the API server's next policy-cache
+		// refresh: usually within a second, but seen to take over 30 s on a
+		// loaded 2-core machine.
+		waitFor(t, 2*time.Minute, "admission policy lifted", func() bool {
 			_, err := e.dyn.Resource(gvrVM).Namespace(e.ns).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 			return err == nil
 		})
