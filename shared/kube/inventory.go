@@ -41,6 +41,9 @@ type Object struct {
 	CreatedAt          time.Time
 	// Deleting is true if the object already has a deletion timestamp.
 	Deleting bool
+	// Ready is, for a workspace Pod, whether it is Running with condition
+	// Ready=True (false for every other kind).
+	Ready bool
 }
 
 // VMIInfo is one VirtualMachineInstance (any labels) found by Inventory.
