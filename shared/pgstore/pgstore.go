@@ -31,6 +31,10 @@ type PG struct {
 	// pool of its own so a queue of opens waiting for the capacity lock can
 	// never take every connection from reads like getSession.
 	locks *pgxpool.Pool
+	// tryLocks serves TryLock only: a try must never queue behind
+	// connections blocked waiting for the capacity lock (an open storm would
+	// otherwise stall the reaper exactly when capacity is scarce).
+	tryLocks *pgxpool.Pool
 }
 
 // LockConns is the size of the advisory-lock pool: waiters beyond it queue
@@ -65,13 +69,22 @@ func Open(ctx context.Context, dsn string) (*PG, error) {
 		pool.Close()
 		return nil, err
 	}
-	return &PG{pool: pool, locks: locks}, nil
+	tcfg := cfg.Copy()
+	tcfg.MaxConns, tcfg.MinConns = 2, 0
+	tryLocks, err := pgxpool.NewWithConfig(ctx, tcfg)
+	if err != nil {
+		pool.Close()
+		locks.Close()
+		return nil, err
+	}
+	return &PG{pool: pool, locks: locks, tryLocks: tryLocks}, nil
 }
 
 // Close closes both pools.
 func (p *PG) Close() {
 	p.pool.Close()
 	p.locks.Close()
+	p.tryLocks.Close()
 }
 
 // Pool exposes the pool for tests and admin reads that need plain SQL.
@@ -183,6 +196,51 @@ func (p *PG) Finish(ctx context.Context, id string, status session.Status, reaso
 
 // update runs a conditional UPDATE … RETURNING on a live row; if it matched
 // nothing, it returns the current row with ErrNotLive (or ErrNoSession).
+// FinishIf finishes a live session under its row lock (SELECT … FOR
+// UPDATE), held while act runs, so no Extend, MarkRunning, Close or other
+// Finish can interleave between the decision and the mark: it re-reads the
+// row; if the row is no longer live or due(row) is false, nothing happens
+// and ok is false; otherwise act runs (the cluster deletes) and, only if
+// act returned nil, the row gets status, reason and finish time at. An act
+// error is returned and leaves the row as it was. Returns ErrNoSession if
+// there is no such row.
+func (p *PG) FinishIf(ctx context.Context, id string, due func(session.Session) bool, act func(session.Session) error,
+	status session.Status, reason string, at time.Time) (s session.Session, ok bool, err error) {
+	if status.Live() {
+		return session.Session{}, false, fmt.Errorf("finish with live status %q", status)
+	}
+	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+columns+` FROM sessions WHERE id = $1 FOR UPDATE`, id)
+		if err != nil {
+			return err
+		}
+		s, err = pgx.CollectExactlyOneRow(rows, scanSession)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return session.ErrNoSession
+		}
+		if err != nil {
+			return err
+		}
+		if !s.Status.Live() || !due(s) {
+			return nil
+		}
+		if err := act(s); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `UPDATE sessions SET status = $2, failure_reason = $3, finished_at = $4
+			WHERE id = $1 RETURNING `+columns, id, string(status), reason, at)
+		if err != nil {
+			return err
+		}
+		if s, err = pgx.CollectExactlyOneRow(rows, scanSession); err != nil {
+			return err
+		}
+		ok = true
+		return nil
+	})
+	return s, ok, err
+}
+
 func (p *PG) update(ctx context.Context, id, sql string, args ...any) (session.Session, error) {
 	s, err := p.queryOne(ctx, sql, args...)
 	if !errors.Is(err, session.ErrNoSession) {
@@ -224,7 +282,7 @@ func (p *PG) Lock(ctx context.Context, name string) (unlock func(), err error) {
 // whether it did; the reaper uses it so a second concurrent run returns
 // "busy" instead of waiting. unlock is nil when ok is false.
 func (p *PG) TryLock(ctx context.Context, name string) (unlock func(), ok bool, err error) {
-	conn, err := p.locks.Acquire(ctx)
+	conn, err := p.tryLocks.Acquire(ctx)
 	if err != nil {
 		return nil, false, err
 	}

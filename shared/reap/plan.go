@@ -68,8 +68,9 @@ type Rules struct {
 //     the countdown) is Expired — even if it is also a ghost.
 //   - A running session one of whose VMs (any VM of that name, labelled or
 //     not) or VMIs is missing, or whose workspace Pod is missing, is a
-//     Ghost; so is a provisioning session older than ProvisionTimeout, or
-//     older than ProvisionGrace with a VM missing.
+//     Ghost; so is a provisioning session older than ProvisionTimeout with
+//     a node not ready (all ready: it only waits for a getSession to mark
+//     it running), or older than ProvisionGrace with a VM or Pod missing.
 //   - Objects labelled with this environment and a session id that has no
 //     live row are an Orphan, one item per session id; objects already
 //     being deleted are left to finish. Objects without a session label are
@@ -135,37 +136,46 @@ func deleteRank(k kube.Kind) int {
 
 func ghostReason(now time.Time, s session.Session, inv *kube.Inventory, r Rules) string {
 	age := now.Sub(s.StartedAt)
-	if s.Status == session.StatusProvisioning && r.ProvisionTimeout > 0 && age > r.ProvisionTimeout {
-		return fmt.Sprintf("did not become ready within %s", r.ProvisionTimeout)
-	}
+	running := s.Status == session.StatusRunning
+	timedOut := s.Status == session.StatusProvisioning && r.ProvisionTimeout > 0 && age > r.ProvisionTimeout
+	pastGrace := running || age > r.ProvisionGrace
+	allReady := true
 	if s.Kind == labs.KindPod {
-		if s.Status != session.StatusRunning {
-			return ""
-		}
-		pods := map[string]bool{}
+		pods := map[string]kube.Object{}
 		for _, o := range inv.Objects {
 			if o.Kind == kube.KindPod && !o.Deleting {
-				pods[o.Name] = true
+				pods[o.Name] = o
 			}
 		}
 		for _, n := range s.Nodes {
-			if name := kube.NodeName(s.ID, n.Name); !pods[name] {
+			name := kube.NodeName(s.ID, n.Name)
+			pod, ok := pods[name]
+			if !ok && pastGrace {
 				return fmt.Sprintf("workspace Pod %s no longer exists", name)
 			}
+			allReady = allReady && ok && pod.Ready
 		}
-		return ""
-	}
-	for _, n := range s.Nodes {
-		name := kube.NodeName(s.ID, n.Name)
-		if !inv.VMNames[name] {
-			if s.Status == session.StatusRunning || age > r.ProvisionGrace {
-				return fmt.Sprintf("VirtualMachine %s no longer exists", name)
+	} else {
+		for _, n := range s.Nodes {
+			name := kube.NodeName(s.ID, n.Name)
+			if !inv.VMNames[name] {
+				if pastGrace {
+					return fmt.Sprintf("VirtualMachine %s no longer exists", name)
+				}
+				allReady = false
+				continue
 			}
-			continue
+			vmi, ok := inv.VMIs[name]
+			if !ok && running {
+				return fmt.Sprintf("VirtualMachineInstance %s no longer exists", name)
+			}
+			allReady = allReady && ok && vmi.Ready
 		}
-		if _, ok := inv.VMIs[name]; !ok && s.Status == session.StatusRunning {
-			return fmt.Sprintf("VirtualMachineInstance %s no longer exists", name)
-		}
+	}
+	// A provisioning row whose nodes are all ready only waits for someone
+	// to read it (getSession marks it running): never a ghost.
+	if timedOut && !allReady {
+		return fmt.Sprintf("did not become ready within %s", r.ProvisionTimeout)
 	}
 	return ""
 }

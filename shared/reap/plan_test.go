@@ -138,6 +138,29 @@ func TestPlan(t *testing.T) {
 			want: []planned{{Kind: Ghost, SessionID: "a"}},
 		},
 		{
+			name: "provisioning past the timeout but every VMI ready (nobody polled getSession): not a ghost",
+			live: []session.Session{vmSession("a", session.StatusProvisioning, now.Add(-11*time.Minute), "vm")},
+			inv:  inventory([]string{a}, nil),
+		},
+		{
+			name: "provisioning pod session past the timeout: ghost unless its Pod is ready",
+			live: []session.Session{
+				func() session.Session {
+					s := vmSession("p1", session.StatusProvisioning, now.Add(-11*time.Minute), "ws")
+					s.Kind = labs.KindPod
+					return s
+				}(),
+				func() session.Session {
+					s := vmSession("p2", session.StatusProvisioning, now.Add(-11*time.Minute), "ws")
+					s.Kind = labs.KindPod
+					return s
+				}(),
+			},
+			inv: inventory(nil, nil, obj(kube.KindPod, kube.NodeName("p1", "ws"), "p1"),
+				func() kube.Object { o := obj(kube.KindPod, kube.NodeName("p2", "ws"), "p2"); o.Ready = true; return o }()),
+			want: []planned{{Kind: Ghost, SessionID: "p1"}},
+		},
+		{
 			name: "running pod session without its Pod: ghost; with it: nothing",
 			live: []session.Session{
 				func() session.Session {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"labkeep/shared/kube"
+	"labkeep/shared/lifetime"
 	"labkeep/shared/pgstore"
 	"labkeep/shared/session"
 )
@@ -38,9 +39,11 @@ type Store interface {
 	ListLive(ctx context.Context) ([]session.Session, error)
 	// Get returns one session, or session.ErrNoSession.
 	Get(ctx context.Context, id string) (session.Session, error)
-	// Finish moves a live session to a final status; session.ErrNotLive
-	// if it already had one.
-	Finish(ctx context.Context, id string, status session.Status, reason string, at time.Time) (session.Session, error)
+	// FinishIf re-reads the row under its lock and, if it is still live and
+	// due, runs act and marks the row final only if act succeeded — so an
+	// extension can never slip in between deciding and deleting.
+	FinishIf(ctx context.Context, id string, due func(session.Session) bool, act func(session.Session) error,
+		status session.Status, reason string, at time.Time) (session.Session, bool, error)
 	// TryLock takes the named advisory lock if free (ok=false if not).
 	TryLock(ctx context.Context, name string) (unlock func(), ok bool, err error)
 	// RecordRun stores a finished run's report.
@@ -94,7 +97,10 @@ type Reaper struct {
 // the live sessions.
 func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (pgstore.ReapRun, error) {
 	cfg := r.config()
-	unlock, ok, err := r.Store.TryLock(ctx, LockName)
+	// The deadline covers the whole run, taking the lock included.
+	runCtx, cancel := context.WithTimeout(ctx, cfg.RunDeadline)
+	defer cancel()
+	unlock, ok, err := r.Store.TryLock(runCtx, LockName)
 	if err != nil {
 		return pgstore.ReapRun{}, fmt.Errorf("reaper lock: %w", err)
 	}
@@ -106,8 +112,6 @@ func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (pgstore.ReapRun,
 
 	report := pgstore.ReapRun{Trigger: string(trigger), StartedAt: r.Now().UTC(), DryRun: cfg.DryRun,
 		Counts: map[string]int{}, Failures: []pgstore.ReapFailure{}, Items: []pgstore.ReapItem{}}
-	runCtx, cancel := context.WithTimeout(ctx, cfg.RunDeadline)
-	defer cancel()
 	log := r.Log.With("trigger", trigger, "dryRun", cfg.DryRun)
 
 	live, err := r.Store.ListLive(runCtx)
@@ -190,33 +194,44 @@ func (r *Reaper) handle(ctx context.Context, log *slog.Logger, it Item, dryRun b
 			reaped = false
 		}
 	}()
-	if dryRun {
-		log.Info("would reap", "reason", it.Reason, "objects", len(it.Objects))
-		return true, nil
-	}
 	switch it.Kind {
 	case Expired, Ghost:
-		// Delete first; mark the row only once the deletes succeeded. A row
-		// marked final is never looked at again, so marking first would
-		// leak the VM forever. A ghost is marked failed even if some
-		// leftover refuses to go: the student must not be locked out, and
-		// the leftover becomes an orphan for the next run.
-		if err := r.Cluster.Teardown(ctx, it.Session); err != nil {
-			fail("", err)
-			if it.Kind == Expired {
-				return false, failures
-			}
-		}
-		status := session.StatusExpired
+		// Under the row lock: re-check that the row is still live and still
+		// due (an extension may have landed since the plan), delete, and
+		// mark the row only once the deletes succeeded. A row marked final
+		// is never looked at again, so marking first would leak the VM
+		// forever. A ghost is marked failed even if some leftover refuses
+		// to go — the student must not be locked out; the leftover becomes
+		// an orphan for the next run.
+		status, due := session.StatusExpired, func(s session.Session) bool { return lifetime.Expired(s.Window, r.Now()) }
 		if it.Kind == Ghost {
-			status = session.StatusFailed
+			status, due = session.StatusFailed, func(s session.Session) bool { return s.Status == it.Session.Status }
 		}
-		if _, err := r.Store.Finish(ctx, it.SessionID, status, it.Reason, r.Now().UTC()); err != nil && !errors.Is(err, session.ErrNotLive) {
-			fail("", fmt.Errorf("marking %s: %w", status, err))
+		act := func(s session.Session) error {
+			if dryRun {
+				return errDryRun
+			}
+			err := r.Cluster.Teardown(ctx, s)
+			if err != nil && it.Kind == Ghost {
+				fail("", err)
+				return nil
+			}
+			return err
+		}
+		_, marked, err := r.Store.FinishIf(ctx, it.SessionID, due, act, status, it.Reason, r.Now().UTC())
+		switch {
+		case errors.Is(err, errDryRun):
+			log.Info("would reap", "reason", it.Reason)
+			return true, failures
+		case err != nil:
+			fail("", err)
+			return false, failures
+		case !marked:
+			log.Info("not reaped after all: the row changed since the plan (extended, closed or became ready)")
 			return false, failures
 		}
 		log.Info("reaped", "reason", it.Reason)
-		return len(failures) == 0, failures
+		return true, failures
 	case Orphan:
 		// Re-check right before deleting: a session whose row was written
 		// after this run listed the live rows must survive.
@@ -226,6 +241,10 @@ func (r *Reaper) handle(ctx context.Context, log *slog.Logger, it Item, dryRun b
 		} else if err != nil && !errors.Is(err, session.ErrNoSession) {
 			fail("", fmt.Errorf("re-checking the session row: %w", err))
 			return false, failures
+		}
+		if dryRun {
+			log.Info("would reap orphan", "reason", it.Reason, "objects", len(it.Objects))
+			return true, nil
 		}
 		for _, o := range it.Objects {
 			if err := r.Cluster.Delete(ctx, o); err != nil {
@@ -239,6 +258,9 @@ func (r *Reaper) handle(ctx context.Context, log *slog.Logger, it Item, dryRun b
 	}
 	return false, failures
 }
+
+// errDryRun stops FinishIf before it deletes or marks anything.
+var errDryRun = errors.New("dry run")
 
 func (it Item) record() pgstore.ReapItem {
 	ri := pgstore.ReapItem{Kind: string(it.Kind), Session: it.SessionID, Reason: it.Reason}

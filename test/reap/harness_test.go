@@ -283,7 +283,7 @@ var gvrs = map[string]schema.GroupVersionResource{
 
 // objectsIn lists "Kind/name" of every object of labkeep's kinds in ns
 // matching selector, sorted (admin view, for assertions), leaving out the
-// anchor Jobs' Pods.
+// anchor Jobs' Pods; objects being deleted are marked " (deleting)".
 func objectsIn(t *testing.T, ns, selector string) []string {
 	t.Helper()
 	_, dyn := admin(t)
@@ -299,9 +299,12 @@ func objectsIn(t *testing.T, ns, selector string) []string {
 			if _, anchorPod := o.GetLabels()[kube.LabelAnchorOf]; anchorPod {
 				continue
 			}
-			if o.GetDeletionTimestamp() == nil {
-				out = append(out, kind+"/"+o.GetName())
+			name := kind + "/" + o.GetName()
+			if o.GetDeletionTimestamp() != nil {
+				// Still there: "gone" means absent, not merely deleting.
+				name += " (deleting)"
 			}
+			out = append(out, name)
 		}
 	}
 	sort.Strings(out)

@@ -418,3 +418,34 @@ func TestDryRunDeletesNothing(t *testing.T) {
 		t.Fatalf("dry run sent %d DELETE requests", b.faults.deletes.Load())
 	}
 }
+
+// An extension that lands after the run read the rows but before it
+// deletes is honoured: the reaper re-reads the row under its lock, sees the
+// new expiry and leaves the session alone (the plan alone would have torn
+// it down and marked it expired).
+func TestExtensionDuringRunIsHonoured(t *testing.T) {
+	b := newBackend(t, backendOptions{})
+	ctx := context.Background()
+	s := b.open("s-extend", "linux-vm")
+	b.clock.Advance(time.Hour - time.Second) // one second before expiry
+	b.reaper.Store = &liveHook{Store: b.store, after: func() {
+		if _, err := b.svc.Extend(ctx, s.Student, s.ID); err != nil {
+			t.Errorf("extend during the run: %v", err)
+		}
+		b.clock.Advance(2 * time.Second) // the old expiry has passed when the run plans
+	}}
+	r := b.run()
+	if r.Counts["expired"] != 0 || len(r.Failures) != 0 {
+		t.Fatalf("run after an extension: counts %v failures %v, want nothing reaped", r.Counts, r.Failures)
+	}
+	got, err := b.store.Get(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.Status != session.StatusRunning || !got.ExpiresAt.After(s.ExpiresAt) {
+		t.Fatalf("extended session is %s, expires %s (was %s)", got.Status, got.ExpiresAt, s.ExpiresAt)
+	}
+	if objs := b.sessionObjects(s.ID); !slices.Contains(objs, "VirtualMachine/"+kube.NodeName(s.ID, s.Nodes[0].Name)) {
+		t.Fatalf("extended session lost its VM: %v", objs)
+	}
+}
