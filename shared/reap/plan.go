@@ -51,6 +51,10 @@ type Item struct {
 
 // Rules are the thresholds of a plan.
 type Rules struct {
+	// Env is this reaper's labkeep.io/env. The inventory already holds only
+	// this environment's objects; Plan checks again, so a mistake there can
+	// never make one environment reap another's objects.
+	Env string
 	// ProvisionTimeout: a session still provisioning this long after it
 	// started is a ghost (default 10m).
 	ProvisionTimeout time.Duration
@@ -98,7 +102,7 @@ func Plan(now time.Time, live []session.Session, inv *kube.Inventory, r Rules) [
 	if inv != nil {
 		bySession := map[string][]kube.Object{}
 		for _, o := range inv.Objects {
-			if o.Session == "" || liveIDs[o.Session] || o.Deleting {
+			if o.Env != r.Env || o.Session == "" || liveIDs[o.Session] || o.Deleting {
 				continue
 			}
 			bySession[o.Session] = append(bySession[o.Session], o)

@@ -17,7 +17,7 @@ var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 var policy = lifetime.Policy{Lifetime: time.Hour, MaxLifetime: 3 * time.Hour}
 
-var rules = Rules{ProvisionTimeout: 10 * time.Minute, ProvisionGrace: 2 * time.Minute}
+var rules = Rules{Env: "prod", ProvisionTimeout: 10 * time.Minute, ProvisionGrace: 2 * time.Minute}
 
 func vmSession(id string, status session.Status, started time.Time, nodes ...string) session.Session {
 	s := session.Session{ID: id, Student: "s-" + id, Lab: "lab", Kind: labs.KindVM, Status: status, Window: policy.Open(started)}
@@ -192,6 +192,14 @@ func TestPlan(t *testing.T) {
 				obj(kube.KindVirtualMachine, "mystery", ""),
 				kube.Object{ObjectRef: kube.ObjectRef{Kind: kube.KindSecret, Name: "going"}, Session: "y", Deleting: true},
 			),
+		},
+		{
+			name: "another environment's objects slipped into the inventory: never touched",
+			inv: inventory(nil, nil, func() kube.Object {
+				o := obj(kube.KindVirtualMachine, "lk-d-vm", "d")
+				o.Env = "dev"
+				return o
+			}()),
 		},
 		{
 			name: "objects of a live session are not orphans",

@@ -97,6 +97,9 @@ type Reaper struct {
 // the live sessions.
 func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (pgstore.ReapRun, error) {
 	cfg := r.config()
+	if cfg.Env == "" {
+		return pgstore.ReapRun{}, errors.New("reap: Config.Env (this environment's labkeep.io/env) is required")
+	}
 	// The deadline covers the whole run, taking the lock included.
 	runCtx, cancel := context.WithTimeout(ctx, cfg.RunDeadline)
 	defer cancel()

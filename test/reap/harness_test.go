@@ -203,7 +203,7 @@ func newBackend(t *testing.T, o backendOptions) *backend {
 	}
 	b.reaper = &reap.Reaper{
 		Store: b.store, Cluster: b.cluster, Now: b.clock.Now, Log: stacktest.Discard(),
-		Config: reap.Config{DryRun: o.dryRun, RunDeadline: o.deadline, Rules: reap.Rules{ProvisionTimeout: 10 * time.Minute, ProvisionGrace: 2 * time.Minute}},
+		Config: reap.Config{DryRun: o.dryRun, RunDeadline: o.deadline, Rules: reap.Rules{Env: o.env, ProvisionTimeout: 10 * time.Minute, ProvisionGrace: 2 * time.Minute}},
 	}
 	return b
 }
