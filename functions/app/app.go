@@ -62,8 +62,14 @@ type Config struct {
 	// RetryAfter is sent with 503 no_capacity.
 	RetryAfter time.Duration `split_words:"true" default:"30s"`
 	// SchedulerToken authenticates reapTick calls (issue 4); platform shims
-	// send it with scheduled events.
-	SchedulerToken string `split_words:"true"`
+	// send it with scheduled events. Required: without it no scheduled run
+	// could authenticate and expired sessions would never be reaped.
+	SchedulerToken string `split_words:"true" required:"true"`
+	// CapacityWait bounds how long an open waits for the capacity lock
+	// before answering 503 no_capacity. It must stay below
+	// ReapProvisionGrace: a queued row has no VMs yet, and the reaper
+	// treats such a row as a ghost after the grace.
+	CapacityWait time.Duration `split_words:"true" default:"60s"`
 	// ReapDryRun makes the reaper report what it would delete and delete
 	// nothing (LABKEEP_REAP_DRY_RUN).
 	ReapDryRun bool `split_words:"true"`
@@ -87,6 +93,14 @@ type Config struct {
 	AdminStatusRuns int `split_words:"true" default:"20"`
 }
 
+// ReapSchedulePeriod is how often the scheduler calls reapTick (every
+// shipped schedule is once a minute); a run's deadline must be below it.
+const ReapSchedulePeriod = time.Minute
+
+// MinSchedulerTokenBytes is the shortest LABKEEP_SCHEDULER_TOKEN accepted:
+// it is the only credential of an endpoint that deletes things.
+const MinSchedulerTokenBytes = 16
+
 // Validate checks what envconfig cannot; every message names the variable.
 func (c Config) Validate() error {
 	var errs []error
@@ -108,8 +122,13 @@ func (c Config) Validate() error {
 	if c.DeadlineGrace < 0 {
 		bad("DEADLINE_GRACE", "must not be negative, got %s", c.DeadlineGrace)
 	}
-	if c.MaxConcurrentVms < 0 {
-		bad("MAX_CONCURRENT_VMS", "must not be negative, got %d", c.MaxConcurrentVms)
+	if c.MaxConcurrentVms < 1 {
+		bad("MAX_CONCURRENT_VMS", "must be at least 1, got %d", c.MaxConcurrentVms)
+	}
+	if c.SchedulerToken == "" {
+		bad("SCHEDULER_TOKEN", "is required: without it scheduled reaper runs cannot authenticate and nothing expires")
+	} else if len(c.SchedulerToken) < MinSchedulerTokenBytes {
+		bad("SCHEDULER_TOKEN", "must be at least %d bytes, got %d", MinSchedulerTokenBytes, len(c.SchedulerToken))
 	}
 	if len(c.JWTSecret) < 32 {
 		bad("JWT_SECRET", "must be at least 32 bytes, got %d", len(c.JWTSecret))
@@ -124,12 +143,26 @@ func (c Config) Validate() error {
 	// withDefaults), negative is a mistake.
 	if c.ReapRunDeadline < 0 {
 		bad("REAP_RUN_DEADLINE", "must not be negative, got %s", c.ReapRunDeadline)
+	} else if c.ReapRunDeadline >= ReapSchedulePeriod {
+		bad("REAP_RUN_DEADLINE", "%s must be below the reaper's schedule period %s, so runs never overlap", c.ReapRunDeadline, ReapSchedulePeriod)
 	}
 	if c.ReapProvisionTimeout < 0 {
 		bad("REAP_PROVISION_TIMEOUT", "must not be negative, got %s", c.ReapProvisionTimeout)
 	}
 	if c.ReapProvisionGrace < 0 {
 		bad("REAP_PROVISION_GRACE", "must not be negative, got %s", c.ReapProvisionGrace)
+	}
+	if c.CapacityWait < 0 {
+		bad("CAPACITY_WAIT", "must not be negative, got %s", c.CapacityWait)
+	}
+	// Relations between tunables are checked on the effective values, so a
+	// setting left at its default is compared as the default.
+	d := c.withDefaults()
+	if c.ReapProvisionTimeout >= 0 && c.ReapProvisionGrace >= 0 && d.ReapProvisionGrace > d.ReapProvisionTimeout {
+		bad("REAP_PROVISION_GRACE", "%s exceeds LABKEEP_REAP_PROVISION_TIMEOUT %s", d.ReapProvisionGrace, d.ReapProvisionTimeout)
+	}
+	if c.CapacityWait >= 0 && c.ReapProvisionGrace >= 0 && d.CapacityWait >= d.ReapProvisionGrace {
+		bad("CAPACITY_WAIT", "%s must be below LABKEEP_REAP_PROVISION_GRACE %s, or the reaper fails opens still queued for capacity", d.CapacityWait, d.ReapProvisionGrace)
 	}
 	if c.KubeQPS < 0 || c.KubeBurst < 0 {
 		bad("KUBE_QPS", "and LABKEEP_KUBE_BURST must not be negative, got %v and %d", c.KubeQPS, c.KubeBurst)
@@ -154,6 +187,7 @@ func (c Config) withDefaults() Config {
 	def(&c.ReapRunDeadline, 50*time.Second)
 	def(&c.ReapProvisionTimeout, 10*time.Minute)
 	def(&c.ReapProvisionGrace, 2*time.Minute)
+	def(&c.CapacityWait, 60*time.Second)
 	if c.KubeQPS == 0 {
 		c.KubeQPS = 50
 	}
@@ -224,7 +258,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	}
 	svc := &session.Service{
 		Store: store, Cluster: cluster, Labs: catalog, Policy: cfg.Policy(),
-		MaxVMs: cfg.MaxConcurrentVms, Now: now, Log: log,
+		MaxVMs: cfg.MaxConcurrentVms, Now: now, Log: log, CapacityWait: cfg.CapacityWait,
 	}
 	api := httpapi.New(httpapi.Options{
 		Sessions: svc, Auth: httpapi.NewAuthenticator([]byte(cfg.JWTSecret), now),
@@ -236,7 +270,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 		Store: store, Cluster: cluster, Now: now, Log: log, Metrics: reap.NewMetrics(reg),
 		Config: reap.Config{
 			DryRun: cfg.ReapDryRun, RunDeadline: cfg.ReapRunDeadline, Workers: cfg.ReapWorkers,
-			Rules: reap.Rules{ProvisionTimeout: cfg.ReapProvisionTimeout, ProvisionGrace: cfg.ReapProvisionGrace},
+			Rules: reap.Rules{Env: cfg.Env, ProvisionTimeout: cfg.ReapProvisionTimeout, ProvisionGrace: cfg.ReapProvisionGrace},
 		},
 	}
 	a := &App{Config: cfg, Store: store, Cluster: cluster, Labs: catalog, Sessions: svc, API: api, Kube: rc, Reaper: reaper, Metrics: reg}

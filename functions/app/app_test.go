@@ -17,6 +17,7 @@ func setValid(t *testing.T) {
 	t.Setenv("LABKEEP_ENV", "dev")
 	t.Setenv("LABKEEP_DATABASE_URL", "postgres://nowhere/labkeep")
 	t.Setenv("LABKEEP_JWT_SECRET", strings.Repeat("s", 32))
+	t.Setenv("LABKEEP_SCHEDULER_TOKEN", strings.Repeat("t", 32))
 }
 
 func TestConfigDefaults(t *testing.T) {
@@ -29,7 +30,7 @@ func TestConfigDefaults(t *testing.T) {
 		t.Fatal(err)
 	}
 	if c.SessionLifetime != 60*time.Minute || c.SessionMaxLifetime != 180*time.Minute || c.DeadlineGrace != 15*time.Minute ||
-		c.MaxConcurrentVms != 8 || c.HTTPAddr != ":8080" {
+		c.MaxConcurrentVms != 8 || c.HTTPAddr != ":8080" || c.CapacityWait != 60*time.Second {
 		t.Errorf("defaults = %+v", c)
 	}
 }
@@ -48,6 +49,11 @@ func TestInvalidConfigNamesTheVariable(t *testing.T) {
 		{"negative grace", "LABKEEP_DEADLINE_GRACE", "-1m"},
 		{"non-numeric max VMs", "LABKEEP_MAX_CONCURRENT_VMS", "eight"},
 		{"negative max VMs", "LABKEEP_MAX_CONCURRENT_VMS", "-1"},
+		{"zero max VMs", "LABKEEP_MAX_CONCURRENT_VMS", "0"},
+		{"missing scheduler token", "LABKEEP_SCHEDULER_TOKEN", ""},
+		{"run deadline at the schedule period", "LABKEEP_REAP_RUN_DEADLINE", "1m"},
+		{"grace beyond the provision timeout", "LABKEEP_REAP_PROVISION_GRACE", "11m"},
+		{"capacity wait beyond the provision grace", "LABKEEP_CAPACITY_WAIT", "2m"},
 		{"bad namespace", "LABKEEP_NAMESPACE", "Not_A_Namespace"},
 		{"zero kube timeout", "LABKEEP_KUBE_TIMEOUT", "0s"},
 	}
@@ -112,5 +118,68 @@ func TestEveryVariableIsRead(t *testing.T) {
 		if got[i] != want[i] {
 			t.Errorf("field %d = %v, want %v", i, got[i], want[i])
 		}
+	}
+}
+
+// Validate's own messages, one per rule, on a Config built in code (as the
+// test harnesses and platform shims build it): the message names the
+// variable and says what is wrong, and a valid neighbour passes.
+func TestValidateMessages(t *testing.T) {
+	valid := func() Config {
+		return Config{
+			Env: "dev", DatabaseURL: "postgres://x/y", Namespace: "labkeep-sessions",
+			SessionLifetime: time.Hour, SessionMaxLifetime: 3 * time.Hour, DeadlineGrace: 15 * time.Minute,
+			MaxConcurrentVms: 8, LabsFile: "/labs.yaml", JWTSecret: strings.Repeat("j", 32),
+			SchedulerToken: strings.Repeat("s", 16), KubeTimeout: 10 * time.Second,
+		}
+	}
+	tests := []struct {
+		name   string
+		change func(*Config)
+		want   string // "" = valid
+	}{
+		{"defaults are valid", func(*Config) {}, ""},
+		{"scheduler token is required", func(c *Config) { c.SchedulerToken = "" },
+			"LABKEEP_SCHEDULER_TOKEN: is required"},
+		{"scheduler token too short", func(c *Config) { c.SchedulerToken = "short" },
+			"LABKEEP_SCHEDULER_TOKEN: must be at least 16 bytes, got 5"},
+		{"max VMs zero", func(c *Config) { c.MaxConcurrentVms = 0 },
+			"LABKEEP_MAX_CONCURRENT_VMS: must be at least 1, got 0"},
+		{"max VMs negative", func(c *Config) { c.MaxConcurrentVms = -3 },
+			"LABKEEP_MAX_CONCURRENT_VMS: must be at least 1, got -3"},
+		{"max VMs one", func(c *Config) { c.MaxConcurrentVms = 1 }, ""},
+		{"run deadline at the period", func(c *Config) { c.ReapRunDeadline = time.Minute },
+			"LABKEEP_REAP_RUN_DEADLINE: 1m0s must be below the reaper's schedule period 1m0s"},
+		{"run deadline above the period", func(c *Config) { c.ReapRunDeadline = 90 * time.Second },
+			"LABKEEP_REAP_RUN_DEADLINE: 1m30s must be below the reaper's schedule period 1m0s"},
+		{"run deadline just below the period", func(c *Config) { c.ReapRunDeadline = 59 * time.Second }, ""},
+		{"run deadline negative", func(c *Config) { c.ReapRunDeadline = -time.Second },
+			"LABKEEP_REAP_RUN_DEADLINE: must not be negative"},
+		{"grace above the timeout", func(c *Config) { c.ReapProvisionGrace, c.ReapProvisionTimeout = 5*time.Minute, 4*time.Minute },
+			"LABKEEP_REAP_PROVISION_GRACE: 5m0s exceeds LABKEEP_REAP_PROVISION_TIMEOUT 4m0s"},
+		{"grace above the default timeout", func(c *Config) { c.ReapProvisionGrace = 11 * time.Minute },
+			"LABKEEP_REAP_PROVISION_GRACE: 11m0s exceeds LABKEEP_REAP_PROVISION_TIMEOUT 10m0s"},
+		{"timeout below the default grace", func(c *Config) { c.ReapProvisionTimeout = time.Minute },
+			"LABKEEP_REAP_PROVISION_GRACE: 2m0s exceeds LABKEEP_REAP_PROVISION_TIMEOUT 1m0s"},
+		{"grace equal to the timeout", func(c *Config) { c.ReapProvisionGrace, c.ReapProvisionTimeout = 3*time.Minute, 3*time.Minute }, ""},
+		{"capacity wait at the grace", func(c *Config) { c.CapacityWait = 2 * time.Minute },
+			"LABKEEP_CAPACITY_WAIT: 2m0s must be below LABKEEP_REAP_PROVISION_GRACE 2m0s"},
+		{"default capacity wait above a short grace", func(c *Config) { c.ReapProvisionGrace = 30 * time.Second },
+			"LABKEEP_CAPACITY_WAIT: 1m0s must be below LABKEEP_REAP_PROVISION_GRACE 30s"},
+		{"capacity wait negative", func(c *Config) { c.CapacityWait = -time.Second },
+			"LABKEEP_CAPACITY_WAIT: must not be negative"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := valid()
+			tc.change(&c)
+			err := c.Validate()
+			switch {
+			case tc.want == "" && err != nil:
+				t.Errorf("Validate = %v, want valid", err)
+			case tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)):
+				t.Errorf("Validate = %v, want a message containing %q", err, tc.want)
+			}
+		})
 	}
 }

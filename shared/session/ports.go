@@ -36,6 +36,14 @@ type Store interface {
 	// finish time. Returns ErrNotLive (and the current row) if it had
 	// already reached a final status, so two finishers never both win.
 	Finish(ctx context.Context, id string, status Status, reason string, at time.Time) (Session, error)
+	// FinishIf re-reads the row under its row lock (waiting for any other
+	// holder) and, if it is still live and due(row), runs act and marks
+	// the row final only if act returned nil; ok reports whether it did.
+	// The row as read (or as marked) is returned either way; act's error
+	// is returned and leaves the row as it was. Returns ErrNoSession if
+	// there is no such row.
+	FinishIf(ctx context.Context, id string, due func(Session) bool, act func(Session) error,
+		status Status, reason string, at time.Time) (s Session, ok bool, err error)
 	// LockCapacity blocks until this caller holds the capacity lock shared
 	// by every labkeep instance using the database, so counting VMs and
 	// creating new ones is one atomic step. unlock must be called; the lock

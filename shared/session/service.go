@@ -32,7 +32,22 @@ type Service struct {
 	// CleanupTimeout bounds the rollback after a failed open, which runs
 	// even if the caller's request was cancelled.
 	CleanupTimeout time.Duration
+	// CapacityWait bounds how long an open queues for the capacity lock;
+	// past it the open is refused with ErrNoCapacity. Keep it well below
+	// the reaper's provisioning grace, which fails a queued row (it has no
+	// VMs yet). Zero means DefaultCapacityWait.
+	CapacityWait time.Duration
 }
+
+// DefaultCapacityWait is the capacity-lock wait when Service.CapacityWait
+// is zero: half the reaper's default 2-minute provisioning grace.
+const DefaultCapacityWait = 60 * time.Second
+
+// ErrEndedWhileProvisioning is returned by Open when the session's row was
+// finished by someone else (the student's close, an admin, the reaper)
+// while Open was still queued or creating objects. Whatever Open created
+// has been deleted; the row keeps the status the other party gave it.
+var ErrEndedWhileProvisioning = fmt.Errorf("%w: session was ended while it was being provisioned", ErrProvisioning)
 
 func (s *Service) now() time.Time { return s.Now().UTC().Truncate(time.Microsecond) }
 
@@ -42,7 +57,11 @@ func (s *Service) now() time.Time { return s.Now().UTC().Truncate(time.Microseco
 //   - ErrSessionExists together with the student's live session (unless
 //     that session has expired: then it is reclaimed and the open goes on);
 //   - ErrNoCapacity when the VM limit or the cluster quota is reached;
-//   - ErrProvisioning when the cluster refused for another reason.
+//   - ErrProvisioning when the cluster refused for another reason;
+//   - ErrEndedWhileProvisioning (an ErrProvisioning) when the row was
+//     finished by a close or the reaper while the open was queued for
+//     capacity or creating objects: what it created is deleted, and the
+//     open never reports success for a row that is no longer live.
 //
 // On the last two, everything already created is deleted and the row ends
 // failed with the reason, so the student can retry at once. The row is
@@ -87,11 +106,63 @@ func (s *Service) Open(ctx context.Context, student, labName string) (Session, e
 		return Session{}, err
 	}
 	log := s.Log.With("session", sess.ID, "lab", lab.Name)
-	if started, err := s.provision(ctx, sess, lab); err != nil {
+	started, err := s.provision(ctx, sess, lab)
+	if errors.Is(err, ErrEndedWhileProvisioning) {
+		return s.abandon(ctx, log, sess, err, started)
+	}
+	if err != nil {
 		return s.rollback(ctx, log, sess, err, started)
 	}
+	// Someone may have finished the row while the objects were being
+	// created (the reaper's ghost rule, a close). Checked under the row
+	// lock, so a finisher in flight is waited for; after this point a
+	// finisher's Teardown runs after every create and catches everything.
+	cur, err := s.confirmLive(ctx, sess.ID)
+	if err != nil {
+		return s.abandon(ctx, log, sess, err, true)
+	}
 	log.Info("session provisioned", "nodes", len(sess.Nodes))
-	return s.Store.Get(ctx, sess.ID)
+	return cur, nil
+}
+
+// confirmLive re-reads the row under its row lock (FinishIf with a due
+// that never fires: a read that waits for any Close or reaper holding the
+// lock to commit). Returns the live row, or ErrEndedWhileProvisioning with
+// the row's final status if it was finished meanwhile.
+func (s *Service) confirmLive(ctx context.Context, id string) (Session, error) {
+	cur, _, err := s.Store.FinishIf(ctx, id, func(Session) bool { return false }, nil, StatusFailed, "", time.Time{})
+	if err != nil {
+		return cur, fmt.Errorf("re-reading session %s: %w", id, err)
+	}
+	if !cur.Status.Live() {
+		return cur, fmt.Errorf("%w (it is now %s)", ErrEndedWhileProvisioning, cur.Status)
+	}
+	return cur, nil
+}
+
+// abandon deletes what an open created for a row that someone else has
+// finished (or that could not be re-read) and returns the row as it now
+// is, with cause. The row is not written: its status and reason are the
+// finisher's. If the row could not be re-read it is marked failed, like
+// any failed open, so the student is not locked out.
+func (s *Service) abandon(ctx context.Context, log *slog.Logger, sess Session, cause error, teardown bool) (Session, error) {
+	if !errors.Is(cause, ErrEndedWhileProvisioning) {
+		return s.rollback(ctx, log, sess, fmt.Errorf("%w: %w", ErrProvisioning, cause), teardown)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cleanupTimeout())
+	defer cancel()
+	if teardown {
+		if err := s.Cluster.Teardown(cctx, sess); err != nil {
+			log.Error("session ended during provisioning; its objects are left for the reaper", "err", err)
+		}
+	}
+	cur, err := s.Store.Get(cctx, sess.ID)
+	if err != nil {
+		log.Error("cannot re-read session ended during provisioning", "err", err)
+		cur = sess
+	}
+	log.Warn("session ended while it was being provisioned; open abandoned", "status", cur.Status, "reason", cur.FailureReason)
+	return cur, cause
 }
 
 // reclaimExpired does the reaper's work for one session early: if live has
@@ -124,11 +195,23 @@ func (s *Service) reclaimExpired(ctx context.Context, live Session) bool {
 // before the first create, so there is nothing to roll back).
 func (s *Service) provision(ctx context.Context, sess Session, lab labs.Lab) (started bool, err error) {
 	if need := lab.VMCount(); need > 0 {
-		unlock, err := s.Store.LockCapacity(ctx)
-		if err != nil {
+		wait := s.capacityWait()
+		lctx, cancel := context.WithTimeout(ctx, wait)
+		unlock, err := s.Store.LockCapacity(lctx)
+		timedOut := lctx.Err() != nil && ctx.Err() == nil
+		cancel()
+		switch {
+		case err != nil && timedOut:
+			return false, fmt.Errorf("%w: waited %s for the capacity lock (other opens are queued)", ErrNoCapacity, wait)
+		case err != nil:
 			return false, fmt.Errorf("capacity lock: %w", err)
 		}
 		defer unlock()
+		// The open may have queued long enough for its row to be finished
+		// (a close, or the reaper's ghost rule): create nothing then.
+		if _, err := s.confirmLive(ctx, sess.ID); err != nil {
+			return false, err
+		}
 		used, err := s.Cluster.CountVMs(ctx)
 		switch {
 		case err != nil:
@@ -156,6 +239,14 @@ func (s *Service) rollback(ctx context.Context, log *slog.Logger, sess Session, 
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cleanupTimeout())
 	defer cancel()
 	reason := cause.Error()
+	// The reason starts with the error code, so PublicReason can tell a
+	// student which kind of failure it was without quoting the cluster.
+	for _, code := range []error{ErrNoCapacity, ErrProvisioning} {
+		if errors.Is(cause, code) && !strings.HasPrefix(reason, code.Error()) {
+			reason = code.Error() + ": " + reason
+			break
+		}
+	}
 	if teardown {
 		if err := s.Cluster.Teardown(cctx, sess); err != nil {
 			log.Error("rollback left objects for the reaper", "err", err)
@@ -172,6 +263,13 @@ func (s *Service) rollback(ctx context.Context, log *slog.Logger, sess Session, 
 	}
 	log.Log(cctx, level, "open failed, rolled back", "reason", reason)
 	return failed, cause
+}
+
+func (s *Service) capacityWait() time.Duration {
+	if s.CapacityWait > 0 {
+		return s.CapacityWait
+	}
+	return DefaultCapacityWait
 }
 
 func (s *Service) cleanupTimeout() time.Duration {
@@ -311,24 +409,46 @@ func (s *Service) Extend(ctx context.Context, student, id string) (Session, erro
 // session. Returns ErrNoSession if there is no live session. If a delete
 // fails the row stays live (so the reaper retries) and the error is
 // returned.
+//
+// A session whose time is already up (lifetime.Expired, the reaper's rule)
+// is torn down the same way but recorded expired, not closed: the student
+// did not end it early, time did — which is what getSession already showed
+// them and what the reaper would have recorded moments later, so the
+// history an SRE reads does not depend on who got there first.
+//
+// Deletes and the mark happen under the row lock, so an Open still
+// creating objects for this row sees the row finished when it re-checks
+// and deletes what it created after these deletes.
 func (s *Service) Close(ctx context.Context, student, id, reason string) (Session, error) {
 	sess, err := s.liveOwned(ctx, student, id)
 	if err != nil {
 		return Session{}, err
 	}
-	if err := s.Cluster.Teardown(ctx, sess); err != nil {
-		return sess, fmt.Errorf("deleting session resources: %w", err)
+	now := s.now()
+	status := StatusClosed
+	if lifetime.Expired(sess.Window, now) {
+		status = StatusExpired
+		reason = fmt.Sprintf("expired at %s; %s after its expiry", sess.ExpiresAt.UTC().Format(time.RFC3339), reason)
 	}
-	closed, err := s.Store.Finish(ctx, sess.ID, StatusClosed, reason, s.now())
-	if errors.Is(err, ErrNotLive) {
-		// The reaper finished it between our read and our write; the
-		// resources are gone either way.
+	var teardownErr error
+	act := func(cur Session) error {
+		teardownErr = s.Cluster.Teardown(ctx, cur)
+		return teardownErr
+	}
+	always := func(Session) bool { return true }
+	closed, marked, err := s.Store.FinishIf(ctx, sess.ID, always, act, status, reason, now)
+	switch {
+	case teardownErr != nil:
+		return sess, fmt.Errorf("deleting session resources: %w", teardownErr)
+	case err != nil:
+		return closed, err
+	case !marked:
+		// The reaper (or another close) finished it between our read and
+		// the row lock; it deleted the resources before marking.
 		return closed, nil
 	}
-	if err == nil {
-		s.Log.Info("session closed", "session", sess.ID, "reason", reason)
-	}
-	return closed, err
+	s.Log.Info("session closed", "session", sess.ID, "status", status, "reason", reason)
+	return closed, nil
 }
 
 func (s *Service) liveOwned(ctx context.Context, student, id string) (Session, error) {

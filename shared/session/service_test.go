@@ -20,6 +20,10 @@ type memStore struct {
 	mu       sync.Mutex
 	rows     map[string]Session
 	conflict int // Extend calls to fail with ErrConflict first
+	// onLock runs when LockCapacity is called (before it returns); a
+	// blocked lock waits for ctx instead of returning.
+	onLock  func()
+	blocked bool
 }
 
 func (m *memStore) Create(_ context.Context, s Session) error {
@@ -101,7 +105,47 @@ func (m *memStore) Finish(_ context.Context, id string, st Status, reason string
 	return s, nil
 }
 
-func (m *memStore) LockCapacity(context.Context) (func(), error) { return func() {}, nil }
+func (m *memStore) FinishIf(_ context.Context, id string, due func(Session) bool, act func(Session) error,
+	st Status, reason string, at time.Time) (Session, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.rows[id]
+	if !ok {
+		return s, false, ErrNoSession
+	}
+	if !s.Status.Live() || !due(s) {
+		return s, false, nil
+	}
+	if err := act(s); err != nil {
+		return s, false, err
+	}
+	s.Status, s.FailureReason, s.FinishedAt = st, reason, at
+	m.rows[id] = s
+	return s, true, nil
+}
+
+func (m *memStore) LockCapacity(ctx context.Context) (func(), error) {
+	if m.onLock != nil {
+		m.onLock()
+	}
+	if m.blocked {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return func() {}, nil
+}
+
+// finishLive finishes the one live row, as the reaper or a close would.
+func (m *memStore) finishLive(st Status, reason string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, r := range m.rows {
+		if r.Status.Live() {
+			r.Status, r.FailureReason = st, reason
+			m.rows[id] = r
+		}
+	}
+}
 
 // fakeCluster records calls and fails where told.
 type fakeCluster struct {
@@ -112,12 +156,17 @@ type fakeCluster struct {
 	ready        bool
 	provisioned  []string
 	tornDown     []string
+	// onProvision runs in the middle of Provision.
+	onProvision func()
 }
 
 func (f *fakeCluster) CountVMs(context.Context) (int, error) { return f.vms, f.countErr }
 
 func (f *fakeCluster) Provision(_ context.Context, s Session, lab labs.Lab) error {
 	f.provisioned = append(f.provisioned, s.ID)
+	if f.onProvision != nil {
+		f.onProvision()
+	}
 	if f.provisionErr == nil {
 		f.vms += lab.VMCount()
 	}
@@ -309,5 +358,143 @@ func TestOpenReclaimsAnExpiredSession(t *testing.T) {
 	}
 	if row, _ := store.Get(context.Background(), old.ID); row.Status != StatusExpired || !row.FinishedAt.Equal(now) {
 		t.Errorf("old session = %s at %s, want expired now", row.Status, row.FinishedAt)
+	}
+}
+
+// An open whose row is finished by someone else (the reaper's ghost rule,
+// a close) while it queues for capacity or creates objects never reports
+// success: it creates nothing (or deletes what it created), leaves the
+// finisher's status on the row, and returns ErrEndedWhileProvisioning.
+func TestOpenOfAnEndedRow(t *testing.T) {
+	tests := []struct {
+		name          string
+		lab           string
+		during        string // "lock" or "provision"
+		finisher      Status
+		wantProvision bool
+		wantTeardown  bool
+	}{
+		{"reaper fails the row while queued for capacity", "one", "lock", StatusFailed, false, false},
+		{"student closes while queued for capacity", "three", "lock", StatusClosed, false, false},
+		{"reaper fails the row while VMs are created", "one", "provision", StatusFailed, true, true},
+		{"student closes while VMs are created", "three", "provision", StatusClosed, true, true},
+		{"student closes while the workspace Pod is created", "shell", "provision", StatusClosed, true, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+			c := &fakeCluster{}
+			svc, store := newService(t, c, &now)
+			finish := func() { store.finishLive(tc.finisher, "ended by "+string(tc.finisher)) }
+			if tc.during == "lock" {
+				store.onLock = finish
+			} else {
+				c.onProvision = finish
+			}
+			s, err := svc.Open(context.Background(), "ann", tc.lab)
+			if !errors.Is(err, ErrEndedWhileProvisioning) || !errors.Is(err, ErrProvisioning) {
+				t.Fatalf("Open = %v, want ErrEndedWhileProvisioning (an ErrProvisioning)", err)
+			}
+			if s.Status != tc.finisher || s.FailureReason != "ended by "+string(tc.finisher) {
+				t.Errorf("returned row = %s %q, want the finisher's %s", s.Status, s.FailureReason, tc.finisher)
+			}
+			if row, _ := store.Get(context.Background(), s.ID); row.Status != tc.finisher {
+				t.Errorf("stored row = %s, want %s", row.Status, tc.finisher)
+			}
+			if got := len(c.provisioned) > 0; got != tc.wantProvision {
+				t.Errorf("provisioned = %v, want %v", got, tc.wantProvision)
+			}
+			if got := len(c.tornDown) > 0; got != tc.wantTeardown {
+				t.Errorf("torn down = %v, want %v", got, tc.wantTeardown)
+			}
+		})
+	}
+}
+
+// The capacity-lock wait is bounded: past CapacityWait the open is
+// no_capacity (retry later), the row is failed and nothing was created. A
+// caller that went away is not reported as no_capacity.
+func TestCapacityWaitIsBounded(t *testing.T) {
+	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+	c := &fakeCluster{}
+	svc, store := newService(t, c, &now)
+	svc.CapacityWait = 20 * time.Millisecond
+	store.blocked = true
+	s, err := svc.Open(context.Background(), "ann", "one")
+	if !errors.Is(err, ErrNoCapacity) || !strings.Contains(err.Error(), "waited 20ms for the capacity lock") {
+		t.Fatalf("Open with the lock held = %v, want ErrNoCapacity after the wait", err)
+	}
+	if row, _ := store.Get(context.Background(), s.ID); row.Status != StatusFailed || len(c.provisioned) > 0 {
+		t.Errorf("row = %s, provisioned %v; want failed and nothing created", row.Status, c.provisioned)
+	}
+
+	svc.CapacityWait = time.Minute
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err = svc.Open(ctx, "bob", "one")
+	if err == nil || errors.Is(err, ErrNoCapacity) {
+		t.Errorf("Open whose caller went away = %v, want a non-capacity error", err)
+	}
+}
+
+// Closing a session whose time is already up deletes its resources like
+// any close but records it expired, as the reaper would have.
+func TestCloseRecordsExpiryWhenTimeIsUp(t *testing.T) {
+	tests := []struct {
+		name       string
+		after      time.Duration
+		wantStatus Status
+		wantReason string
+	}{
+		{"before expiry: closed", 59 * time.Minute, StatusClosed, "closed by student ann"},
+		{"at expiry: expired", time.Hour, StatusExpired, "expired at 2026-01-01T10:00:00Z; closed by student ann after its expiry"},
+		{"long after expiry: expired", 2 * time.Hour, StatusExpired, "expired at 2026-01-01T10:00:00Z; closed by student ann after its expiry"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+			c := &fakeCluster{}
+			svc, _ := newService(t, c, &now)
+			s, err := svc.Open(context.Background(), "ann", "one")
+			if err != nil {
+				t.Fatal(err)
+			}
+			now = now.Add(tc.after)
+			got, err := svc.Close(context.Background(), "ann", "", "closed by student ann")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got.Status != tc.wantStatus || got.FailureReason != tc.wantReason || !got.FinishedAt.Equal(now) {
+				t.Errorf("closed = %s %q at %s, want %s %q at %s", got.Status, got.FailureReason, got.FinishedAt, tc.wantStatus, tc.wantReason, now)
+			}
+			if len(c.tornDown) != 1 || c.tornDown[0] != s.ID {
+				t.Errorf("torn down = %v, want %s", c.tornDown, s.ID)
+			}
+		})
+	}
+}
+
+// Students read one fixed sentence per kind of ending, chosen by status
+// and the error code a failed open's reason starts with; never the
+// stored text.
+func TestPublicReason(t *testing.T) {
+	tests := []struct {
+		status Status
+		stored string
+		want   string
+	}{
+		{StatusRunning, "", ""},
+		{StatusFailed, "no_capacity: creating VM lk-1: exceeded quota: labkeep-vms", PublicReasonNoCapacity},
+		{StatusFailed, "no_capacity: waited 1m0s for the capacity lock", PublicReasonNoCapacity},
+		{StatusFailed, "provisioning_failed: ValidatingAdmissionPolicy denied system:serviceaccount:x", PublicReasonProvisioning},
+		{StatusFailed, "VirtualMachine lk-1-vm no longer exists", PublicReasonFailed},
+		{StatusExpired, "expired at 2026-01-01T10:00:00Z", PublicReasonExpired},
+		{StatusClosed, "closed by student ann", PublicReasonClosed},
+		{StatusClosed, "closed by admin root", PublicReasonClosedAdmin},
+	}
+	for _, tc := range tests {
+		if got := (Session{Status: tc.status, FailureReason: tc.stored}).PublicReason(); got != tc.want {
+			t.Errorf("%s %q: PublicReason = %q, want %q", tc.status, tc.stored, got, tc.want)
+		}
 	}
 }

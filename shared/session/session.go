@@ -10,6 +10,7 @@ package session
 
 import (
 	"errors"
+	"strings"
 	"time"
 
 	"labkeep/shared/labs"
@@ -67,6 +68,53 @@ type Node struct {
 	// SSHHost is where a student reaches the node; empty until known.
 	SSHHost string `json:"sshHost,omitempty"`
 	SSHPort int32  `json:"sshPort"`
+}
+
+// StatusAt is the status a student should see at now: the stored one,
+// except that a live session whose time is up (lifetime.Expired, the
+// reaper's own rule) reads expired, although its row stays live until the
+// reaper (or a close, or the student's next open) has deleted its
+// resources — the student cannot use or extend it any more either way.
+func (s Session) StatusAt(now time.Time) Status {
+	if s.Status.Live() && lifetime.Expired(s.Window, now) {
+		return StatusExpired
+	}
+	return s.Status
+}
+
+// Reasons shown to students instead of the stored FailureReason, which
+// may quote the API server (object, ServiceAccount and quota names,
+// admission messages) or the reaper's internal findings.
+const (
+	PublicReasonNoCapacity   = "no capacity: every lab slot is in use; try again in a few minutes"
+	PublicReasonProvisioning = "the cluster refused to create the lab's resources; try again"
+	PublicReasonFailed       = "the lab stopped working or never became ready and was cleaned up; open it again"
+	PublicReasonExpired      = "the session reached its time limit and its resources were deleted"
+	PublicReasonClosed       = "the session was closed and its resources were deleted"
+	PublicReasonClosedAdmin  = "the session was closed by an administrator and its resources were deleted"
+)
+
+// PublicReason is FailureReason as a student may see it: one fixed
+// sentence per kind of ending, never the stored text. Empty while live.
+// Failed opens store their reason starting with the error code
+// (no_capacity, provisioning_failed), which selects the sentence.
+func (s Session) PublicReason() string {
+	switch {
+	case s.Status.Live():
+		return ""
+	case s.Status == StatusExpired:
+		return PublicReasonExpired
+	case s.Status == StatusClosed && strings.HasPrefix(s.FailureReason, "closed by admin"):
+		return PublicReasonClosedAdmin
+	case s.Status == StatusClosed:
+		return PublicReasonClosed
+	case strings.HasPrefix(s.FailureReason, ErrNoCapacity.Error()):
+		return PublicReasonNoCapacity
+	case strings.HasPrefix(s.FailureReason, ErrProvisioning.Error()):
+		return PublicReasonProvisioning
+	default:
+		return PublicReasonFailed
+	}
 }
 
 // TimeToReady is how long the session took from open to every node being

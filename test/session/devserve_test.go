@@ -22,7 +22,7 @@ import (
 // LABKEEP_* settings applied, as the infra ServiceAccount, and the printed
 // tokens work.
 func TestMakeRunServesTheFunctions(t *testing.T) {
-	for _, k := range []string{"LABKEEP_ENV", "LABKEEP_DATABASE_URL", "LABKEEP_JWT_SECRET", "LABKEEP_LABS_FILE", "LABKEEP_KUBECONFIG"} {
+	for _, k := range []string{"LABKEEP_ENV", "LABKEEP_DATABASE_URL", "LABKEEP_JWT_SECRET", "LABKEEP_LABS_FILE", "LABKEEP_KUBECONFIG", "LABKEEP_SCHEDULER_TOKEN"} {
 		t.Setenv(k, "")
 		os.Unsetenv(k) // Start fills these with local defaults
 	}

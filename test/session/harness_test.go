@@ -55,6 +55,9 @@ func TestMain(m *testing.M) {
 
 const jwtSecret = "test-secret-0123456789abcdef-0123456789"
 
+// schedulerToken is LABKEEP_SCHEDULER_TOKEN, which the functions require.
+const schedulerToken = "scheduler-token-for-session-tests"
+
 // env is one deployment of the functions on the shared stack: its own
 // namespaces, database and labkeep.io/env.
 type env struct {
@@ -76,6 +79,8 @@ type envOptions struct {
 	maxVMs     int
 	quota      bool   // apply infra/resourcequota.yaml
 	labsYAML   string // lab templates; "" = infra/labs.yaml
+	// capacityWait is LABKEEP_CAPACITY_WAIT (0 = the default).
+	capacityWait time.Duration
 }
 
 func newEnv(t testing.TB, o envOptions) *env {
@@ -135,7 +140,7 @@ func newEnv(t testing.TB, o envOptions) *env {
 		SessionLifetime: 60 * time.Minute, SessionMaxLifetime: 180 * time.Minute, DeadlineGrace: 15 * time.Minute,
 		MaxConcurrentVms: maxVMs, LabsFile: labsFile, JWTSecret: jwtSecret, Kubeconfig: e.saConfig,
 		KubeTimeout: 10 * time.Second, AnchorImage: "registry.k8s.io/pause:3.10", GuardianImage: "labkeep/guardian:test",
-		RetryAfter: 20 * time.Second,
+		RetryAfter: 20 * time.Second, SchedulerToken: schedulerToken, CapacityWait: o.capacityWait,
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	e.app, err = app.Build(ctx, cfg, e.clock.Now, log)
@@ -349,4 +354,20 @@ func (e *env) count(sql string, args ...any) int {
 func jsonBody(v any) string {
 	b, _ := json.Marshal(v)
 	return string(bytes.TrimSpace(b))
+}
+
+// internals are fragments of what the API server says when it refuses
+// (ServiceAccount, quota and object names, admission policy messages);
+// none may reach a student.
+var internals = []string{"serviceaccount", "validatingadmissionpolicy", "quota", "injected fault", "denied", "forbidden", "lk-", "labkeep-vms"}
+
+// noInternals fails if a response to a student carries cluster internals.
+func noInternals(t testing.TB, what string, r response) {
+	t.Helper()
+	body := strings.ToLower(string(r.body))
+	for _, s := range internals {
+		if strings.Contains(body, s) {
+			t.Errorf("%s: response to a student leaks %q: %s", what, s, r.body)
+		}
+	}
 }

@@ -90,15 +90,18 @@ func TestOpenReadyExtendClose(t *testing.T) {
 		wantExpiry time.Duration // since t0
 		wantLeft   int64
 		wantExtend bool
+		// wantShown is the status getSession shows: expired as soon as
+		// the time is up, although the reaper has not run.
+		wantShown string
 	}{
-		{"early extend pushes to now+60m", 10 * time.Minute, 200, "", 70 * time.Minute, 3600, true},
-		{"extend again later", 60 * time.Minute, 200, "", 120 * time.Minute, 3600, true},
-		{"extend one second before expiry", 120*time.Minute - time.Second, 200, "", 180*time.Minute - time.Second, 3600, true},
-		{"extend near the cap is clamped to it", 150 * time.Minute, 200, "", 180 * time.Minute, 1800, false},
-		{"at the cap: extension_cap", 160 * time.Minute, 409, "extension_cap", 180 * time.Minute, 1200, false},
-		{"one second before the end: still extension_cap", 180*time.Minute - time.Second, 409, "extension_cap", 180 * time.Minute, 1, false},
-		{"at max lifetime: expired, not_running", 180 * time.Minute, 409, "not_running", 180 * time.Minute, 0, false},
-		{"past max lifetime: not_running", 200 * time.Minute, 409, "not_running", 180 * time.Minute, 0, false},
+		{"early extend pushes to now+60m", 10 * time.Minute, 200, "", 70 * time.Minute, 3600, true, "running"},
+		{"extend again later", 60 * time.Minute, 200, "", 120 * time.Minute, 3600, true, "running"},
+		{"extend one second before expiry", 120*time.Minute - time.Second, 200, "", 180*time.Minute - time.Second, 3600, true, "running"},
+		{"extend near the cap is clamped to it", 150 * time.Minute, 200, "", 180 * time.Minute, 1800, false, "running"},
+		{"at the cap: extension_cap", 160 * time.Minute, 409, "extension_cap", 180 * time.Minute, 1200, false, "running"},
+		{"one second before the end: still extension_cap", 180*time.Minute - time.Second, 409, "extension_cap", 180 * time.Minute, 1, false, "running"},
+		{"at max lifetime: expired, not_running", 180 * time.Minute, 409, "not_running", 180 * time.Minute, 0, false, "expired"},
+		{"past max lifetime: not_running", 200 * time.Minute, 409, "not_running", 180 * time.Minute, 0, false, "expired"},
 	}
 	for _, step := range steps {
 		e.clock.Set(t0.Add(step.at))
@@ -111,31 +114,48 @@ func TestOpenReadyExtendClose(t *testing.T) {
 			t.Errorf("%s: expiresAt = +%s, want +%s", step.name, r.session.ExpiresAt.Sub(t0), step.wantExpiry)
 		}
 		g := e.do("GET", "/getSession", tok, "", "")
+		if g.session.Status != step.wantShown {
+			t.Errorf("%s: getSession status %q, want %q", step.name, g.session.Status, step.wantShown)
+		}
 		if g.session.RemainingSeconds != step.wantLeft || g.session.Extendable != step.wantExtend || !g.session.ServerTime.Equal(t0.Add(step.at)) {
 			t.Errorf("%s: get remaining=%d extendable=%v serverTime=+%s, want %d %v +%s", step.name,
 				g.session.RemainingSeconds, g.session.Extendable, g.session.ServerTime.Sub(t0), step.wantLeft, step.wantExtend, step.at)
 		}
 	}
-	// Closing works on a session the reaper has not yet collected.
+	// Closing works on a session the reaper has not yet collected: its
+	// resources go, and it is recorded expired — its time ran out, the
+	// student did not end it early — as getSession already showed.
 	closed := e.do("POST", "/closeSession", tok, "", "")
-	if closed.status != 200 || closed.session.Status != "closed" {
-		t.Fatalf("close = %d %s", closed.status, closed.body)
+	if closed.status != 200 || closed.session.Status != "expired" {
+		t.Fatalf("close after expiry = %d %s", closed.status, closed.body)
 	}
 	e.waitNoObjects(20 * time.Second)
-	if got := e.rows(); len(got) != 1 || !contains(got[0], " closed ") {
+	if got := e.rows(); len(got) != 1 || !contains(got[0], " expired ") {
 		t.Errorf("rows after close = %v", got)
+	}
+	if n := e.count(`SELECT count(*) FROM sessions WHERE status = 'expired' AND failure_reason LIKE 'expired at %; closed by student alice after its expiry'`); n != 1 {
+		t.Errorf("expired row's reason does not say who closed it")
 	}
 	if r := e.do("POST", "/closeSession", tok, "", ""); r.status != 404 || r.code != "no_session" {
 		t.Errorf("second close = %d %s", r.status, r.body)
 	}
-	if r := e.do("GET", "/getSession", tok, "", ""); r.status != 200 || r.session.Status != "closed" || r.session.RemainingSeconds != 0 {
+	if r := e.do("GET", "/getSession", tok, "", ""); r.status != 200 || r.session.Status != "expired" || r.session.RemainingSeconds != 0 {
 		t.Errorf("get after close = %d %s", r.status, r.body)
 	}
-	// Closed frees the student to open again at once.
+	// Ended frees the student to open again at once; closing before the
+	// expiry records closed.
 	e.clock.Set(time.Time{})
-	if r := e.open(student, "linux-vm"); r.status != 201 {
-		t.Errorf("reopen after close = %d %s", r.status, r.body)
+	again := e.open(student, "linux-vm")
+	if again.status != 201 {
+		t.Fatalf("reopen after close = %d %s", again.status, again.body)
 	}
+	if r := e.do("POST", "/closeSession", tok, "", ""); r.status != 200 || r.session.Status != "closed" {
+		t.Errorf("close before expiry = %d %s", r.status, r.body)
+	}
+	if n := e.count(`SELECT count(*) FROM sessions WHERE id = $1 AND status = 'closed' AND failure_reason = 'closed by student alice'`, again.session.ID); n != 1 {
+		t.Errorf("session closed before its expiry is not recorded closed")
+	}
+	e.waitNoObjects(20 * time.Second)
 }
 
 func contains(s, sub string) bool { return len(s) >= len(sub) && (s == sub || indexOf(s, sub) >= 0) }
