@@ -131,41 +131,41 @@ func (a *API) open(w http.ResponseWriter, r *http.Request) {
 	}
 	var req openRequest
 	if err := decodeBody(w, r, &req, true); err != nil {
-		a.writeError(w, r, err, nil)
+		a.writeErrorFor(w, r, p, err, nil)
 		return
 	}
 	student, err := actingFor(p, req.Student)
 	if err != nil {
-		a.writeError(w, r, err, nil)
+		a.writeErrorFor(w, r, p, err, nil)
 		return
 	}
 	if req.Lab == "" {
-		a.writeError(w, r, fmt.Errorf("%w: \"lab\" is required", ErrBadRequest), nil)
+		a.writeErrorFor(w, r, p, fmt.Errorf("%w: \"lab\" is required", ErrBadRequest), nil)
 		return
 	}
 	sess, err := a.svc.Open(r.Context(), student, req.Lab)
 	if err != nil {
-		a.writeError(w, r, err, &sess)
+		a.writeErrorFor(w, r, p, err, &sess)
 		return
 	}
-	writeJSON(w, http.StatusCreated, a.view(sess))
+	writeJSON(w, http.StatusCreated, a.view(sess, p))
 }
 
 func (a *API) extend(w http.ResponseWriter, r *http.Request) {
-	_, student, req, ok := a.sessionRequest(w, r)
+	p, student, req, ok := a.sessionRequest(w, r)
 	if !ok {
 		return
 	}
 	sess, err := a.svc.Extend(r.Context(), student, req.ID)
 	if err != nil {
 		if errors.Is(err, session.ErrNoSession) {
-			a.writeError(w, r, err, nil)
+			a.writeErrorFor(w, r, p, err, nil)
 		} else {
-			a.writeError(w, r, err, &sess)
+			a.writeErrorFor(w, r, p, err, &sess)
 		}
 		return
 	}
-	writeJSON(w, http.StatusOK, a.view(sess))
+	writeJSON(w, http.StatusOK, a.view(sess, p))
 }
 
 func (a *API) close(w http.ResponseWriter, r *http.Request) {
@@ -175,10 +175,10 @@ func (a *API) close(w http.ResponseWriter, r *http.Request) {
 	}
 	sess, err := a.svc.Close(r.Context(), student, req.ID, "closed by "+p.Role+" "+p.Subject)
 	if err != nil {
-		a.writeError(w, r, err, nil)
+		a.writeErrorFor(w, r, p, err, nil)
 		return
 	}
-	writeJSON(w, http.StatusOK, a.view(sess))
+	writeJSON(w, http.StatusOK, a.view(sess, p))
 }
 
 func (a *API) get(w http.ResponseWriter, r *http.Request) {
@@ -189,21 +189,21 @@ func (a *API) get(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	for k := range q {
 		if k != "id" && k != "student" {
-			a.writeError(w, r, fmt.Errorf("%w: unknown query parameter %q (allowed: id, student)", ErrBadRequest, k), nil)
+			a.writeErrorFor(w, r, p, fmt.Errorf("%w: unknown query parameter %q (allowed: id, student)", ErrBadRequest, k), nil)
 			return
 		}
 	}
 	student, err := actingFor(p, q.Get("student"))
 	if err != nil {
-		a.writeError(w, r, err, nil)
+		a.writeErrorFor(w, r, p, err, nil)
 		return
 	}
 	sess, err := a.svc.Get(r.Context(), student, q.Get("id"))
 	if err != nil {
-		a.writeError(w, r, err, nil)
+		a.writeErrorFor(w, r, p, err, nil)
 		return
 	}
-	writeJSON(w, http.StatusOK, a.view(sess))
+	writeJSON(w, http.StatusOK, a.view(sess, p))
 }
 
 // sessionRequest authenticates and parses the optional body of extend and
@@ -215,12 +215,12 @@ func (a *API) sessionRequest(w http.ResponseWriter, r *http.Request) (Principal,
 		return p, "", req, false
 	}
 	if err := decodeBody(w, r, &req, false); err != nil {
-		a.writeError(w, r, err, nil)
+		a.writeErrorFor(w, r, p, err, nil)
 		return p, "", req, false
 	}
 	student, err := actingFor(p, req.Student)
 	if err != nil {
-		a.writeError(w, r, err, nil)
+		a.writeErrorFor(w, r, p, err, nil)
 		return p, "", req, false
 	}
 	return p, student, req, true
@@ -304,15 +304,23 @@ type sessionJSON struct {
 	FailureReason    string     `json:"failureReason"`
 }
 
-// view renders a session at the server's now. remainingSeconds is the
-// lifetime package's Remaining — the reaper's own expiry test — so the
-// countdown and the reaper agree to the second.
-func (a *API) view(s session.Session) sessionJSON {
+// view renders a session at the server's now for caller p.
+// remainingSeconds is the lifetime package's Remaining — the reaper's own
+// expiry test — so the countdown and the reaper agree to the second, and
+// status is Session.StatusAt: a live session whose time is up reads
+// expired (remainingSeconds 0, not extendable) even before the reaper has
+// deleted it. failureReason is Session.PublicReason for students (never
+// the stored text, which may quote the cluster) and the stored reason for
+// admins.
+func (a *API) view(s session.Session, p Principal) sessionJSON {
 	now := a.now().UTC()
 	v := sessionJSON{
-		ID: s.ID, Student: s.Student, Lab: s.Lab, Kind: string(s.Kind), Status: string(s.Status),
+		ID: s.ID, Student: s.Student, Lab: s.Lab, Kind: string(s.Kind), Status: string(s.StatusAt(now)),
 		StartedAt: s.StartedAt, ExpiresAt: s.ExpiresAt, MaxExpiresAt: s.MaxExpiresAt,
-		ServerTime: now, FailureReason: s.FailureReason, Nodes: []nodeJSON{},
+		ServerTime: now, FailureReason: s.PublicReason(), Nodes: []nodeJSON{},
+	}
+	if p.Admin() {
+		v.FailureReason = s.FailureReason
 	}
 	if s.Status.Live() {
 		// Rounded up, so remainingSeconds is 0 exactly when the reaper's

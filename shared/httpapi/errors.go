@@ -64,15 +64,69 @@ type errorBody struct {
 	Session *sessionJSON `json:"session,omitempty"`
 }
 
-// writeError writes err as {"error":{"code","message"}} with its status.
-// Internal errors are logged and shown only as "internal error".
+// studentMessages replaces the error's text, for students, on the errors
+// whose text can quote the API server or the database (ServiceAccount,
+// quota and object names, admission messages): a student gets one fixed
+// sentence per case, and the full error goes to the log with the session
+// id. First match wins. Every other code's text is labkeep's own
+// description of the request (what field is wrong, which labs exist, why
+// an extension is refused) and is shown as is. Admins see every error in
+// full.
+var studentMessages = []struct {
+	err error
+	msg func(a *API) string
+}{
+	{session.ErrEndedWhileProvisioning, func(*API) string {
+		return "the session was ended (closed, or cleaned up after waiting too long for capacity) while it was being provisioned; open the lab again if you still need it"
+	}},
+	{session.ErrNoCapacity, func(a *API) string {
+		return "no capacity: every lab slot is in use; try again in " + retryAfter(a.retryAfter) + " seconds"
+	}},
+	{session.ErrProvisioning, func(*API) string {
+		return "the cluster refused to create the lab's resources; nothing was left behind, try again"
+	}},
+}
+
+// messageFor returns what the caller p may read about err with status.
+func (a *API) messageFor(p Principal, err error, status int) string {
+	if p.Admin() {
+		return err.Error()
+	}
+	if status == http.StatusInternalServerError {
+		return "internal error"
+	}
+	for _, m := range studentMessages {
+		if errors.Is(err, m.err) {
+			return m.msg(a)
+		}
+	}
+	return err.Error()
+}
+
+// writeError writes err for a caller not (yet) authenticated, which is
+// shown what a student would be.
 func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error, sess *session.Session) {
+	a.writeErrorFor(w, r, Principal{}, err, sess)
+}
+
+// writeErrorFor writes err as {"error":{"code","message"}} with its status,
+// the message and any session rendered for caller p (see messageFor and
+// view). Errors whose text is withheld from students are logged in full.
+func (a *API) writeErrorFor(w http.ResponseWriter, r *http.Request, p Principal, err error, sess *session.Session) {
 	status, code := StatusOf(err)
 	var body errorBody
-	body.Error.Code, body.Error.Message = code, err.Error()
-	if status == http.StatusInternalServerError {
-		a.log.Error("internal error", "path", r.URL.Path, "err", err)
-		body.Error.Message = "internal error"
+	body.Error.Code, body.Error.Message = code, a.messageFor(p, err, status)
+	var id string
+	if sess != nil {
+		id = sess.ID
+	}
+	switch {
+	case status == http.StatusInternalServerError:
+		a.log.Error("internal error", "path", r.URL.Path, "session", id, "err", err)
+	case status == http.StatusBadGateway:
+		a.log.Warn("request failed", "path", r.URL.Path, "code", code, "session", id, "err", err)
+	case status == http.StatusServiceUnavailable:
+		a.log.Info("request refused", "path", r.URL.Path, "code", code, "session", id, "err", err)
 	}
 	switch status {
 	case http.StatusUnauthorized:
@@ -83,7 +137,7 @@ func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error, sess
 		w.Header().Set("Allow", allowFor(r.URL.Path))
 	}
 	if sess != nil && sess.ID != "" {
-		v := a.view(*sess)
+		v := a.view(*sess, p)
 		body.Session = &v
 	}
 	writeJSON(w, status, body)

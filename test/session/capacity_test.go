@@ -11,12 +11,21 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"labkeep/shared/session"
 )
 
 // Must show 2: 50 students open at once with MAX 8: exactly 8 live, 42 get
 // 503 no_capacity with Retry-After, nothing left behind — five times.
+// There is no ResourceQuota in the namespace, so every refusal must come
+// from labkeep's own count under the capacity lock (each refused row's
+// stored reason says so): without the lock, concurrent opens all see room
+// and more than 8 VMs get created.
 func TestFiftyConcurrentOpensWithEightSlots(t *testing.T) {
-	e := newEnv(t, envOptions{maxVMs: 8, quota: true})
+	e := newEnv(t, envOptions{maxVMs: 8, quota: false})
+	if q, err := e.kube.CoreV1().ResourceQuotas(e.ns).List(context.Background(), metav1.ListOptions{}); err != nil || len(q.Items) != 0 {
+		t.Fatalf("sessions namespace has quotas %v (%v); this test must run without the backstop", q, err)
+	}
 	const students, slots, reps = 50, 8, 5
 	for rep := 1; rep <= reps; rep++ {
 		var wg sync.WaitGroup
@@ -46,6 +55,7 @@ func TestFiftyConcurrentOpensWithEightSlots(t *testing.T) {
 				if r.code != "no_capacity" || r.header.Get("Retry-After") != "20" {
 					t.Errorf("rep %d: 503 with code %q Retry-After %q", rep, r.code, r.header.Get("Retry-After"))
 				}
+				noInternals(t, "no_capacity", r)
 			}
 		}
 		live := e.count(`SELECT count(*) FROM sessions WHERE status IN ('provisioning','running')`)
@@ -54,6 +64,12 @@ func TestFiftyConcurrentOpensWithEightSlots(t *testing.T) {
 		if len(opened) != slots || counts["503 no_capacity"] != students-slots || live != slots || vms != slots {
 			t.Fatalf("rep %d: %d opened, %d no_capacity, %d live rows, %d VMs; want %d, %d, %d, %d",
 				rep, len(opened), counts["503 no_capacity"], live, vms, slots, students-slots, slots, slots)
+		}
+		// Every refusal so far is labkeep's own count under its lock.
+		byCount := e.count(`SELECT count(*) FROM sessions WHERE status = 'failed' AND failure_reason LIKE 'no\_capacity: 8 of 8 VMs in use, lab linux-vm needs 1'`)
+		failed := e.count(`SELECT count(*) FROM sessions WHERE status = 'failed'`)
+		if byCount != rep*(students-slots) || failed != byCount {
+			t.Fatalf("rep %d: %d failed rows, %d refused by labkeep's count; want %d, all by the count", rep, failed, byCount, rep*(students-slots))
 		}
 		// Nothing of the 42 refused sessions exists: every labkeep object
 		// belongs to one of the 8 live sessions.
@@ -83,26 +99,31 @@ func TestQuotaRefusalIsNoCapacity(t *testing.T) {
 			t.Fatalf("open %s = %d %s", s, r.status, r.body)
 		}
 	}
-	before := e.labelledObjects()
 	r := e.open("q3", "linux-vm")
 	if r.status != 503 || r.code != "no_capacity" || r.header.Get("Retry-After") == "" {
 		t.Fatalf("third open = %d %s", r.status, r.body)
 	}
-	t.Logf("quota refusal: %s", r.message)
-	if r.session.Status != "failed" || r.session.FailureReason == "" {
-		t.Errorf("refused session = %+v", r.session)
+	t.Logf("quota refusal as the student reads it: %s", r.message)
+	noInternals(t, "quota refusal", r)
+	if r.session.Status != "failed" || r.session.FailureReason != session.PublicReasonNoCapacity {
+		t.Errorf("refused session = %+v, want failed with %q", r.session, session.PublicReasonNoCapacity)
 	}
-	if got := e.count(`SELECT count(*) FROM sessions WHERE student = 'q3' AND status = 'failed'`); got != 1 {
-		t.Errorf("q3 failed rows = %d, want 1", got)
+	// The quota's own words are kept for the log and admins.
+	if got := e.count(`SELECT count(*) FROM sessions WHERE student = 'q3' AND status = 'failed' AND failure_reason LIKE 'no\_capacity: %exceeded quota%'`); got != 1 {
+		t.Errorf("q3 failed rows refused by the quota = %d, want 1", got)
+	}
+	admin := e.do("GET", "/getSession?student=q3", e.token("root", "admin"), "", "")
+	if !strings.Contains(admin.session.FailureReason, "exceeded quota") {
+		t.Errorf("admin reads reason %q, want the quota's refusal", admin.session.FailureReason)
 	}
 	waitFor(t, 20*time.Second, "no leftovers of the refused session", func() bool {
-		return len(e.labelledObjects()) == len(before)
-	})
-	for _, o := range e.labelledObjects() {
-		if o.session == r.session.ID {
-			t.Errorf("leftover %s", o.name)
+		for _, o := range e.labelledObjects() {
+			if o.session == r.session.ID {
+				return false
+			}
 		}
-	}
+		return true
+	})
 }
 
 // Must show 3: one student double-opening concurrently gets one session.
@@ -239,8 +260,12 @@ func TestUncountableClusterFallsBackToQuota(t *testing.T) {
 		t.Fatalf("open without a VM count = %d %s", r.status, r.body)
 	}
 	r := e.open("u2", "linux-vm")
-	if r.status != 503 || r.code != "no_capacity" || !strings.Contains(r.message, "exceeded quota") {
+	if r.status != 503 || r.code != "no_capacity" {
 		t.Fatalf("open beyond the quota = %d %s", r.status, r.body)
+	}
+	noInternals(t, "quota refusal", r)
+	if n := e.count(`SELECT count(*) FROM sessions WHERE student = 'u2' AND status = 'failed' AND failure_reason LIKE 'no\_capacity: %exceeded quota%'`); n != 1 {
+		t.Errorf("u2's refusal is not the quota's (%d rows)", n)
 	}
 	waitFor(t, 20*time.Second, "refused session cleaned up", func() bool {
 		for _, o := range e.labelledObjects() {
