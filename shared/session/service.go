@@ -176,16 +176,19 @@ func (s *Service) reclaimExpired(ctx context.Context, live Session) bool {
 	if !lifetime.Expired(live.Window, now) {
 		return false
 	}
-	if err := s.Cluster.Teardown(ctx, live); err != nil {
+	// Under the row lock, like the reaper and Close: deletes first, then
+	// the mark, and nobody else can finish the row in between.
+	expired := func(cur Session) bool { return lifetime.Expired(cur.Window, now) }
+	teardown := func(cur Session) error { return s.Cluster.Teardown(ctx, cur) }
+	cur, _, err := s.Store.FinishIf(ctx, live.ID, expired, teardown, StatusExpired, "expired; reclaimed when the student opened a new lab", now)
+	if err != nil {
 		s.Log.Warn("cannot reclaim expired session", "session", live.ID, "err", err)
 		return false
 	}
-	_, err := s.Store.Finish(ctx, live.ID, StatusExpired, "expired; reclaimed when the student opened a new lab", now)
-	if err != nil && !errors.Is(err, ErrNotLive) {
-		s.Log.Warn("cannot mark reclaimed session expired", "session", live.ID, "err", err)
+	if cur.Status.Live() {
 		return false
 	}
-	s.Log.Info("expired session reclaimed on open", "session", live.ID)
+	s.Log.Info("expired session reclaimed on open", "session", live.ID, "status", cur.Status)
 	return true
 }
 
