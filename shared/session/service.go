@@ -63,8 +63,10 @@ func (s *Service) now() time.Time { return s.Now().UTC().Truncate(time.Microseco
 //     capacity or creating objects: what it created is deleted, and the
 //     open never reports success for a row that is no longer live.
 //
-// On the last two, everything already created is deleted and the row ends
-// failed with the reason, so the student can retry at once. The row is
+// On ErrNoCapacity and ErrProvisioning, everything already created is
+// deleted and the row ends failed with the reason, so the student can
+// retry at once; on ErrEndedWhileProvisioning the row keeps the final
+// status its finisher gave it (closed, failed, expired). The row is
 // written before any object exists, so a crash mid-way leaves a live row
 // the reaper will find, never an object without a row.
 func (s *Service) Open(ctx context.Context, student, labName string) (Session, error) {
