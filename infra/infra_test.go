@@ -69,6 +69,50 @@ func TestRoleIsCreateReadDeleteOnly(t *testing.T) {
 	}
 }
 
+// No Role grants any read of Secrets (get, list, watch, or a wildcard):
+// a list returns Secret data, and environments may share the sessions
+// namespace, so one environment's ServiceAccount could read every other's
+// grading tokens. The functions only create and delete cloud-init Secrets
+// by name; orphaned ones go with their anchor through the garbage
+// collector.
+func TestNoRoleReadsSecrets(t *testing.T) {
+	objs, err := Objects(Placement{}, "rbac.yaml", "golden-clone-rbac.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var secretVerbs []string
+	for _, o := range objs {
+		if o.GetKind() != "Role" && o.GetKind() != "ClusterRole" {
+			continue
+		}
+		rules, _, _ := unstructured.NestedSlice(o.Object, "rules")
+		for _, r := range rules {
+			rule := r.(map[string]any)
+			groups, _, _ := unstructured.NestedStringSlice(rule, "apiGroups")
+			resources, _, _ := unstructured.NestedStringSlice(rule, "resources")
+			verbs, _, _ := unstructured.NestedStringSlice(rule, "verbs")
+			if !slices.Contains(groups, "") && !slices.Contains(groups, "*") {
+				continue
+			}
+			if !slices.Contains(resources, "secrets") && !slices.Contains(resources, "*") {
+				continue
+			}
+			for _, v := range verbs {
+				if v == "get" || v == "list" || v == "watch" || v == "*" {
+					t.Errorf("%s %s grants %q on Secrets", o.GetKind(), o.GetName(), v)
+				}
+			}
+			if o.GetName() == ServiceAccount {
+				secretVerbs = append(secretVerbs, verbs...)
+			}
+		}
+	}
+	slices.Sort(secretVerbs)
+	if !slices.Equal(secretVerbs, []string{"create", "delete"}) {
+		t.Errorf("functions Role verbs on Secrets = %v, want exactly [create delete]", secretVerbs)
+	}
+}
+
 // The sample labs are valid and have what `make run` promises: a 1-node
 // vm lab, a 3-node vm lab and a pod lab.
 func TestSampleLabs(t *testing.T) {

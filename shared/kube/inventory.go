@@ -3,13 +3,14 @@ package kube
 import (
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	kubevirtv1 "kubevirt.io/api/core/v1"
 )
 
 // Kind is a kind of object labkeep creates.
@@ -56,7 +57,8 @@ type VMIInfo struct {
 // kind however many sessions exist.
 type Inventory struct {
 	// Objects are this environment's labelled objects (label labkeep.io/env
-	// equal to Config.Env), every kind. Objects of other environments and
+	// equal to Config.Env) of every kind but Secrets, which are never read
+	// (see Cluster.Inventory) and go with their anchor. Objects of other environments and
 	// unlabelled ones are never included, so they are never touched.
 	Objects []Object
 	// VMs is the number of VirtualMachines in the namespace, any label or
@@ -74,21 +76,34 @@ type Inventory struct {
 }
 
 // Inventory lists the namespace: every VM and VMI, plus this environment's
-// labelled Jobs, Secrets, Services, NetworkPolicies and Pods — seven list
-// calls in all. It is what the reaper plans a run from.
+// labelled Jobs, Services, NetworkPolicies and Pods — six list calls in
+// all. It is what the reaper plans a run from.
+//
+// Secrets are not listed: a list returns their data, and the sessions
+// namespace may be shared by environments (dev's ServiceAccount would read
+// every prod student's grading token). The Role grants no read on Secrets
+// at all. Every cloud-init Secret is owned by its session's anchor, so
+// deleting the anchor (which Teardown and orphan handling do, with
+// background propagation) lets the garbage collector reclaim it; Teardown
+// also deletes them by name.
+//
+// Pods that KubeVirt runs for a VMI (virt-launcher Pods, which carry the
+// VMI's labels) are left out: they belong to their VMI and go with it.
+// Workspace Pods carry Ready (Running with condition Ready=True).
 func (c *Cluster) Inventory(ctx context.Context) (Inventory, error) {
 	inv := Inventory{ListedAt: time.Now(), VMIs: map[string]VMIInfo{}, VMNames: map[string]bool{}}
 	envSel := metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{LabelEnv: c.cfg.Env}).String()}
 	ns := c.cfg.Namespace
-	add := func(kind Kind, m metav1.ObjectMeta) {
+	add := func(kind Kind, m metav1.ObjectMeta) *Object {
 		if m.Labels[LabelEnv] != c.cfg.Env {
-			return
+			return nil
 		}
 		inv.Objects = append(inv.Objects, Object{
 			ObjectRef: ObjectRef{Kind: kind, Name: m.Name, UID: m.UID},
 			Env:       m.Labels[LabelEnv], Session: m.Labels[LabelSession], Role: m.Labels[LabelRole],
 			CreatedAt: m.CreationTimestamp.Time, Deleting: m.DeletionTimestamp != nil,
 		})
+		return &inv.Objects[len(inv.Objects)-1]
 	}
 	vms, err := listWith(ctx, c, c.virt.KubevirtV1().VirtualMachines(ns).List, metav1.ListOptions{})
 	if err != nil {
@@ -114,13 +129,6 @@ func (c *Cluster) Inventory(ctx context.Context) (Inventory, error) {
 	for _, o := range jobs.Items {
 		add(KindAnchor, o.ObjectMeta)
 	}
-	secrets, err := listWith(ctx, c, c.meta.Resource(corev1.SchemeGroupVersion.WithResource("secrets")).Namespace(ns).List, envSel)
-	if err != nil {
-		return inv, fmt.Errorf("listing Secrets: %w", err)
-	}
-	for _, o := range secrets.Items {
-		add(KindSecret, o.ObjectMeta)
-	}
 	svcs, err := listWith(ctx, c, c.kube.CoreV1().Services(ns).List, envSel)
 	if err != nil {
 		return inv, fmt.Errorf("listing Services: %w", err)
@@ -139,10 +147,29 @@ func (c *Cluster) Inventory(ctx context.Context) (Inventory, error) {
 	if err != nil {
 		return inv, fmt.Errorf("listing Pods: %w", err)
 	}
-	for _, o := range pods.Items {
-		add(KindPod, o.ObjectMeta)
+	for i := range pods.Items {
+		pod := &pods.Items[i]
+		if IsVirtLauncher(pod.ObjectMeta) {
+			continue
+		}
+		if o := add(KindPod, pod.ObjectMeta); o != nil {
+			o.Ready = PodState("", pod).Ready
+		}
 	}
 	return inv, nil
+}
+
+// IsVirtLauncher reports whether a Pod is KubeVirt's virt-launcher Pod of
+// a VMI: controlled by a VirtualMachineInstance, or labelled
+// kubevirt.io=virt-launcher. Such a Pod carries the VMI's labkeep labels
+// but is never a workspace: it belongs to its VMI, which the reaper
+// reclaims through the VM.
+func IsVirtLauncher(m metav1.ObjectMeta) bool {
+	if m.Labels[kubevirtv1.AppLabel] == "virt-launcher" {
+		return true
+	}
+	ref := metav1.GetControllerOfNoCopy(&m)
+	return ref != nil && ref.Kind == "VirtualMachineInstance" && strings.HasPrefix(ref.APIVersion, "kubevirt.io/")
 }
 
 // Delete removes one object; an object already gone (or, with a UID, one

@@ -19,7 +19,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/kubevirt"
@@ -34,11 +33,25 @@ type Config struct {
 	Namespace string
 	// Env is this backend's environment, the value of labkeep.io/env.
 	Env string
-	// MaxLifetime + DeadlineGrace is the anchor's activeDeadlineSeconds.
+	// MaxLifetime + DeadlineGrace, rounded up to whole seconds, is the
+	// anchor's activeDeadlineSeconds (and a workspace Pod's): the real
+	// deadline, never earlier. Their sum must be positive.
 	MaxLifetime   time.Duration
 	DeadlineGrace time.Duration
 	// AnchorImage is the tiny container the anchor Job runs.
 	AnchorImage string
+	// AnchorBackoffLimit is how many failures of the anchor's Pod that are
+	// not disruptions (its container crashing, say) the anchor Job
+	// survives; a failed Job is deleted at once and takes the session with
+	// it. Failures with the DisruptionTarget condition (drain, eviction,
+	// preemption, node loss) never count. 0 means DefaultAnchorBackoffLimit.
+	AnchorBackoffLimit int32
+	// AnchorCompletions is how many times the anchor's Pod may end
+	// successfully before the Job completes (and is deleted with the
+	// session): the pause container exits 0 on SIGTERM, so a drained or
+	// deleted anchor Pod ends Succeeded, and each such end must only be
+	// replaced. 0 means DefaultAnchorCompletions.
+	AnchorCompletions int32
 	// GuardianImage is the sidecar of workspace Pods.
 	GuardianImage string
 	// SSHAuthorizedKeys go into every node's cloud-init.
@@ -47,22 +60,39 @@ type Config struct {
 	CallTimeout time.Duration
 }
 
+// Defaults of Config's anchor settings.
+const (
+	DefaultAnchorBackoffLimit int32 = 6
+	DefaultAnchorCompletions  int32 = 100
+)
+
 // Cluster implements session.Cluster against a real API server.
 type Cluster struct {
 	cfg  Config
 	kube kubernetes.Interface
 	virt kubevirt.Interface
-	// meta lists Secrets as metadata only, so the reaper's inventory never
-	// pulls cloud-init data (grading tokens) into memory.
-	meta metadata.Interface
 }
 
 var _ session.Cluster = (*Cluster)(nil)
 
-// New returns a Cluster using the given clients.
-func New(cfg Config, kube kubernetes.Interface, virt kubevirt.Interface, meta metadata.Interface) (*Cluster, error) {
+// New returns a Cluster using the given clients. It returns an error if
+// the namespace or env is missing, if MaxLifetime + DeadlineGrace is not
+// positive (no deadline could be set), or if an anchor setting is negative.
+func New(cfg Config, kube kubernetes.Interface, virt kubevirt.Interface) (*Cluster, error) {
 	if cfg.Namespace == "" || cfg.Env == "" {
 		return nil, errors.New("kube: namespace and env are required")
+	}
+	if cfg.MaxLifetime+cfg.DeadlineGrace <= 0 {
+		return nil, fmt.Errorf("kube: max lifetime %s + deadline grace %s must be positive", cfg.MaxLifetime, cfg.DeadlineGrace)
+	}
+	if cfg.AnchorBackoffLimit < 0 || cfg.AnchorCompletions < 0 {
+		return nil, fmt.Errorf("kube: anchor backoff limit %d and completions %d must not be negative", cfg.AnchorBackoffLimit, cfg.AnchorCompletions)
+	}
+	if cfg.AnchorBackoffLimit == 0 {
+		cfg.AnchorBackoffLimit = DefaultAnchorBackoffLimit
+	}
+	if cfg.AnchorCompletions == 0 {
+		cfg.AnchorCompletions = DefaultAnchorCompletions
 	}
 	if cfg.AnchorImage == "" {
 		cfg.AnchorImage = "registry.k8s.io/pause:3.10"
@@ -70,7 +100,7 @@ func New(cfg Config, kube kubernetes.Interface, virt kubevirt.Interface, meta me
 	if cfg.CallTimeout <= 0 {
 		cfg.CallTimeout = 10 * time.Second
 	}
-	return &Cluster{cfg: cfg, kube: kube, virt: virt, meta: meta}, nil
+	return &Cluster{cfg: cfg, kube: kube, virt: virt}, nil
 }
 
 // NewForConfig builds both clients from rc.
@@ -83,11 +113,7 @@ func NewForConfig(cfg Config, rc *rest.Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	mc, err := metadata.NewForConfig(rc)
-	if err != nil {
-		return nil, err
-	}
-	return New(cfg, kc, vc, mc)
+	return New(cfg, kc, vc)
 }
 
 func (c *Cluster) call(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -88,14 +89,32 @@ func (b builder) labels(role, node string) map[string]string {
 }
 
 // deadlineSeconds is how long Kubernetes lets the session live if the
-// whole backend is gone: the maximum lifetime plus a grace period.
+// whole backend is gone: the maximum lifetime plus a grace period, rounded
+// up to a whole second so it can never fire early, and at least 1 (New
+// refuses a non-positive sum; 0 would be rejected by the API server).
 func (b builder) deadlineSeconds() int64 {
-	return int64((b.cfg.MaxLifetime + b.cfg.DeadlineGrace).Seconds())
+	d := b.cfg.MaxLifetime + b.cfg.DeadlineGrace
+	secs := int64(d / time.Second)
+	if d%time.Second > 0 {
+		secs++
+	}
+	return max(secs, 1)
 }
 
+// anchor is the session's deadline anchor: a Job whose Pod only waits
+// (pause) until activeDeadlineSeconds fails the Job, after which the TTL
+// controller deletes it and the garbage collector everything it owns.
+// Anything else that ends the Job ends the session too, so the Job must
+// outlive its Pod:
+//   - a Pod failure with the DisruptionTarget condition (drain, eviction,
+//     preemption, node loss, PodGC) is ignored and the Pod replaced;
+//   - other Pod failures are retried AnchorBackoffLimit times;
+//   - a Pod that ends Succeeded (pause exits 0 on SIGTERM, so a drained or
+//     deleted anchor Pod usually does) is replaced until AnchorCompletions
+//     successes, one at a time (parallelism 1).
 func (b builder) anchor() *batchv1.Job {
 	deadline := b.deadlineSeconds()
-	zero, none := int32(0), int32(0)
+	zero := int32(0)
 	grace := int64(0)
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
@@ -106,7 +125,15 @@ func (b builder) anchor() *batchv1.Job {
 		Spec: batchv1.JobSpec{
 			ActiveDeadlineSeconds:   &deadline,
 			TTLSecondsAfterFinished: &zero,
-			BackoffLimit:            &none,
+			BackoffLimit:            ptr(b.cfg.AnchorBackoffLimit),
+			Completions:             ptr(b.cfg.AnchorCompletions),
+			Parallelism:             ptr(int32(1)),
+			PodFailurePolicy: &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+				Action: batchv1.PodFailurePolicyActionIgnore,
+				OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{
+					Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue,
+				}},
+			}}},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{LabelAnchorOf: b.sess.ID}},
 				Spec: corev1.PodSpec{

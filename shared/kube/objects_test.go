@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -27,7 +28,8 @@ func testBuilder(t *testing.T, lab string) builder {
 	}
 	l, _ := cat.Get(lab)
 	return builder{
-		cfg:  Config{Namespace: "ns", Env: "dev", MaxLifetime: 3 * time.Hour, DeadlineGrace: 15 * time.Minute, AnchorImage: "pause", GuardianImage: "guardian"},
+		cfg: Config{Namespace: "ns", Env: "dev", MaxLifetime: 3 * time.Hour, DeadlineGrace: 15 * time.Minute, AnchorImage: "pause", GuardianImage: "guardian",
+			AnchorBackoffLimit: DefaultAnchorBackoffLimit, AnchorCompletions: DefaultAnchorCompletions},
 		sess: session.Session{ID: "0b3c6a4e-1f6f-4a50-9d7e-2f3b7d1c9a11", Student: "alice@example.org", GradingToken: "tok"},
 		lab:  l,
 	}
@@ -134,5 +136,104 @@ func TestWorkspacePod(t *testing.T) {
 	}
 	if pod.Spec.Volumes[0].VolumeSource.Secret.SecretName != CloudInitName(b.sess.ID, "workspace") {
 		t.Errorf("volumes = %+v", pod.Spec.Volumes)
+	}
+}
+
+// The anchor Job survives its Pod: disruptions are ignored, other
+// failures retried, a Pod that ends Succeeded (pause exits 0 on SIGTERM)
+// replaced; only activeDeadlineSeconds ends it.
+func TestAnchorOutlivesItsPod(t *testing.T) {
+	b := testBuilder(t, "cluster")
+	b.cfg.AnchorBackoffLimit, b.cfg.AnchorCompletions = 9, 40
+	spec := b.anchor().Spec
+	if *spec.BackoffLimit != 9 || *spec.Completions != 40 || *spec.Parallelism != 1 {
+		t.Errorf("backoffLimit %d completions %d parallelism %d, want 9, 40, 1 from Config", *spec.BackoffLimit, *spec.Completions, *spec.Parallelism)
+	}
+	want := &batchv1.PodFailurePolicy{Rules: []batchv1.PodFailurePolicyRule{{
+		Action:          batchv1.PodFailurePolicyActionIgnore,
+		OnPodConditions: []batchv1.PodFailurePolicyOnPodConditionsPattern{{Type: corev1.DisruptionTarget, Status: corev1.ConditionTrue}},
+	}}}
+	if diff := cmp.Diff(want, spec.PodFailurePolicy); diff != "" {
+		t.Errorf("podFailurePolicy (-want +got):\n%s", diff)
+	}
+	if spec.Template.Spec.RestartPolicy != corev1.RestartPolicyNever {
+		t.Errorf("restartPolicy %s; a podFailurePolicy needs Never", spec.Template.Spec.RestartPolicy)
+	}
+}
+
+// The deadline is rounded up, never down, and is never 0.
+func TestDeadlineSecondsRoundUp(t *testing.T) {
+	tests := []struct {
+		name         string
+		max, grace   time.Duration
+		wantDeadline int64
+	}{
+		{"whole seconds", 3 * time.Hour, 15 * time.Minute, 11700},
+		{"a fraction rounds up", 2 * time.Second, 500 * time.Millisecond, 3},
+		{"a nanosecond over rounds up", time.Second + time.Nanosecond, 0, 2},
+		{"under a second is 1, not 0", 300 * time.Millisecond, 0, 1},
+		{"a negative grace is allowed if the sum is positive", 10 * time.Second, -2500 * time.Millisecond, 8},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := testBuilder(t, "shell")
+			b.cfg.MaxLifetime, b.cfg.DeadlineGrace = tc.max, tc.grace
+			if got := *b.anchor().Spec.ActiveDeadlineSeconds; got != tc.wantDeadline {
+				t.Errorf("anchor activeDeadlineSeconds = %d, want %d", got, tc.wantDeadline)
+			}
+			if got := *b.workspace(&batchv1.Job{}).Spec.ActiveDeadlineSeconds; got != tc.wantDeadline {
+				t.Errorf("workspace activeDeadlineSeconds = %d, want %d", got, tc.wantDeadline)
+			}
+		})
+	}
+}
+
+// New fills the anchor defaults and refuses settings that would give no
+// deadline or a negative limit.
+func TestNewValidatesAnchorSettings(t *testing.T) {
+	base := Config{Namespace: "ns", Env: "dev", MaxLifetime: time.Hour, DeadlineGrace: time.Minute}
+	c, err := New(base, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.cfg.AnchorBackoffLimit != DefaultAnchorBackoffLimit || c.cfg.AnchorCompletions != DefaultAnchorCompletions {
+		t.Errorf("defaults: backoffLimit %d completions %d", c.cfg.AnchorBackoffLimit, c.cfg.AnchorCompletions)
+	}
+	for name, mutate := range map[string]func(*Config){
+		"no deadline":          func(c *Config) { c.MaxLifetime, c.DeadlineGrace = 0, 0 },
+		"negative deadline":    func(c *Config) { c.DeadlineGrace = -2 * time.Hour },
+		"negative backoff":     func(c *Config) { c.AnchorBackoffLimit = -1 },
+		"negative completions": func(c *Config) { c.AnchorCompletions = -1 },
+	} {
+		cfg := base
+		mutate(&cfg)
+		if _, err := New(cfg, nil, nil); err == nil {
+			t.Errorf("%s: New accepted %+v", name, cfg)
+		}
+	}
+}
+
+func TestIsVirtLauncher(t *testing.T) {
+	yes := true
+	tests := []struct {
+		name string
+		meta metav1.ObjectMeta
+		want bool
+	}{
+		{"workspace Pod owned by the anchor", metav1.ObjectMeta{Labels: map[string]string{LabelEnv: "dev"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "batch/v1", Kind: "Job", Name: "a"}}}, false},
+		{"labelled virt-launcher", metav1.ObjectMeta{Labels: map[string]string{LabelEnv: "dev", "kubevirt.io": "virt-launcher"}}, true},
+		{"controlled by a VMI", metav1.ObjectMeta{Labels: map[string]string{LabelEnv: "dev"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance", Name: "vm", Controller: &yes}}}, true},
+		{"owned but not controlled by a VMI", metav1.ObjectMeta{Labels: map[string]string{LabelEnv: "dev"},
+			OwnerReferences: []metav1.OwnerReference{{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance", Name: "vm"}}}, false},
+		{"another kubevirt.io label value", metav1.ObjectMeta{Labels: map[string]string{"kubevirt.io": "virt-handler"}}, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := IsVirtLauncher(tc.meta); got != tc.want {
+				t.Errorf("IsVirtLauncher = %v, want %v", got, tc.want)
+			}
+		})
 	}
 }
