@@ -11,8 +11,18 @@
 //     boot delay; the VM's status.created, status.ready and
 //     status.printableStatus follow;
 //   - spec.dataVolumeTemplates produce DataVolumes owned by the VM;
-//   - deleting a VM removes its VMI through the garbage collector (the
-//     ownerReference), not through virtsim;
+//   - every VMI gets a virt-launcher Pod, as KubeVirt runs each VMI in one:
+//     named virt-launcher-<vmi>-<5 random characters> (generateName),
+//     labelled with the VMI's labels (so labkeep.io/env and
+//     labkeep.io/session too) plus kubevirt.io=virt-launcher,
+//     kubevirt.io/created-by=<VMI uid> and vm.kubevirt.io/name=<vmi>, and
+//     controlled by the VMI (ownerReference controller=true), so the
+//     garbage collector removes it with the VMI. It has one container and
+//     never runs (there is no kubelet); a launcher Pod deleted by someone
+//     else is not replaced (KubeVirt would fail the VMI; virtsim leaves the
+//     VMI as it is);
+//   - deleting a VM removes its VMI, and so its launcher Pod, through the
+//     garbage collector (the ownerReferences), not through virtsim;
 //   - a VM whose VMI disappears shows not ready, and a VM marked lost (the
 //     "VMI vanishes" fault) is left without a VMI, as after a node loss.
 //
@@ -34,6 +44,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/dynamic/dynamicinformer"
 	"k8s.io/client-go/rest"
@@ -47,6 +58,7 @@ var (
 	VirtualMachines         = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachines"}
 	VirtualMachineInstances = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachineinstances"}
 	DataVolumes             = schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "datavolumes"}
+	Pods                    = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 )
 
 // Annotations on a VirtualMachine that select a fault.
@@ -93,6 +105,9 @@ type Sim struct {
 
 	mu   sync.Mutex
 	lost map[string]bool // ns/name of VMs marked lost through Vanish
+	// launched is, by ns/name, the UID of the VMI whose launcher Pod
+	// virtsim has created or found, so it is made once per VMI.
+	launched map[string]types.UID
 }
 
 type key struct {
@@ -115,10 +130,11 @@ func New(cfg *rest.Config, opts Options) (*Sim, error) {
 	}
 	s := &Sim{
 		opts: opts, dyn: dyn, log: opts.Logger.With("component", "virtsim"),
-		factory: dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 10*time.Minute, opts.Namespace, nil),
-		queue:   workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[key](20*time.Millisecond, 2*time.Second)),
-		lost:    map[string]bool{},
-		synced:  make(chan struct{}),
+		factory:  dynamicinformer.NewFilteredDynamicSharedInformerFactory(dyn, 10*time.Minute, opts.Namespace, nil),
+		queue:    workqueue.NewTypedRateLimitingQueue(workqueue.NewTypedItemExponentialFailureRateLimiter[key](20*time.Millisecond, 2*time.Second)),
+		lost:     map[string]bool{},
+		launched: map[string]types.UID{},
+		synced:   make(chan struct{}),
 	}
 	vmInf := s.factory.ForResource(VirtualMachines)
 	vmiInf := s.factory.ForResource(VirtualMachineInstances)
@@ -413,13 +429,19 @@ func (s *Sim) updateVMStatus(ctx context.Context, vm *kubevirtv1.VirtualMachine,
 func (s *Sim) syncVMI(ctx context.Context, ns, name string) (time.Duration, error) {
 	vmi, err := s.getVMI(ns, name)
 	if apierrors.IsNotFound(err) {
-		return 0, nil
+		s.mu.Lock()
+		delete(s.launched, ns+"/"+name)
+		s.mu.Unlock()
+		return 0, nil // the garbage collector removes its launcher Pod
 	}
 	if err != nil {
 		return 0, err
 	}
 	if vmi.DeletionTimestamp != nil {
 		return 0, nil
+	}
+	if err := s.ensureLauncher(ctx, vmi); err != nil {
+		return 0, err
 	}
 	var fault Fault
 	delay := s.opts.BootDelay
@@ -465,6 +487,72 @@ func (s *Sim) syncVMI(ctx context.Context, ns, name string) (time.Duration, erro
 	}
 	s.log.Info("VMI phase", "namespace", ns, "name", name, "phase", phase, "ready", ready, "after", age.Round(time.Millisecond).String())
 	return next, nil
+}
+
+// Labels KubeVirt puts on a virt-launcher Pod besides the VMI's own.
+const (
+	LabelLauncher      = kubevirtv1.AppLabel // value "virt-launcher"
+	LauncherLabelValue = "virt-launcher"
+)
+
+// ensureLauncher creates the VMI's virt-launcher Pod unless it exists: once
+// per VMI (found by its kubevirt.io/created-by label, so a restarted Sim
+// does not make a second one).
+func (s *Sim) ensureLauncher(ctx context.Context, vmi *kubevirtv1.VirtualMachineInstance) error {
+	k := vmi.Namespace + "/" + vmi.Name
+	s.mu.Lock()
+	done := s.launched[k] == vmi.UID
+	s.mu.Unlock()
+	if done {
+		return nil
+	}
+	existing, err := s.dyn.Resource(Pods).Namespace(vmi.Namespace).List(ctx, metav1.ListOptions{
+		LabelSelector: kubevirtv1.CreatedByLabel + "=" + string(vmi.UID),
+	})
+	if err != nil {
+		return err
+	}
+	if len(existing.Items) == 0 {
+		labels := map[string]string{}
+		for name, value := range vmi.Labels {
+			labels[name] = value
+		}
+		labels[LabelLauncher] = LauncherLabelValue
+		labels[kubevirtv1.CreatedByLabel] = string(vmi.UID)
+		labels[kubevirtv1.DeprecatedVirtualMachineNameLabel] = vmi.Name
+		t, f := true, false
+		pod := &corev1.Pod{
+			TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+			ObjectMeta: metav1.ObjectMeta{
+				GenerateName: "virt-launcher-" + vmi.Name + "-",
+				Namespace:    vmi.Namespace,
+				Labels:       labels,
+				OwnerReferences: []metav1.OwnerReference{{
+					APIVersion: "kubevirt.io/v1", Kind: "VirtualMachineInstance", Name: vmi.Name, UID: vmi.UID,
+					Controller: &t, BlockOwnerDeletion: &t,
+				}},
+			},
+			Spec: corev1.PodSpec{
+				AutomountServiceAccountToken: &f,
+				RestartPolicy:                corev1.RestartPolicyNever,
+				Containers:                   []corev1.Container{{Name: "compute", Image: "virtsim.labkeep.io/virt-launcher"}},
+			},
+		}
+		u, err := toUnstructured(pod)
+		if err != nil {
+			return err
+		}
+		unstructured.RemoveNestedField(u.Object, "status")
+		created, err := s.dyn.Resource(Pods).Namespace(vmi.Namespace).Create(ctx, u, metav1.CreateOptions{})
+		if err != nil {
+			return err
+		}
+		s.log.Info("created launcher Pod", "namespace", vmi.Namespace, "name", created.GetName(), "vmi", vmi.Name)
+	}
+	s.mu.Lock()
+	s.launched[k] = vmi.UID
+	s.mu.Unlock()
+	return nil
 }
 
 func (s *Sim) ensureDataVolume(ctx context.Context, vm *kubevirtv1.VirtualMachine, tmpl kubevirtv1.DataVolumeTemplateSpec) error {

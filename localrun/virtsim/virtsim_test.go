@@ -2,9 +2,11 @@ package virtsim_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -215,4 +217,47 @@ func TestHaltedVMGetsNoVMI(t *testing.T) {
 	if got := e.vmiPhase("halted"); got != "<none>" {
 		t.Fatalf("halted VM has a VMI in phase %q", got)
 	}
+}
+
+// Like KubeVirt, every VMI gets one virt-launcher Pod named
+// virt-launcher-<vmi>-<5 random>, with the VMI's labels plus
+// kubevirt.io=virt-launcher, controlled by the VMI; deleting the VM takes
+// it away through the garbage collector.
+func TestVMIGetsOneLauncherPod(t *testing.T) {
+	e := newEnv(t)
+	e.createVM("launched", nil, "")
+	e.eventually("VM ready", func() bool { r, _, _ := e.vmState("launched"); return r })
+	vmi, err := e.get("vmi", "launched")
+	if err != nil {
+		t.Fatal(err)
+	}
+	launchers := func() []unstructured.Unstructured {
+		list, err := e.dyn.Resource(virtsim.Pods).Namespace(e.ns).List(context.Background(), metav1.ListOptions{LabelSelector: "kubevirt.io=virt-launcher"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return list.Items
+	}
+	// The VMI went through three phases (three syncs) by now: still one.
+	pods := launchers()
+	if len(pods) != 1 {
+		t.Fatalf("%d launcher Pods for one VMI, want 1", len(pods))
+	}
+	pod := pods[0]
+	if rest, ok := strings.CutPrefix(pod.GetName(), "virt-launcher-launched-"); !ok || len(rest) != 5 {
+		t.Errorf("launcher Pod name %q, want virt-launcher-launched-<5 random>", pod.GetName())
+	}
+	want := map[string]string{"labkeep.io/role": "control", "kubevirt.io": "virt-launcher",
+		"kubevirt.io/created-by": string(vmi.GetUID()), "vm.kubevirt.io/name": "launched"}
+	if diff := cmp.Diff(want, pod.GetLabels()); diff != "" {
+		t.Errorf("launcher Pod labels (-want +got):\n%s", diff)
+	}
+	if ref := metav1.GetControllerOf(&pod); ref == nil || ref.UID != vmi.GetUID() || ref.Kind != "VirtualMachineInstance" {
+		t.Errorf("launcher Pod controller = %+v, want the VMI %s", ref, vmi.GetUID())
+	}
+	if err := e.dyn.Resource(virtsim.VirtualMachines).Namespace(e.ns).Delete(context.Background(), "launched", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	took := e.eventually("launcher Pod gone with the VM", func() bool { return len(launchers()) == 0 })
+	t.Logf("launcher Pod %s removed by the garbage collector %s after the VM delete", pod.GetName(), took.Round(10*time.Millisecond))
 }
