@@ -544,6 +544,9 @@ func (s *Sim) ensureLauncher(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 		}
 		unstructured.RemoveNestedField(u.Object, "status")
 		created, err := s.dyn.Resource(Pods).Namespace(vmi.Namespace).Create(ctx, u, metav1.CreateOptions{})
+		if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+			return nil // the VMI goes with its namespace
+		}
 		if err != nil {
 			return err
 		}
