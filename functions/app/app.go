@@ -55,6 +55,12 @@ type Config struct {
 	KubeTimeout time.Duration `split_words:"true" default:"10s"`
 	// AnchorImage runs in the deadline anchor Job.
 	AnchorImage string `split_words:"true" default:"registry.k8s.io/pause:3.10"`
+	// AnchorBackoffLimit is how many real failures of the deadline anchor's
+	// Pod are tolerated (disruptions — drain, eviction, node loss — never
+	// count); AnchorCompletions how often it may end and be replaced. The
+	// anchor's activeDeadlineSeconds stays the one deadline.
+	AnchorBackoffLimit int32 `split_words:"true" default:"6"`
+	AnchorCompletions  int32 `split_words:"true" default:"100"`
 	// GuardianImage is the workspace Pod's sidecar.
 	GuardianImage string `split_words:"true" default:"ghcr.io/labkeep/guardian:latest"`
 	// SSHAuthorizedKeys (comma-separated) are installed on every node.
@@ -141,6 +147,12 @@ func (c Config) Validate() error {
 	}
 	// The reaper's and client's tunables: zero means the default (see
 	// withDefaults), negative is a mistake.
+	if c.AnchorBackoffLimit < 0 {
+		bad("ANCHOR_BACKOFF_LIMIT", "must not be negative, got %d", c.AnchorBackoffLimit)
+	}
+	if c.AnchorCompletions < 0 {
+		bad("ANCHOR_COMPLETIONS", "must not be negative, got %d", c.AnchorCompletions)
+	}
 	if c.ReapRunDeadline < 0 {
 		bad("REAP_RUN_DEADLINE", "must not be negative, got %s", c.ReapRunDeadline)
 	} else if c.ReapRunDeadline >= ReapSchedulePeriod {
@@ -247,6 +259,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 		Namespace: cfg.Namespace, Env: cfg.Env,
 		MaxLifetime: cfg.SessionMaxLifetime, DeadlineGrace: cfg.DeadlineGrace,
 		AnchorImage: cfg.AnchorImage, GuardianImage: cfg.GuardianImage,
+		AnchorBackoffLimit: cfg.AnchorBackoffLimit, AnchorCompletions: cfg.AnchorCompletions,
 		SSHAuthorizedKeys: cfg.SSHAuthorizedKeys, CallTimeout: cfg.KubeTimeout,
 	}, rc)
 	if err != nil {
