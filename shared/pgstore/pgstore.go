@@ -241,6 +241,23 @@ func (p *PG) FinishIf(ctx context.Context, id string, due func(session.Session) 
 	return s, ok, err
 }
 
+// GetSettled implements session.Store: SELECT … FOR SHARE waits for any
+// FinishIf holding the row lock, and the transaction ends at once.
+func (p *PG) GetSettled(ctx context.Context, id string) (s session.Session, err error) {
+	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		rows, err := tx.Query(ctx, `SELECT `+columns+` FROM sessions WHERE id = $1 FOR SHARE`, id)
+		if err != nil {
+			return err
+		}
+		s, err = pgx.CollectExactlyOneRow(rows, scanSession)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return session.ErrNoSession
+		}
+		return err
+	})
+	return s, err
+}
+
 func (p *PG) update(ctx context.Context, id, sql string, args ...any) (session.Session, error) {
 	s, err := p.queryOne(ctx, sql, args...)
 	if !errors.Is(err, session.ErrNoSession) {

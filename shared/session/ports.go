@@ -44,6 +44,10 @@ type Store interface {
 	// there is no such row.
 	FinishIf(ctx context.Context, id string, due func(Session) bool, act func(Session) error,
 		status Status, reason string, at time.Time) (s Session, ok bool, err error)
+	// GetSettled reads the row after waiting for any FinishIf holding its
+	// row lock to commit, so a Close or reaper part-way through is seen
+	// finished, never still live. Returns ErrNoSession if there is none.
+	GetSettled(ctx context.Context, id string) (Session, error)
 	// LockCapacity blocks until this caller holds the capacity lock shared
 	// by every labkeep instance using the database, so counting VMs and
 	// creating new ones is one atomic step. unlock must be called; the lock

@@ -127,12 +127,11 @@ func (s *Service) Open(ctx context.Context, student, labName string) (Session, e
 	return cur, nil
 }
 
-// confirmLive re-reads the row under its row lock (FinishIf with a due
-// that never fires: a read that waits for any Close or reaper holding the
-// lock to commit). Returns the live row, or ErrEndedWhileProvisioning with
+// confirmLive re-reads the row once any Close or reaper holding its row
+// lock has committed. Returns the live row, or ErrEndedWhileProvisioning with
 // the row's final status if it was finished meanwhile.
 func (s *Service) confirmLive(ctx context.Context, id string) (Session, error) {
-	cur, _, err := s.Store.FinishIf(ctx, id, func(Session) bool { return false }, nil, StatusFailed, "", time.Time{})
+	cur, err := s.Store.GetSettled(ctx, id)
 	if err != nil {
 		return cur, fmt.Errorf("re-reading session %s: %w", id, err)
 	}

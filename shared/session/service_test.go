@@ -105,6 +105,16 @@ func (m *memStore) Finish(_ context.Context, id string, st Status, reason string
 	return s, nil
 }
 
+func (m *memStore) GetSettled(_ context.Context, id string) (Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.rows[id]
+	if !ok {
+		return s, ErrNoSession
+	}
+	return s, nil
+}
+
 func (m *memStore) FinishIf(_ context.Context, id string, due func(Session) bool, act func(Session) error,
 	st Status, reason string, at time.Time) (Session, bool, error) {
 	m.mu.Lock()
