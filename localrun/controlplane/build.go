@@ -37,9 +37,23 @@ var stagingModules = []string{
 	"sample-apiserver",
 }
 
-// Binaries are the paths of the three control-plane programs.
+// Binaries are the paths of the programs the local stack runs: the three
+// of the control plane, and the node's kubelet and kube-scheduler.
 type Binaries struct {
 	Etcd, APIServer, ControllerManager string
+	Kubelet, Scheduler                 string
+}
+
+// kubeCommands are the k8s.io/kubernetes commands EnsureBinaries builds,
+// with the Binaries field each one fills.
+var kubeCommands = []struct {
+	pkg string
+	out func(*Binaries) *string
+}{
+	{"k8s.io/kubernetes/cmd/kube-apiserver", func(b *Binaries) *string { return &b.APIServer }},
+	{"k8s.io/kubernetes/cmd/kube-controller-manager", func(b *Binaries) *string { return &b.ControllerManager }},
+	{"k8s.io/kubernetes/cmd/kubelet", func(b *Binaries) *string { return &b.Kubelet }},
+	{"k8s.io/kubernetes/cmd/kube-scheduler", func(b *Binaries) *string { return &b.Scheduler }},
 }
 
 // DefaultCacheDir is where built binaries are kept between runs:
@@ -55,19 +69,22 @@ func DefaultCacheDir(override string) (string, error) {
 	return filepath.Join(base, "labkeep", "bin"), nil
 }
 
-// EnsureBinaries returns the control-plane binaries for v under cacheDir,
-// building any that are missing from the Go module proxy first. A cold build
-// takes minutes, so progress goes to progress. Binaries are written to a temp
-// name and renamed, so an interrupted build never leaves a half-written file
-// that a later run would trust.
+// EnsureBinaries returns the local stack's binaries for v under cacheDir,
+// building only those that are missing from the Go module proxy first (a
+// cache holding the control plane but no kubelet builds just the kubelet and
+// kube-scheduler). A cold build takes minutes, so progress goes to progress.
+// Binaries are written to a temp name and renamed, so an interrupted build
+// never leaves a half-written file that a later run would trust.
 func EnsureBinaries(ctx context.Context, cacheDir string, v Versions, progress io.Writer) (Binaries, error) {
 	dir := filepath.Join(cacheDir, "k8s-"+v.Kubernetes+"_etcd-"+v.Etcd)
 	b := Binaries{
 		Etcd:              filepath.Join(dir, "etcd"),
 		APIServer:         filepath.Join(dir, "kube-apiserver"),
 		ControllerManager: filepath.Join(dir, "kube-controller-manager"),
+		Kubelet:           filepath.Join(dir, "kubelet"),
+		Scheduler:         filepath.Join(dir, "kube-scheduler"),
 	}
-	if exists(b.Etcd) && exists(b.APIServer) && exists(b.ControllerManager) {
+	if exists(b.Etcd) && len(b.missingKube()) == 0 {
 		return b, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -84,12 +101,27 @@ func EnsureBinaries(ctx context.Context, cacheDir string, v Versions, progress i
 			return Binaries{}, fmt.Errorf("build etcd %s: %w", v.Etcd, err)
 		}
 	}
-	if !exists(b.APIServer) || !exists(b.ControllerManager) {
-		if err := buildKubernetes(ctx, dir, v.Kubernetes, b, progress); err != nil {
+	if missing := b.missingKube(); len(missing) > 0 {
+		if err := buildKubernetes(ctx, dir, v.Kubernetes, missing, progress); err != nil {
 			return Binaries{}, fmt.Errorf("build kubernetes %s: %w", v.Kubernetes, err)
 		}
 	}
 	return b, nil
+}
+
+// kubeBuild is one k8s.io/kubernetes command to build into out.
+type kubeBuild struct{ pkg, out string }
+
+// missingKube returns the Kubernetes commands of b not built yet, in
+// kubeCommands order.
+func (b Binaries) missingKube() []kubeBuild {
+	var m []kubeBuild
+	for _, c := range kubeCommands {
+		if out := *c.out(&b); !exists(out) {
+			m = append(m, kubeBuild{c.pkg, out})
+		}
+	}
+	return m
 }
 
 func exists(p string) bool {
@@ -118,7 +150,7 @@ func buildEtcd(ctx context.Context, dir, version, out string, progress io.Writer
 	return buildTo(ctx, mod, ".", out, progress)
 }
 
-func buildKubernetes(ctx context.Context, dir, version string, b Binaries, progress io.Writer) error {
+func buildKubernetes(ctx context.Context, dir, version string, builds []kubeBuild, progress io.Writer) error {
 	mod, err := os.MkdirTemp(dir, "k8s-build-")
 	if err != nil {
 		return err
@@ -131,27 +163,31 @@ func buildKubernetes(ctx context.Context, dir, version string, b Binaries, progr
 		fmt.Fprintf(&sb, "\tk8s.io/%s => k8s.io/%s %s\n", m, m, staging)
 	}
 	sb.WriteString(")\n")
-	tools := "//go:build tools\n\npackage tools\n\nimport (\n\t_ \"k8s.io/kubernetes/cmd/kube-apiserver\"\n\t_ \"k8s.io/kubernetes/cmd/kube-controller-manager\"\n)\n"
+	var tools strings.Builder
+	tools.WriteString("//go:build tools\n\npackage tools\n\nimport (\n")
+	var names []string
+	for _, bd := range builds {
+		fmt.Fprintf(&tools, "\t_ %q\n", bd.pkg)
+		names = append(names, filepath.Base(bd.out))
+	}
+	tools.WriteString(")\n")
 	if err := os.WriteFile(filepath.Join(mod, "go.mod"), []byte(sb.String()), 0o644); err != nil {
 		return err
 	}
-	if err := os.WriteFile(filepath.Join(mod, "tools.go"), []byte(tools), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(mod, "tools.go"), []byte(tools.String()), 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(progress, "labkeep: building kube-apiserver and kube-controller-manager %s (once, about 6 minutes on 2 cores; cached in %s)\n", version, dir)
+	fmt.Fprintf(progress, "labkeep: building %s %s (once, 1-4 minutes each on 2 cores; cached in %s)\n", strings.Join(names, ", "), version, dir)
 	if err := goCmd(ctx, mod, progress, "mod", "tidy", "-e"); err != nil {
 		return err
 	}
-	for _, p := range []struct{ pkg, out string }{
-		{"k8s.io/kubernetes/cmd/kube-apiserver", b.APIServer},
-		{"k8s.io/kubernetes/cmd/kube-controller-manager", b.ControllerManager},
-	} {
+	for _, bd := range builds {
 		start := time.Now()
-		fmt.Fprintf(progress, "labkeep: go build %s ...\n", p.pkg)
-		if err := buildTo(ctx, mod, p.pkg, p.out, progress); err != nil {
+		fmt.Fprintf(progress, "labkeep: go build %s ...\n", bd.pkg)
+		if err := buildTo(ctx, mod, bd.pkg, bd.out, progress); err != nil {
 			return err
 		}
-		fmt.Fprintf(progress, "labkeep: built %s in %s\n", filepath.Base(p.out), time.Since(start).Round(time.Second))
+		fmt.Fprintf(progress, "labkeep: built %s in %s\n", filepath.Base(bd.out), time.Since(start).Round(time.Second))
 	}
 	return nil
 }

@@ -1,6 +1,6 @@
-// Command labkeep-binaries builds (once) and caches the local control-plane
-// binaries (etcd, kube-apiserver, kube-controller-manager) that localrun
-// starts, and prints their directory. `make test` and `make run` call it first
+// Command labkeep-binaries builds (once) and caches the Kubernetes binaries
+// that localrun starts (etcd, kube-apiserver, kube-controller-manager, and
+// the node's kubelet and kube-scheduler), and prints their directory. `make test` and `make run` call it first
 // so the minutes-long cold build shows progress instead of a silent test.
 package main
 
