@@ -52,27 +52,37 @@ type Config struct {
 	HTTPTimeout time.Duration // per attempt; default 5s
 }
 
+// Defaults returns the standard tuning: a 60 s aggregation window, the
+// last 200 alerts kept, 20 deliveries a minute with bursts of 5, 5 attempts
+// per alert starting at a 500 ms backoff, 5 s per attempt.
+func Defaults() Config {
+	return Config{Window: time.Minute, Keep: 200, RatePerMin: 20, Burst: 5, Attempts: 5,
+		Backoff: 500 * time.Millisecond, HTTPTimeout: 5 * time.Second}
+}
+
+// defaults fills every unset (zero or negative) tunable from Defaults.
 func (c *Config) defaults() {
+	d := Defaults()
 	if c.Window <= 0 {
-		c.Window = time.Minute
+		c.Window = d.Window
 	}
 	if c.Keep <= 0 {
-		c.Keep = 200
+		c.Keep = d.Keep
 	}
 	if c.RatePerMin <= 0 {
-		c.RatePerMin = 20
+		c.RatePerMin = d.RatePerMin
 	}
 	if c.Burst <= 0 {
-		c.Burst = 5
+		c.Burst = d.Burst
 	}
 	if c.Attempts <= 0 {
-		c.Attempts = 5
+		c.Attempts = d.Attempts
 	}
 	if c.Backoff <= 0 {
-		c.Backoff = 500 * time.Millisecond
+		c.Backoff = d.Backoff
 	}
 	if c.HTTPTimeout <= 0 {
-		c.HTTPTimeout = 5 * time.Second
+		c.HTTPTimeout = d.HTTPTimeout
 	}
 }
 

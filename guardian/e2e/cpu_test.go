@@ -12,8 +12,10 @@ import (
 	"labkeep/guardian/sched"
 )
 
-// Must show 3: a CPU storm (spinners on all cores, half of them trying to
-// renice themselves to -20) — login latency without and with guardian.
+// Under a CPU storm (spinners on all cores, half of them trying to renice
+// themselves to -20) the user cannot renice, sshd's listener (and only it)
+// runs SCHED_RR, logins keep succeeding with guardian, and high CPU alone
+// kills nothing. The test reports login latency without and with guardian.
 func TestCPUStormLoginLatency(t *testing.T) {
 	ws := newWorkspace(t, testcgroup.Limits{MemoryBytes: 1 << 30, Pids: 512, CPUs: 1})
 	spinners := 2 * runtime.NumCPU()

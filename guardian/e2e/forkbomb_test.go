@@ -8,7 +8,7 @@ import (
 	"labkeep/guardian/internal/testcgroup"
 )
 
-// Must show 2: a fork bomb (shell and Go variants) is contained, the
+// A fork bomb (shell and Go variants) is contained, the
 // process count returns to the baseline and logins succeed.
 func TestForkBombIsContained(t *testing.T) {
 	variants := []struct {

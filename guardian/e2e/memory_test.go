@@ -9,7 +9,7 @@ import (
 	"labkeep/guardian/internal/testcgroup"
 )
 
-// Must show 1: a memory hog of several fast-growing processes is killed,
+// A memory hog of several fast-growing processes is killed,
 // nothing protected dies, the kernel OOM killer never fires and every login
 // succeeds.
 func TestMemoryHogIsKilledAndLoginsSucceed(t *testing.T) {

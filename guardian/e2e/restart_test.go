@@ -11,7 +11,7 @@ import (
 	"labkeep/guardian/sched"
 )
 
-// Must show 6: guardian killed and restarted — the limits stay, and the
+// When guardian is killed and restarted, the limits stay, and the
 // restarted guardian takes up its state: the same M (not 0.98·0.98·M), the
 // alerts raised before, and it handles what happened while it was down.
 func TestGuardianRestartKeepsLimitsAndState(t *testing.T) {

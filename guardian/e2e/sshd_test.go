@@ -15,7 +15,7 @@ import (
 	"labkeep/guardian/procfs"
 )
 
-// Must show 4: the user kills sshd — an alert within one prober period.
+// When the user kills sshd, guardian alerts within one prober period.
 func TestUserKillsSSHDRaisesAlert(t *testing.T) {
 	ws := newWorkspace(t, testcgroup.Limits{MemoryBytes: 256 << 20, Pids: 256, CPUs: 1})
 	const probe = time.Second
@@ -45,7 +45,7 @@ func TestUserKillsSSHDRaisesAlert(t *testing.T) {
 	g.report(since)
 }
 
-// Must show 5: user processes renamed "sshd" or "guardian" — and even the
+// User processes renamed "sshd" or "guardian" — and even the
 // real sshd binary started by the user on another port — get no
 // protection; POST /cleanup kills them while the real listener and init
 // stay.

@@ -35,8 +35,8 @@ func (g *Guardian) cpuLoop(ctx context.Context) {
 			return
 		}
 		cpus, err := g.cg.CPUs()
-		if err != nil || cpus == 0 || (g.cfg.OnlineCPUs > 0 && cpus > g.cfg.OnlineCPUs) {
-			cpus = g.cfg.OnlineCPUs
+		if err != nil || cpus == 0 || cpus > g.cpus {
+			cpus = g.cpus
 		}
 		frac := victim.CPUFraction(usage-prevUsage, now.Sub(prevAt), cpus)
 		g.metrics.cpuFraction.Set(frac)

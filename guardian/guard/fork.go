@@ -9,7 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"labkeep/guardian/alert"
-	"labkeep/guardian/httpapi"
 	"labkeep/guardian/killer"
 	"labkeep/guardian/victim"
 )
@@ -142,23 +141,4 @@ func (g *Guardian) waitGone(ctx context.Context, victims []victim.Process) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-}
-
-// Cleanup implements httpapi.Backend: the one-click recovery kills every
-// unprotected process the same way fork-bomb containment does.
-func (g *Guardian) Cleanup(ctx context.Context) (httpapi.CleanupResult, error) {
-	if !g.emergency.TryLock() {
-		return httpapi.CleanupResult{}, httpapi.ErrBusy
-	}
-	defer g.emergency.Unlock()
-	res := g.containLocked(ctx, "cleanup")
-	out := httpapi.CleanupResult{Killed: res.killed}
-	if out.Killed == nil {
-		out.Killed = []int{}
-	}
-	if !res.contained {
-		out.Note = fmt.Sprintf("unprotected processes remained after %d rounds", res.rounds-1)
-	}
-	g.raise("cleanup", "", alert.Info, fmt.Sprintf("cleanup requested: killed %d unprotected processes", len(res.killed)), nil)
-	return out, ctx.Err()
 }

@@ -18,7 +18,6 @@ import (
 
 	"labkeep/guardian/alert"
 	"labkeep/guardian/cgroupfs"
-	"labkeep/guardian/httpapi"
 	"labkeep/guardian/killer"
 	"labkeep/guardian/sched"
 	"labkeep/guardian/victim"
@@ -257,6 +256,7 @@ type rig struct {
 	sched  *fakeSched
 	clock  *clock
 	alerts *alert.Aggregator
+	store  FileStore
 }
 
 // workspaceProcs is a workspace of init (oldest), the sshd listener, a
@@ -276,7 +276,8 @@ func workspaceProcs() map[int]victim.Process {
 	return m
 }
 
-// newRig builds and starts a guardian over workspaceProcs.
+// newRig builds and starts a guardian over workspaceProcs, with its state in
+// a fresh file.
 func newRig(t *testing.T, cfg Config) *rig { return newRigWith(t, cfg, func(*rig) {}) }
 
 // newRigWith is newRig with a hook that adjusts the fakes before Start.
@@ -289,11 +290,12 @@ func newRigWith(t *testing.T, cfg Config, hook func(*rig)) *rig {
 	r := &rig{cg: cg, procs: table, killer: &fakeKiller{table: table}, sched: &fakeSched{attrs: map[int]sched.Attr{}}, clock: clk}
 	r.alerts = alert.New(alert.Config{Window: time.Second}, clk.now, nil, nil)
 	hook(r)
-	if cfg.StatePath == "" {
-		cfg.StatePath = filepath.Join(t.TempDir(), "state.json")
+	if r.store.Path == "" {
+		r.store.Path = filepath.Join(t.TempDir(), "state.json")
 	}
 	g, err := New(cfg, Deps{Cgroup: cg, Procs: table, Killer: r.killer, Scheduler: r.sched, Prober: fakeProber{},
-		Alerts: r.alerts, Metrics: NewMetrics(prometheus.NewRegistry()), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.now})
+		Alerts: r.alerts, Metrics: NewMetrics(prometheus.NewRegistry()), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		State: r.store, Now: clk.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -420,7 +422,6 @@ func TestMemory(t *testing.T) {
 func TestStateSurvivesRestart(t *testing.T) {
 	cfg := testConfig()
 	cfg.MemoryLimit = 0 // taken from the cgroup at the first start
-	cfg.StatePath = filepath.Join(t.TempDir(), "state.json")
 	r := newRig(t, cfg)
 	if r.g.memLimit() != 1024*mib {
 		t.Fatalf("M = %d; want the cgroup's limit", r.g.memLimit())
@@ -440,7 +441,7 @@ func TestStateSurvivesRestart(t *testing.T) {
 	// become the new M, and the pause and the alerts carry over.
 	g2, err := New(cfg, Deps{Cgroup: r.cg, Procs: r.procs, Killer: r.killer, Scheduler: r.sched, Prober: fakeProber{},
 		Alerts: alert.New(alert.Config{}, r.clock.now, nil, nil), Metrics: NewMetrics(prometheus.NewRegistry()),
-		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: r.clock.now})
+		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), State: r.store, Now: r.clock.now})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -580,27 +581,7 @@ func TestCleanup(t *testing.T) {
 	}
 	r.g.emergency.Lock()
 	defer r.g.emergency.Unlock()
-	if _, err := r.g.Cleanup(context.Background()); !errors.Is(err, httpapi.ErrBusy) {
+	if _, err := r.g.Cleanup(context.Background()); !errors.Is(err, ErrBusy) {
 		t.Errorf("Cleanup during another emergency = %v; want ErrBusy", err)
-	}
-}
-
-func TestConfigValidate(t *testing.T) {
-	bad := []func(*Config){
-		func(c *Config) { c.KillFraction = 0.99 }, // above max
-		func(c *Config) { c.AlertFraction = 0 },
-		func(c *Config) { c.PidsMax = 0 },
-		func(c *Config) { c.ProbeEvery = 0 },
-		func(c *Config) { c.SSHPort = 70000 },
-	}
-	for i, mutate := range bad {
-		c := testConfig()
-		mutate(&c)
-		if err := c.Validate(); err == nil {
-			t.Errorf("case %d: Validate() accepted a bad config", i)
-		}
-	}
-	if err := testConfig().Validate(); err != nil {
-		t.Errorf("defaults rejected: %v", err)
 	}
 }

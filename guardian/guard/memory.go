@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"labkeep/guardian/alert"
+	"labkeep/guardian/cgroupfs"
 	"labkeep/guardian/killer"
 	"labkeep/guardian/victim"
 )
@@ -52,80 +53,107 @@ func (g *Guardian) memPolicy() victim.MemoryPolicy {
 	return victim.MemoryPolicy{AlertFraction: g.cfg.AlertFraction, KillFraction: g.cfg.KillFraction}
 }
 
-// checkMemory evaluates the memory state once and kills the largest
-// unprotected process when due. It reports whether it killed.
+// checkMemory evaluates the memory state once and, when due, kills the
+// largest unprotected process. It reports whether it killed. The steps:
+// read the counters (reporting kernel OOM kills), decide from the level
+// whether a kill is due (alerting on the way), then act.
 func (g *Guardian) checkMemory(ctx context.Context) bool {
-	m := g.memLimit()
-	usage, shmem, err := g.cg.MemoryUsage()
-	if err != nil {
-		g.log.Error("read memory usage", "err", err)
+	r, ok := g.readMemory()
+	if !ok {
 		return false
 	}
-	ev, err := g.cg.MemoryEvents()
+	if !g.killDue(r) {
+		return false
+	}
+	return g.killLargest(ctx, r)
+}
+
+// memReading is one look at the workspace's memory.
+type memReading struct {
+	at           time.Time
+	usage, shmem uint64
+	limit        uint64 // M
+	ev           cgroupfs.MemoryEvents
+	level        victim.MemoryLevel
+	pct          string // usage as a percentage of M, for messages
+}
+
+// readMemory reads usage and the event counters, updates the usage metric
+// and reports kernel OOM kills since the last look. A failed event read
+// leaves the counters at zero (no OOM seen) rather than skipping the check.
+func (g *Guardian) readMemory() (memReading, bool) {
+	r := memReading{limit: g.memLimit()}
+	var err error
+	r.usage, r.shmem, err = g.cg.MemoryUsage()
 	if err != nil {
+		g.log.Error("read memory usage", "err", err)
+		return r, false
+	}
+	if r.ev, err = g.cg.MemoryEvents(); err != nil {
 		g.log.Error("read memory events", "err", err)
 	}
-	g.metrics.memoryUsage.Set(float64(usage))
-	now := g.now()
+	g.metrics.memoryUsage.Set(float64(r.usage))
+	r.at = g.now()
 	g.mu.Lock()
-	newOOMKills := ev.OOMKill - min(ev.OOMKill, g.st.LastOOMKill)
-	g.st.LastOOMKill = ev.OOMKill
+	newOOMKills := r.ev.OOMKill - min(r.ev.OOMKill, g.st.LastOOMKill)
+	g.st.LastOOMKill = r.ev.OOMKill
 	g.mu.Unlock()
 	if newOOMKills > 0 {
 		g.raise("kernel-oom-kill", "", alert.Critical, fmt.Sprintf("the kernel OOM killer killed %d process(es) in the workspace", newOOMKills), nil)
 	}
-	policy := g.memPolicy()
-	level := policy.Level(usage, m)
-	pct := fmt.Sprintf("%.1f%%", 100*float64(usage)/float64(m))
-	if level == victim.MemoryOK && !ev.UnderOOM {
+	r.level = g.memPolicy().Level(r.usage, r.limit)
+	r.pct = fmt.Sprintf("%.1f%%", 100*float64(r.usage)/float64(r.limit))
+	return r, true
+}
+
+// killDue decides from one reading whether a process must be killed now.
+// Below the alert level it forgets when the kill threshold was crossed;
+// from the alert level on it alerts; at the kill level (or with tasks
+// waiting at the hard limit) a kill is due unless the memory is held by
+// tmpfs/shm, which no kill frees, or repeated kills paused threshold kills.
+func (g *Guardian) killDue(r memReading) bool {
+	if r.level == victim.MemoryOK && !r.ev.UnderOOM {
 		g.mu.Lock()
 		g.crossedAt = time.Time{}
 		g.mu.Unlock()
 		return false
 	}
-	g.raise("memory-high", "", alert.Warning, fmt.Sprintf("workspace memory at %s of its limit", pct),
-		map[string]string{"usage": strconv.FormatUint(usage, 10), "limit": strconv.FormatUint(m, 10)})
-	if level < victim.MemoryKill && !ev.UnderOOM {
+	g.raise("memory-high", "", alert.Warning, fmt.Sprintf("workspace memory at %s of its limit", r.pct),
+		map[string]string{"usage": strconv.FormatUint(r.usage, 10), "limit": strconv.FormatUint(r.limit, 10)})
+	if r.level < victim.MemoryKill && !r.ev.UnderOOM {
 		return false
 	}
 	g.mu.Lock()
 	if g.crossedAt.IsZero() {
-		g.crossedAt = now
+		g.crossedAt = r.at
 	}
-	crossed := g.crossedAt
-	allowed := g.st.Budget.Allow(now)
+	allowed := g.st.Budget.Allow(r.at)
 	pausedUntil := g.st.Budget.PausedUntil
 	g.mu.Unlock()
-	if policy.Unfreeable(usage, shmem, m) {
+	if g.memPolicy().Unfreeable(r.usage, r.shmem, r.limit) {
 		g.raise("memory-unfreeable", "", alert.Critical,
-			fmt.Sprintf("workspace memory at %s is held by tmpfs/shm (%d bytes); killing processes cannot free it, nothing killed", pct, shmem), nil)
+			fmt.Sprintf("workspace memory at %s is held by tmpfs/shm (%d bytes); killing processes cannot free it, nothing killed", r.pct, r.shmem), nil)
 		return false
 	}
 	// At the hard limit (tasks waiting, v1) not killing would hang the
 	// workspace, so the kill-loop pause yields; it only holds back kills at
 	// the threshold.
-	if !allowed && !ev.UnderOOM {
+	if !allowed && !r.ev.UnderOOM {
 		g.raise("memory-kill-paused", "", alert.Warning,
-			fmt.Sprintf("memory at %s but kills are paused until %s after repeated kills", pct, pausedUntil.Format(time.RFC3339)), nil)
+			fmt.Sprintf("memory at %s but kills are paused until %s after repeated kills", r.pct, pausedUntil.Format(time.RFC3339)), nil)
 		return false
 	}
+	return true
+}
+
+// killLargest stops the growth, picks the largest-RSS unprotected process
+// and terminates it (SIGTERM, SIGKILL after the grace period; SIGKILL at
+// once with tasks waiting at the hard limit), then records the kill.
+func (g *Guardian) killLargest(ctx context.Context, r memReading) bool {
 	g.emergency.Lock()
 	defer g.emergency.Unlock()
-	// Stop the growth first: a fast hog passes from the kill threshold to
-	// the hard limit in milliseconds, and at the hard limit the kernel fails
-	// other processes' allocations (a login's fork). Frozen, nothing grows
-	// while the victim is chosen and signalled. Tasks already waiting at the
-	// limit (v1) may not freeze, so then the freeze is skipped.
-	frozen, froze := false, false
-	if !ev.UnderOOM {
-		fctx, cancel := context.WithTimeout(ctx, min(g.cfg.FreezeTimeout, 100*time.Millisecond))
-		frozen = g.cg.Freeze(fctx) == nil
-		cancel()
-		froze = frozen
-		if !frozen {
-			_ = g.cg.Thaw()
-		}
-	}
+	frozen := g.freezeForKill(ctx, r.ev.UnderOOM)
+	froze := frozen
 	thaw := func() {
 		if frozen {
 			if err := g.cg.Thaw(); err != nil {
@@ -142,16 +170,17 @@ func (g *Guardian) checkMemory(ctx context.Context) bool {
 	}
 	v, ok := victim.LargestRSS(procs, prot)
 	if !ok {
-		g.raise("memory-no-victim", "", alert.Critical, fmt.Sprintf("memory at %s and only protected processes are left", pct), nil)
+		g.raise("memory-no-victim", "", alert.Critical, fmt.Sprintf("memory at %s and only protected processes are left", r.pct), nil)
 		return false
 	}
 	grace := g.cfg.KillGrace
-	if ev.UnderOOM {
+	if r.ev.UnderOOM {
 		grace = 0
 	}
+	// The kill hurries to SIGKILL once the hard limit is reached meanwhile.
 	hurry := func() bool {
 		e, err := g.cg.MemoryEvents()
-		return err == nil && (e.UnderOOM || e.OOM > ev.OOM || e.Max > ev.Max)
+		return err == nil && (e.UnderOOM || e.OOM > r.ev.OOM || e.Max > r.ev.Max)
 	}
 	// The identity check and the first signal happen while frozen; the
 	// thaw right after lets the signal take effect.
@@ -160,24 +189,51 @@ func (g *Guardian) checkMemory(ctx context.Context) bool {
 		g.log.Warn("memory victim not killed", "pid", v.PID, "exe", v.Exe, "err", err)
 		return false
 	}
+	g.recordMemoryKill(r, v, hard, froze)
+	return true
+}
+
+// freezeForKill stops the growth first: a fast hog passes from the kill
+// threshold to the hard limit in milliseconds, and at the hard limit the
+// kernel fails other processes' allocations (a login's fork). Frozen,
+// nothing grows while the victim is chosen and signalled. Tasks already
+// waiting at the limit (v1) may not freeze, so then it does not try; a
+// freeze that does not complete quickly is undone. It reports whether the
+// cgroup is frozen.
+func (g *Guardian) freezeForKill(ctx context.Context, underOOM bool) bool {
+	if underOOM {
+		return false
+	}
+	fctx, cancel := context.WithTimeout(ctx, min(g.cfg.FreezeTimeout, 100*time.Millisecond))
+	defer cancel()
+	if g.cg.Freeze(fctx) == nil {
+		return true
+	}
+	_ = g.cg.Thaw()
+	return false
+}
+
+// recordMemoryKill updates metrics, kill budget and state after a memory
+// kill and raises its alerts (and the kill-loop alert when it started a
+// pause).
+func (g *Guardian) recordMemoryKill(r memReading, v victim.Process, hard, froze bool) {
 	dead := g.now()
-	reaction := dead.Sub(crossed)
-	g.metrics.kills.WithLabelValues("memory").Inc()
-	g.metrics.memoryReaction.Set(reaction.Seconds())
 	g.mu.Lock()
+	reaction := dead.Sub(g.crossedAt)
 	paused := g.st.Budget.Record(dead)
 	g.st.Kills++
 	g.crossedAt = time.Time{}
 	g.mu.Unlock()
-	g.log.Info("memory victim killed", "pid", v.PID, "exe", v.Exe, "comm", v.Comm, "rss", v.RSS, "usage", usage,
-		"limit", m, "sigkill", hard, "under_oom", ev.UnderOOM, "frozen_first", froze, "reaction_ms", reaction.Milliseconds())
+	g.metrics.kills.WithLabelValues("memory").Inc()
+	g.metrics.memoryReaction.Set(reaction.Seconds())
+	g.log.Info("memory victim killed", "pid", v.PID, "exe", v.Exe, "comm", v.Comm, "rss", v.RSS, "usage", r.usage,
+		"limit", r.limit, "sigkill", hard, "under_oom", r.ev.UnderOOM, "frozen_first", froze, "reaction_ms", reaction.Milliseconds())
 	g.raise("memory-kill", strconv.Itoa(v.PID), alert.Critical,
-		fmt.Sprintf("memory at %s: killed pid %d (%s, %s, RSS %d MiB)", pct, v.PID, v.Comm, v.Exe, v.RSS>>20),
+		fmt.Sprintf("memory at %s: killed pid %d (%s, %s, RSS %d MiB)", r.pct, v.PID, v.Comm, v.Exe, v.RSS>>20),
 		map[string]string{"pid": strconv.Itoa(v.PID), "exe": v.Exe, "rss": strconv.FormatUint(v.RSS, 10), "reaction_ms": strconv.FormatInt(reaction.Milliseconds(), 10)})
 	if paused {
 		g.raise("memory-kill-loop", "", alert.Critical,
 			fmt.Sprintf("%d memory kills within %v: pausing threshold kills for %v", g.cfg.KillMax, g.cfg.KillWindow, g.cfg.KillPause), nil)
 	}
 	g.saveLogged()
-	return true
 }

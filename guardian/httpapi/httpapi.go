@@ -1,6 +1,8 @@
 // Package httpapi serves guardian's HTTP API: GET /alerts (recent alerts),
 // POST /cleanup (kill every unprotected process; bearer token), GET
-// /healthz and GET /metrics (Prometheus).
+// /healthz and GET /metrics (Prometheus). It is an adapter over the loops
+// of package guard: it uses guard's types and errors, and guard knows
+// nothing of HTTP.
 package httpapi
 
 import (
@@ -16,25 +18,24 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"labkeep/guardian/alert"
+	"labkeep/guardian/guard"
 )
 
-// Errors the API maps to HTTP statuses.
+// Errors of the API itself; the guardian's own come from package guard.
 var (
 	ErrUnauthorized    = errors.New("missing or wrong bearer token")
 	ErrCleanupDisabled = errors.New("cleanup is disabled: no token configured")
-	ErrBusy            = errors.New("another emergency action is running")
-	ErrUnhealthy       = errors.New("guardian is not healthy")
 )
 
-// statusOf is the one table from domain errors to HTTP status.
+// statusOf is the one table from errors to HTTP status.
 var statusOf = []struct {
 	err    error
 	status int
 }{
 	{ErrUnauthorized, http.StatusUnauthorized},
 	{ErrCleanupDisabled, http.StatusForbidden},
-	{ErrBusy, http.StatusConflict},
-	{ErrUnhealthy, http.StatusServiceUnavailable},
+	{guard.ErrBusy, http.StatusConflict},
+	{guard.ErrUnhealthy, http.StatusServiceUnavailable},
 }
 
 func status(err error) int {
@@ -46,24 +47,27 @@ func status(err error) int {
 	return http.StatusInternalServerError
 }
 
-// CleanupResult reports a cleanup.
-type CleanupResult struct {
+// cleanupResponse is the body of a successful POST /cleanup.
+type cleanupResponse struct {
 	Killed []int  `json:"killed"` // PIDs killed
 	Failed int    `json:"failed"` // processes that could not be killed
 	Note   string `json:"note,omitempty"`
 }
 
-// Backend is what the API exposes.
+// Backend is what the API needs of the guardian (*guard.Guardian
+// implements it).
 type Backend interface {
 	// Alerts returns the recent alerts, oldest first.
 	Alerts() []alert.Alert
-	// Cleanup kills every unprotected process. Returns ErrBusy when an
-	// emergency action is already running.
-	Cleanup(ctx context.Context) (CleanupResult, error)
+	// Cleanup kills every unprotected process. Returns guard.ErrBusy when
+	// an emergency action is already running.
+	Cleanup(ctx context.Context) (guard.CleanupResult, error)
 	// Healthy returns nil when guardian's loops are running, else an error
-	// wrapping ErrUnhealthy.
+	// wrapping guard.ErrUnhealthy.
 	Healthy() error
 }
+
+var _ Backend = (*guard.Guardian)(nil)
 
 // New returns the API handler. token guards POST /cleanup; an empty token
 // disables it. gatherer serves /metrics.
@@ -85,7 +89,11 @@ func New(b Backend, token string, gatherer prometheus.Gatherer, log *slog.Logger
 		if log != nil {
 			log.Info("cleanup via API", "killed", len(res.Killed), "failed", res.Failed, "remote", r.RemoteAddr)
 		}
-		writeJSON(w, http.StatusOK, res)
+		killed := res.Killed
+		if killed == nil {
+			killed = []int{}
+		}
+		writeJSON(w, http.StatusOK, cleanupResponse{Killed: killed, Failed: res.Failed, Note: res.Note})
 	})
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
 		if err := b.Healthy(); err != nil {

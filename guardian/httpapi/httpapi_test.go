@@ -14,24 +14,26 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"labkeep/guardian/alert"
+	"labkeep/guardian/guard"
 )
 
 type backend struct {
 	cleanups int
 	busy     bool
 	health   error
+	killed   []int // what a cleanup kills
 }
 
 func (b *backend) Alerts() []alert.Alert {
 	return []alert.Alert{{Kind: "sshd-gone", Severity: alert.Critical, Count: 1, First: time.Unix(1, 0), Last: time.Unix(1, 0)}}
 }
 
-func (b *backend) Cleanup(context.Context) (CleanupResult, error) {
+func (b *backend) Cleanup(context.Context) (guard.CleanupResult, error) {
 	if b.busy {
-		return CleanupResult{}, ErrBusy
+		return guard.CleanupResult{}, guard.ErrBusy
 	}
 	b.cleanups++
-	return CleanupResult{Killed: []int{42}}, nil
+	return guard.CleanupResult{Killed: b.killed}, nil
 }
 
 func (b *backend) Healthy() error { return b.health }
@@ -49,14 +51,15 @@ func TestAPI(t *testing.T) {
 		wantCleanups                        int
 	}{
 		{"alerts", "GET", "/alerts", "", "s3cret", &backend{}, 200, `"kind":"sshd-gone"`, 0},
-		{"cleanup with the token", "POST", "/cleanup", "s3cret", "s3cret", &backend{}, 200, `"killed":[42]`, 1},
+		{"cleanup with the token", "POST", "/cleanup", "s3cret", "s3cret", &backend{killed: []int{42}}, 200, `"killed":[42]`, 1},
+		{"cleanup that killed nothing lists no PIDs", "POST", "/cleanup", "s3cret", "s3cret", &backend{}, 200, `"killed":[]`, 1},
 		{"cleanup without a token", "POST", "/cleanup", "", "s3cret", &backend{}, 401, "bearer", 0},
 		{"cleanup with a wrong token", "POST", "/cleanup", "s3cre", "s3cret", &backend{}, 401, "bearer", 0},
 		{"cleanup disabled when no token is configured", "POST", "/cleanup", "", "", &backend{}, 403, "disabled", 0},
 		{"cleanup while busy", "POST", "/cleanup", "s3cret", "s3cret", &backend{busy: true}, 409, "another", 0},
 		{"GET cleanup is not allowed", "GET", "/cleanup", "s3cret", "s3cret", &backend{}, 405, "", 0},
 		{"healthy", "GET", "/healthz", "", "", &backend{}, 200, "ok", 0},
-		{"unhealthy", "GET", "/healthz", "", "", &backend{health: fmt.Errorf("memory loop stalled: %w", ErrUnhealthy)}, 503, "stalled", 0},
+		{"unhealthy", "GET", "/healthz", "", "", &backend{health: fmt.Errorf("memory loop stalled: %w", guard.ErrUnhealthy)}, 503, "stalled", 0},
 		{"metrics", "GET", "/metrics", "", "", &backend{}, 200, "guardian_test_total 1", 0},
 	}
 	for _, tt := range tests {

@@ -16,7 +16,6 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
-	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
@@ -34,70 +33,155 @@ import (
 	"labkeep/guardian/procfs"
 	"labkeep/guardian/sched"
 	"labkeep/guardian/sshprobe"
-	"labkeep/guardian/victim"
 )
 
-// config is filled from GUARDIAN_* variables (POD_UID, CONTAINER_NAME and
-// POD_NAME are also read without the prefix, as the downward API sets them).
-type config struct {
-	Cgroup        string `envconfig:"CGROUP"`         // explicit cgroup: v2 directory, or v1 path relative to each controller mount
-	CgroupSubtree string `envconfig:"CGROUP_SUBTREE"` // the subtree that may be touched; default: the Pod's (discovery) or the cgroup itself
-	PodUID        string `envconfig:"POD_UID"`
-	PodName       string `envconfig:"POD_NAME"`
-	ContainerName string `envconfig:"CONTAINER_NAME" default:"workspace"`
-	ProcRoot      string `envconfig:"PROC_ROOT" default:"/proc"`
-	CgroupMount   string `envconfig:"CGROUP_MOUNT" default:"/sys/fs/cgroup"` // where the (host) cgroup hierarchies are mounted
+// options is everything guardian runs with: the configurations of the
+// packages it wires (their defaults come from the packages) and main's own
+// wiring settings.
+type options struct {
+	Guard guard.Config
+	Alert alert.Config
 
-	MemoryLimit   string        `envconfig:"MEMORY_LIMIT"` // bytes, or with Ki/Mi/Gi; empty: the cgroup's limit at first start
-	HighFraction  float64       `envconfig:"MEMORY_HIGH_FRACTION" default:"0.90"`
-	MaxFraction   float64       `envconfig:"MEMORY_MAX_FRACTION" default:"0.98"`
-	AlertFraction float64       `envconfig:"MEMORY_ALERT_FRACTION" default:"0.95"`
-	KillFraction  float64       `envconfig:"MEMORY_KILL_FRACTION" default:"0.97"`
-	HandleOOM     bool          `envconfig:"HANDLE_OOM" default:"true"`
-	MemoryPoll    time.Duration `envconfig:"MEMORY_POLL" default:"2s"`
+	Cgroup        string // explicit cgroup: v2 directory, or v1 path relative to each controller mount
+	CgroupSubtree string // the subtree that may be touched; default: the Pod's (discovery) or the cgroup itself
+	PodUID        string
+	PodName       string
+	ContainerName string
+	ProcRoot      string
+	CgroupMount   string // where the (host) cgroup hierarchies are mounted
 
-	PidsMax       int           `envconfig:"PIDS_MAX" default:"4096"`
-	ForkThreshold int           `envconfig:"FORK_THRESHOLD" default:"500"`
-	ForkWindow    time.Duration `envconfig:"FORK_WINDOW" default:"10s"`
-	ForkScan      time.Duration `envconfig:"FORK_SCAN" default:"1s"`
-	FreezeTimeout time.Duration `envconfig:"FREEZE_TIMEOUT" default:"2s"`
-	ContainRounds int           `envconfig:"CONTAIN_ROUNDS" default:"20"`
+	SSHAddr      string
+	ProbeTimeout time.Duration
+	Listen       string
+	CleanupToken string
+	StatePath    string
+	LogLevel     slog.Level
+}
 
-	SSHAddr      string        `envconfig:"SSH_ADDR" default:"127.0.0.1:22"`
-	SessionExes  []string      `envconfig:"SSHD_SESSION_EXES" default:"/usr/lib/openssh/sshd-session,/usr/lib/openssh/sshd-auth"`
-	ProtectExes  []string      `envconfig:"PROTECT_EXES"`
-	ProtectPID1  bool          `envconfig:"PROTECT_PID1" default:"true"`
-	ProtectInit  bool          `envconfig:"PROTECT_INIT" default:"true"`
-	ProtectEvery time.Duration `envconfig:"PROTECT_EVERY" default:"30s"`
-	RTPriority   int           `envconfig:"RT_PRIORITY" default:"1"`
-	RTRuntimeUS  int           `envconfig:"RT_RUNTIME_US" default:"10000"`
-	FallbackNice int           `envconfig:"FALLBACK_NICE" default:"-20"`
+// defaultOptions composes the packages' defaults with main's own.
+func defaultOptions() options {
+	return options{
+		Guard: guard.Defaults(), Alert: alert.Defaults(),
+		ContainerName: "workspace", ProcRoot: "/proc", CgroupMount: "/sys/fs/cgroup",
+		SSHAddr: "127.0.0.1:22", ProbeTimeout: 5 * time.Second, Listen: ":9090",
+		StatePath: "/var/lib/guardian/state.json", LogLevel: slog.LevelInfo,
+	}
+}
 
-	KillGrace  time.Duration `envconfig:"KILL_GRACE" default:"5s"`
-	KillWait   time.Duration `envconfig:"KILL_WAIT" default:"5s"`
-	KillMax    int           `envconfig:"KILL_MAX" default:"3"`
-	KillWindow time.Duration `envconfig:"KILL_WINDOW" default:"30s"`
-	KillPause  time.Duration `envconfig:"KILL_PAUSE" default:"60s"`
+// variables binds each GUARDIAN_* variable to the option it sets. A
+// variable that is not set leaves its option at the default; none carries
+// a default of its own. envconfig also reads every variable without the
+// prefix, which is how POD_UID, POD_NAME and CONTAINER_NAME arrive from the
+// downward API.
+type variables struct {
+	Cgroup        *string `envconfig:"CGROUP"`
+	CgroupSubtree *string `envconfig:"CGROUP_SUBTREE"`
+	PodUID        *string `envconfig:"POD_UID"`
+	PodName       *string `envconfig:"POD_NAME"`
+	ContainerName *string `envconfig:"CONTAINER_NAME"`
+	ProcRoot      *string `envconfig:"PROC_ROOT"`
+	CgroupMount   *string `envconfig:"CGROUP_MOUNT"`
 
-	CPUEvery      time.Duration `envconfig:"CPU_EVERY" default:"5s"`
-	HangCPU       float64       `envconfig:"HANG_CPU_FRACTION" default:"0.95"`
-	HangAlert     time.Duration `envconfig:"HANG_ALERT_AFTER" default:"30s"`
-	HangKillOne   time.Duration `envconfig:"HANG_KILL_ONE_AFTER" default:"90s"`
-	HangKillThree time.Duration `envconfig:"HANG_KILL_THREE_AFTER" default:"180s"`
-	HangKillAll   time.Duration `envconfig:"HANG_KILL_ALL_AFTER" default:"300s"`
-	HangRecovery  time.Duration `envconfig:"HANG_RECOVERY" default:"10s"`
+	MemoryLimit   *byteSize      `envconfig:"MEMORY_LIMIT"` // bytes, or with Ki/Mi/Gi; unset: the cgroup's limit at first start
+	HighFraction  *float64       `envconfig:"MEMORY_HIGH_FRACTION"`
+	MaxFraction   *float64       `envconfig:"MEMORY_MAX_FRACTION"`
+	AlertFraction *float64       `envconfig:"MEMORY_ALERT_FRACTION"`
+	KillFraction  *float64       `envconfig:"MEMORY_KILL_FRACTION"`
+	HandleOOM     *bool          `envconfig:"HANDLE_OOM"`
+	MemoryPoll    *time.Duration `envconfig:"MEMORY_POLL"`
 
-	ProbeEvery   time.Duration `envconfig:"PROBE_EVERY" default:"30s"`
-	ProbeTimeout time.Duration `envconfig:"PROBE_TIMEOUT" default:"5s"`
+	PidsMax       *int           `envconfig:"PIDS_MAX"`
+	ForkThreshold *int           `envconfig:"FORK_THRESHOLD"`
+	ForkWindow    *time.Duration `envconfig:"FORK_WINDOW"`
+	ForkScan      *time.Duration `envconfig:"FORK_SCAN"`
+	FreezeTimeout *time.Duration `envconfig:"FREEZE_TIMEOUT"`
+	ContainRounds *int           `envconfig:"CONTAIN_ROUNDS"`
 
-	Listen       string        `envconfig:"LISTEN" default:":9090"`
-	CleanupToken string        `envconfig:"CLEANUP_TOKEN"`
-	WebhookURL   string        `envconfig:"WEBHOOK_URL"`
-	AlertWindow  time.Duration `envconfig:"ALERT_WINDOW" default:"60s"`
-	AlertRate    int           `envconfig:"ALERT_RATE_PER_MIN" default:"20"`
-	AlertBurst   int           `envconfig:"ALERT_BURST" default:"5"`
-	StatePath    string        `envconfig:"STATE_PATH" default:"/var/lib/guardian/state.json"`
-	LogLevel     slog.Level    `envconfig:"LOG_LEVEL" default:"INFO"`
+	SSHAddr      *string        `envconfig:"SSH_ADDR"` // its port is guard.Config.SSHPort
+	SessionExes  *[]string      `envconfig:"SSHD_SESSION_EXES"`
+	ProtectExes  *[]string      `envconfig:"PROTECT_EXES"`
+	ProtectPID1  *bool          `envconfig:"PROTECT_PID1"`
+	ProtectInit  *bool          `envconfig:"PROTECT_INIT"`
+	ProtectEvery *time.Duration `envconfig:"PROTECT_EVERY"`
+	RTPriority   *int           `envconfig:"RT_PRIORITY"`
+	RTRuntimeUS  *int           `envconfig:"RT_RUNTIME_US"`
+	FallbackNice *int           `envconfig:"FALLBACK_NICE"`
+
+	KillGrace  *time.Duration `envconfig:"KILL_GRACE"`
+	KillWait   *time.Duration `envconfig:"KILL_WAIT"`
+	KillMax    *int           `envconfig:"KILL_MAX"`
+	KillWindow *time.Duration `envconfig:"KILL_WINDOW"`
+	KillPause  *time.Duration `envconfig:"KILL_PAUSE"`
+
+	CPUEvery      *time.Duration `envconfig:"CPU_EVERY"`
+	HangCPU       *float64       `envconfig:"HANG_CPU_FRACTION"`
+	HangAlert     *time.Duration `envconfig:"HANG_ALERT_AFTER"`
+	HangKillOne   *time.Duration `envconfig:"HANG_KILL_ONE_AFTER"`
+	HangKillThree *time.Duration `envconfig:"HANG_KILL_THREE_AFTER"`
+	HangKillAll   *time.Duration `envconfig:"HANG_KILL_ALL_AFTER"`
+	HangRecovery  *time.Duration `envconfig:"HANG_RECOVERY"`
+
+	ProbeEvery   *time.Duration `envconfig:"PROBE_EVERY"`
+	ProbeTimeout *time.Duration `envconfig:"PROBE_TIMEOUT"`
+
+	Listen       *string        `envconfig:"LISTEN"`
+	CleanupToken *string        `envconfig:"CLEANUP_TOKEN"`
+	WebhookURL   *string        `envconfig:"WEBHOOK_URL"`
+	AlertWindow  *time.Duration `envconfig:"ALERT_WINDOW"`
+	AlertRate    *int           `envconfig:"ALERT_RATE_PER_MIN"`
+	AlertBurst   *int           `envconfig:"ALERT_BURST"`
+	StatePath    *string        `envconfig:"STATE_PATH"`
+	LogLevel     *slog.Level    `envconfig:"LOG_LEVEL"`
+}
+
+// bind points every variable at its option in o.
+func bind(o *options) variables {
+	g, h, a := &o.Guard, &o.Guard.Hang, &o.Alert
+	return variables{
+		Cgroup: &o.Cgroup, CgroupSubtree: &o.CgroupSubtree, PodUID: &o.PodUID, PodName: &o.PodName,
+		ContainerName: &o.ContainerName, ProcRoot: &o.ProcRoot, CgroupMount: &o.CgroupMount,
+
+		MemoryLimit: (*byteSize)(&g.MemoryLimit), HighFraction: &g.HighFraction, MaxFraction: &g.MaxFraction,
+		AlertFraction: &g.AlertFraction, KillFraction: &g.KillFraction, HandleOOM: &g.HandleOOM, MemoryPoll: &g.MemoryPoll,
+
+		PidsMax: &g.PidsMax, ForkThreshold: &g.ForkThreshold, ForkWindow: &g.ForkWindow, ForkScan: &g.ForkScan,
+		FreezeTimeout: &g.FreezeTimeout, ContainRounds: &g.ContainRounds,
+
+		SSHAddr: &o.SSHAddr, SessionExes: &g.SessionExes, ProtectExes: &g.ProtectExes, ProtectPID1: &g.ProtectPID1,
+		ProtectInit: &g.ProtectInit, ProtectEvery: &g.ProtectEvery, RTPriority: &g.RTPriority, RTRuntimeUS: &g.RTRuntimeUS,
+		FallbackNice: &g.FallbackNice,
+
+		KillGrace: &g.KillGrace, KillWait: &g.KillWait, KillMax: &g.KillMax, KillWindow: &g.KillWindow, KillPause: &g.KillPause,
+
+		CPUEvery: &g.CPUEvery, HangCPU: &h.CPUFraction, HangAlert: &h.AlertAfter, HangKillOne: &h.KillOne,
+		HangKillThree: &h.KillThree, HangKillAll: &h.KillAll, HangRecovery: &h.Recovery,
+
+		ProbeEvery: &g.ProbeEvery, ProbeTimeout: &o.ProbeTimeout,
+
+		Listen: &o.Listen, CleanupToken: &o.CleanupToken, WebhookURL: &a.WebhookURL, AlertWindow: &a.Window,
+		AlertRate: &a.RatePerMin, AlertBurst: &a.Burst, StatePath: &o.StatePath, LogLevel: &o.LogLevel,
+	}
+}
+
+// loadOptions reads the environment over the defaults and validates the
+// result, so that a bad value stops guardian before it touches anything.
+func loadOptions() (options, error) {
+	o := defaultOptions()
+	v := bind(&o)
+	if err := envconfig.Process("guardian", &v); err != nil {
+		return options{}, err
+	}
+	_, port, err := net.SplitHostPort(o.SSHAddr)
+	if err != nil {
+		return options{}, fmt.Errorf("GUARDIAN_SSH_ADDR: %w", err)
+	}
+	if o.Guard.SSHPort, err = strconv.Atoi(port); err != nil {
+		return options{}, fmt.Errorf("GUARDIAN_SSH_ADDR: port %q: %w", port, err)
+	}
+	if err := o.Guard.Validate(); err != nil {
+		return options{}, fmt.Errorf("guardian config: %w", err)
+	}
+	return o, nil
 }
 
 func main() {
@@ -108,20 +192,11 @@ func main() {
 }
 
 func run() error {
-	var c config
-	if err := envconfig.Process("guardian", &c); err != nil {
+	c, err := loadOptions()
+	if err != nil {
 		return err
 	}
 	log := slog.New(slog.NewJSONHandler(os.Stderr, &slog.HandlerOptions{Level: c.LogLevel}))
-	memLimit, err := parseBytes(c.MemoryLimit)
-	if err != nil {
-		return fmt.Errorf("GUARDIAN_MEMORY_LIMIT: %w", err)
-	}
-	_, portStr, err := net.SplitHostPort(c.SSHAddr)
-	if err != nil {
-		return fmt.Errorf("GUARDIAN_SSH_ADDR: %w", err)
-	}
-	sshPort, _ := strconv.Atoi(portStr)
 
 	layout, err := cgroupfs.ReadLayout(c.CgroupMount)
 	if err != nil {
@@ -163,32 +238,23 @@ func run() error {
 	if workspace == "" {
 		workspace = cgPath
 	}
-	alerts := alert.New(alert.Config{Workspace: workspace, Window: c.AlertWindow, RatePerMin: c.AlertRate, Burst: c.AlertBurst, WebhookURL: c.WebhookURL},
-		time.Now, &http.Client{Timeout: 10 * time.Second}, log)
+	alertCfg := c.Alert
+	alertCfg.Workspace = workspace
+	alerts := alert.New(alertCfg, time.Now, &http.Client{Timeout: 10 * time.Second}, log)
 
-	statePath := c.StatePath
-	if statePath != "" {
-		if err := os.MkdirAll(filepath.Dir(statePath), 0o700); err != nil {
-			log.Error("state directory unusable: state will not survive a restart", "path", statePath, "err", err)
-			statePath = ""
+	var store guard.StateStore
+	if c.StatePath != "" {
+		if err := os.MkdirAll(filepath.Dir(c.StatePath), 0o700); err != nil {
+			log.Error("state directory unusable: state will not survive a restart", "path", c.StatePath, "err", err)
+		} else {
+			store = guard.FileStore{Path: c.StatePath}
 		}
 	}
-	cfg := guard.Config{
-		MemoryLimit: memLimit, HighFraction: c.HighFraction, MaxFraction: c.MaxFraction, AlertFraction: c.AlertFraction, KillFraction: c.KillFraction,
-		HandleOOM: c.HandleOOM, MemoryPoll: c.MemoryPoll,
-		PidsMax: c.PidsMax, ForkThreshold: c.ForkThreshold, ForkWindow: c.ForkWindow, ForkScan: c.ForkScan, FreezeTimeout: c.FreezeTimeout, ContainRounds: c.ContainRounds,
-		ProtectEvery: c.ProtectEvery, SSHPort: sshPort, SessionExes: c.SessionExes, ProtectExes: c.ProtectExes, ProtectPID1: c.ProtectPID1, ProtectInit: c.ProtectInit,
-		RTPriority: c.RTPriority, RTRuntimeUS: c.RTRuntimeUS, FallbackNice: c.FallbackNice,
-		KillGrace: c.KillGrace, KillWait: c.KillWait, KillMax: c.KillMax, KillWindow: c.KillWindow, KillPause: c.KillPause,
-		CPUEvery: c.CPUEvery, OnlineCPUs: float64(runtime.NumCPU()),
-		Hang:       victim.HangPolicy{CPUFraction: c.HangCPU, AlertAfter: c.HangAlert, KillOne: c.HangKillOne, KillThree: c.HangKillThree, KillAll: c.HangKillAll, Recovery: c.HangRecovery},
-		ProbeEvery: c.ProbeEvery, StatePath: statePath,
-	}
-	g, err := guard.New(cfg, guard.Deps{
+	g, err := guard.New(c.Guard, guard.Deps{
 		Cgroup: cg, Procs: procs,
 		Killer:    &killer.Killer{Procs: procs, Gone: func(err error) bool { return errors.Is(err, procfs.ErrGone) }},
 		Scheduler: sched.OS{}, Prober: sshprobe.Prober{Addr: c.SSHAddr, Timeout: c.ProbeTimeout},
-		Alerts: alerts, Metrics: guard.NewMetrics(reg), Log: log,
+		Alerts: alerts, Metrics: guard.NewMetrics(reg), Log: log, State: store,
 	})
 	if err != nil {
 		return err
@@ -216,6 +282,16 @@ func run() error {
 	srv.Shutdown(shutdown)
 	log.Info("guardian stopped; kernel limits stay in place")
 	return nil
+}
+
+// byteSize is a byte count read from the environment (envconfig.Decoder).
+type byteSize uint64
+
+// Decode implements envconfig.Decoder.
+func (b *byteSize) Decode(s string) error {
+	v, err := parseBytes(s)
+	*b = byteSize(v)
+	return err
 }
 
 // parseBytes parses a byte count with an optional binary suffix (Ki, Mi,

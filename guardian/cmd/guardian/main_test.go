@@ -11,6 +11,9 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	"sigs.k8s.io/yaml"
+
+	"labkeep/guardian/alert"
+	"labkeep/guardian/guard"
 )
 
 func TestParseBytes(t *testing.T) {
@@ -36,10 +39,10 @@ func TestParseBytes(t *testing.T) {
 	}
 }
 
-// envKeys lists the environment variables config reads.
+// envKeys lists the environment variables guardian reads.
 func envKeys() map[string]bool {
 	keys := map[string]bool{}
-	ty := reflect.TypeOf(config{})
+	ty := reflect.TypeOf(variables{})
 	for i := 0; i < ty.NumField(); i++ {
 		tag := ty.Field(i).Tag.Get("envconfig")
 		keys["GUARDIAN_"+tag] = true
@@ -48,9 +51,132 @@ func envKeys() map[string]bool {
 	return keys
 }
 
-// The Pod spec is what the issue asks for: guardian as a native sidecar
-// with exactly its four capabilities, its requests and limits, the shared
-// PID namespace, and only environment variables guardian understands.
+// clearEnv unsets every variable guardian reads for the test's duration.
+func clearEnv(t *testing.T) {
+	t.Helper()
+	for k := range envKeys() {
+		t.Setenv(k, "") // restores the old value after the test
+		os.Unsetenv(k)
+	}
+}
+
+// Every default comes from the package that owns the setting: with no
+// variable set, guardian runs with guard.Defaults() and alert.Defaults(),
+// and no variable declares a default of its own that could drift.
+func TestDefaultsComeFromThePackages(t *testing.T) {
+	clearEnv(t)
+	got, err := loadOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(guard.Defaults(), got.Guard); diff != "" {
+		t.Errorf("guard config with no variables set (-package default +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(alert.Defaults(), got.Alert); diff != "" {
+		t.Errorf("alert config with no variables set (-package default +got):\n%s", diff)
+	}
+	ty := reflect.TypeOf(variables{})
+	for i := 0; i < ty.NumField(); i++ {
+		if d, ok := ty.Field(i).Tag.Lookup("default"); ok {
+			t.Errorf("variable %s declares its own default %q; defaults belong to the packages", ty.Field(i).Tag.Get("envconfig"), d)
+		}
+	}
+}
+
+// nonDefault gives every variable a valid value different from its
+// default, so that each setting visibly changes something.
+var nonDefault = map[string]string{
+	"CGROUP": "/ws", "CGROUP_SUBTREE": "/pod", "POD_UID": "0f3c2a51-6b7e-4c1d-9a8b-1234567890ab", "POD_NAME": "ws-1",
+	"CONTAINER_NAME": "main", "PROC_ROOT": "/host/proc", "CGROUP_MOUNT": "/host/sys/fs/cgroup",
+	"MEMORY_LIMIT": "2Gi", "MEMORY_HIGH_FRACTION": "0.8", "MEMORY_MAX_FRACTION": "0.99", "MEMORY_ALERT_FRACTION": "0.9",
+	"MEMORY_KILL_FRACTION": "0.96", "HANDLE_OOM": "false", "MEMORY_POLL": "3s",
+	"PIDS_MAX": "1000", "FORK_THRESHOLD": "300", "FORK_WINDOW": "5s", "FORK_SCAN": "2s", "FREEZE_TIMEOUT": "3s", "CONTAIN_ROUNDS": "7",
+	"SSH_ADDR": "127.0.0.1:2222", "SSHD_SESSION_EXES": "/usr/sbin/sshd-session", "PROTECT_EXES": "/usr/bin/tmux",
+	"PROTECT_PID1": "false", "PROTECT_INIT": "false", "PROTECT_EVERY": "10s", "RT_PRIORITY": "2", "RT_RUNTIME_US": "20000",
+	"FALLBACK_NICE": "-10",
+	"KILL_GRACE":    "2s", "KILL_WAIT": "3s", "KILL_MAX": "4", "KILL_WINDOW": "20s", "KILL_PAUSE": "2m",
+	"CPU_EVERY": "1s", "HANG_CPU_FRACTION": "0.9", "HANG_ALERT_AFTER": "20s", "HANG_KILL_ONE_AFTER": "60s",
+	"HANG_KILL_THREE_AFTER": "120s", "HANG_KILL_ALL_AFTER": "240s", "HANG_RECOVERY": "5s",
+	"PROBE_EVERY": "15s", "PROBE_TIMEOUT": "2s",
+	"LISTEN": ":9191", "CLEANUP_TOKEN": "t0ken", "WEBHOOK_URL": "http://alerts.example/hook", "ALERT_WINDOW": "30s",
+	"ALERT_RATE_PER_MIN": "10", "ALERT_BURST": "2", "STATE_PATH": "/state/s.json", "LOG_LEVEL": "DEBUG",
+}
+
+// Every field of guard.Config (nested ones included) is read from some
+// variable: setting every variable to a non-default value changes every
+// field. Together with the check that nonDefault covers every variable,
+// a field added to the config without a variable fails here.
+func TestEveryConfigFieldIsReadFromAVariable(t *testing.T) {
+	clearEnv(t)
+	for k := range envKeys() {
+		if _, ok := nonDefault[k]; !ok && !strings.HasPrefix(k, "GUARDIAN_") {
+			t.Errorf("nonDefault has no value for %s", k)
+		}
+	}
+	for k, v := range nonDefault {
+		if !envKeys()[k] {
+			t.Errorf("nonDefault sets %s, which guardian does not read", k)
+		}
+		t.Setenv("GUARDIAN_"+k, v)
+	}
+	got, err := loadOptions()
+	if err != nil {
+		t.Fatal(err)
+	}
+	def := defaultOptions()
+	for _, f := range unchangedFields(reflect.ValueOf(def.Guard), reflect.ValueOf(got.Guard), "guard.Config") {
+		t.Errorf("%s is not set by any variable", f)
+	}
+	for _, f := range unchangedFields(reflect.ValueOf(def), reflect.ValueOf(got), "options") {
+		if !strings.HasPrefix(f, "options.Guard.") && !strings.HasPrefix(f, "options.Alert.") {
+			t.Errorf("%s is not set by any variable", f)
+		}
+	}
+	if got.Guard.SSHPort != 2222 || got.Guard.MemoryLimit != 2<<30 {
+		t.Errorf("SSH port %d, memory limit %d; want 2222 from GUARDIAN_SSH_ADDR and 2 GiB", got.Guard.SSHPort, got.Guard.MemoryLimit)
+	}
+}
+
+// unchangedFields lists the leaf fields (structs are descended into) whose
+// value is the same in a and b.
+func unchangedFields(a, b reflect.Value, path string) []string {
+	if a.Kind() == reflect.Struct {
+		var out []string
+		for i := 0; i < a.NumField(); i++ {
+			out = append(out, unchangedFields(a.Field(i), b.Field(i), path+"."+a.Type().Field(i).Name)...)
+		}
+		return out
+	}
+	if reflect.DeepEqual(a.Interface(), b.Interface()) {
+		return []string{path}
+	}
+	return nil
+}
+
+func TestBadValuesStopGuardian(t *testing.T) {
+	tests := []struct {
+		name, key, value, wantErr string
+	}{
+		{"unparsable byte count", "GUARDIAN_MEMORY_LIMIT", "1.5Gi", "MEMORY_LIMIT"},
+		{"SSH address without a port", "GUARDIAN_SSH_ADDR", "127.0.0.1", "GUARDIAN_SSH_ADDR"},
+		{"fraction out of range", "GUARDIAN_MEMORY_KILL_FRACTION", "1.5", "kill fraction"},
+		{"zero interval", "GUARDIAN_PROBE_EVERY", "0s", "probe interval"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clearEnv(t)
+			t.Setenv(tt.key, tt.value)
+			_, err := loadOptions()
+			if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Errorf("loadOptions() with %s=%s = %v; want an error mentioning %q", tt.key, tt.value, err, tt.wantErr)
+			}
+		})
+	}
+}
+
+// The Pod spec runs guardian as a native sidecar with exactly its four
+// capabilities, its requests and limits, the shared PID namespace, and only
+// environment variables guardian understands.
 func TestWorkspacePodSpec(t *testing.T) {
 	b, err := os.ReadFile("../../../infra/guardian/workspace-pod.yaml")
 	if err != nil {

@@ -1,0 +1,37 @@
+package guard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"labkeep/guardian/alert"
+)
+
+// ErrBusy is returned by Cleanup while another emergency action (memory
+// kill, containment, hang kills, cleanup) runs.
+var ErrBusy = errors.New("another emergency action is running")
+
+// CleanupResult reports a cleanup.
+type CleanupResult struct {
+	Killed []int  // PIDs killed
+	Failed int    // processes that could not be killed
+	Note   string // why the cleanup may be incomplete
+}
+
+// Cleanup is the one-click recovery: it kills every unprotected process the
+// same way fork-bomb containment does (freeze, SIGKILL, thaw, until none is
+// left). It returns ErrBusy at once while another emergency action runs.
+func (g *Guardian) Cleanup(ctx context.Context) (CleanupResult, error) {
+	if !g.emergency.TryLock() {
+		return CleanupResult{}, ErrBusy
+	}
+	defer g.emergency.Unlock()
+	res := g.containLocked(ctx, "cleanup")
+	out := CleanupResult{Killed: res.killed}
+	if !res.contained {
+		out.Note = fmt.Sprintf("unprotected processes remained after %d rounds", res.rounds-1)
+	}
+	g.raise("cleanup", "", alert.Info, fmt.Sprintf("cleanup requested: killed %d unprotected processes", len(res.killed)), nil)
+	return out, ctx.Err()
+}

@@ -1,0 +1,107 @@
+package guard
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"labkeep/guardian/victim"
+)
+
+// Config holds every tunable of the loops. Defaults returns the values
+// guardian runs with unless told otherwise; Validate rejects a combination
+// that cannot work before anything is touched.
+type Config struct {
+	MemoryLimit   uint64  // M in bytes; 0: take it from saved state or the cgroup's current hard limit
+	HighFraction  float64 // memory.high = HighFraction·M
+	MaxFraction   float64 // memory.max = MaxFraction·M
+	AlertFraction float64 // alert at AlertFraction·M
+	KillFraction  float64 // kill the largest unprotected process at KillFraction·M
+	HandleOOM     bool    // v1: disable the kernel OOM killer so guardian picks the victim; v2: memory.oom.group=0
+	MemoryPoll    time.Duration
+
+	PidsMax       int
+	ForkThreshold int
+	ForkWindow    time.Duration
+	ForkScan      time.Duration
+	FreezeTimeout time.Duration
+	ContainRounds int
+
+	ProtectEvery time.Duration
+	SSHPort      int
+	SessionExes  []string // executables sshd runs per connection (protected as the listener's children)
+	ProtectExes  []string
+	ProtectPID1  bool
+	ProtectInit  bool
+	RTPriority   int
+	RTRuntimeUS  int
+	FallbackNice int
+
+	KillGrace  time.Duration
+	KillWait   time.Duration
+	KillMax    int
+	KillWindow time.Duration
+	KillPause  time.Duration
+
+	CPUEvery time.Duration
+	Hang     victim.HangPolicy
+
+	ProbeEvery time.Duration
+}
+
+// Defaults returns guardian's standard tuning: limits at 90 %/98 % of M,
+// alert at 95 %, kill at 97 %, 4096 processes, a fork bomb at 500 births
+// in 10 s, 3 kills in 30 s pause kills for 60 s, and the hang escalation
+// 30 s/90 s/180 s/300 s at 95 % CPU. cmd/guardian starts from these and
+// lets each be overridden by a GUARDIAN_* variable.
+func Defaults() Config {
+	return Config{
+		HighFraction: 0.90, MaxFraction: 0.98, AlertFraction: 0.95, KillFraction: 0.97,
+		HandleOOM: true, MemoryPoll: 2 * time.Second,
+		PidsMax: 4096, ForkThreshold: 500, ForkWindow: 10 * time.Second, ForkScan: time.Second,
+		FreezeTimeout: 2 * time.Second, ContainRounds: 20,
+		ProtectEvery: 30 * time.Second, SSHPort: 22,
+		SessionExes: []string{"/usr/lib/openssh/sshd-session", "/usr/lib/openssh/sshd-auth"},
+		ProtectPID1: true, ProtectInit: true,
+		RTPriority: 1, RTRuntimeUS: 10000, FallbackNice: -20,
+		KillGrace: 5 * time.Second, KillWait: 5 * time.Second,
+		KillMax: 3, KillWindow: 30 * time.Second, KillPause: 60 * time.Second,
+		CPUEvery: 5 * time.Second,
+		Hang: victim.HangPolicy{CPUFraction: 0.95, AlertAfter: 30 * time.Second, KillOne: 90 * time.Second,
+			KillThree: 180 * time.Second, KillAll: 300 * time.Second, Recovery: 10 * time.Second},
+		ProbeEvery: 30 * time.Second,
+	}
+}
+
+// Validate reports a configuration that cannot work, before anything is
+// touched.
+func (c Config) Validate() error {
+	var errs []error
+	frac := func(name string, v float64) {
+		if v <= 0 || v > 1 {
+			errs = append(errs, fmt.Errorf("%s must be in (0,1], got %v", name, v))
+		}
+	}
+	frac("high fraction", c.HighFraction)
+	frac("max fraction", c.MaxFraction)
+	frac("alert fraction", c.AlertFraction)
+	frac("kill fraction", c.KillFraction)
+	frac("hang CPU fraction", c.Hang.CPUFraction)
+	if c.HighFraction > c.MaxFraction || c.KillFraction > c.MaxFraction {
+		errs = append(errs, fmt.Errorf("high (%v) and kill (%v) fractions must not exceed the max fraction (%v)", c.HighFraction, c.KillFraction, c.MaxFraction))
+	}
+	if c.PidsMax <= 0 || c.ForkThreshold <= 0 || c.ContainRounds <= 0 || c.KillMax <= 0 {
+		errs = append(errs, errors.New("pids max, fork threshold, contain rounds and kill max must be positive"))
+	}
+	for name, d := range map[string]time.Duration{"memory poll": c.MemoryPoll, "fork window": c.ForkWindow, "fork scan": c.ForkScan,
+		"freeze timeout": c.FreezeTimeout, "protect interval": c.ProtectEvery, "kill wait": c.KillWait, "kill window": c.KillWindow,
+		"CPU interval": c.CPUEvery, "probe interval": c.ProbeEvery} {
+		if d <= 0 {
+			errs = append(errs, fmt.Errorf("%s must be positive, got %v", name, d))
+		}
+	}
+	if c.SSHPort <= 0 || c.SSHPort > 65535 {
+		errs = append(errs, fmt.Errorf("SSH port %d out of range", c.SSHPort))
+	}
+	return errors.Join(errs...)
+}
