@@ -90,7 +90,7 @@ func EnsureBinaries(ctx context.Context, cacheDir string, v Versions, progress i
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return Binaries{}, err
 	}
-	lock, err := lockFile(filepath.Join(dir, ".lock"))
+	lock, err := LockFile(filepath.Join(dir, ".lock"))
 	if err != nil {
 		return Binaries{}, err
 	}

@@ -5,10 +5,11 @@ import (
 	"syscall"
 )
 
-// lockFile takes an exclusive flock on path so that two test binaries (go test
-// runs packages in parallel) never build the same binaries at once. The lock
-// is released when the returned file is closed or the process dies.
-func lockFile(path string) (*os.File, error) {
+// LockFile takes an exclusive flock on path so that two test binaries (go
+// test runs packages in parallel) never build the same binaries or images at
+// once: the second waits, then finds the first one's result. The lock is
+// released when the returned file is closed or the process dies.
+func LockFile(path string) (*os.File, error) {
 	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR, 0o644)
 	if err != nil {
 		return nil, err
