@@ -26,8 +26,10 @@ test: setup vet
 	$(GO) test -race -count=1 -timeout 30m $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v '/guardian/e2e$$')
 	$(GO) test -race -count=1 -timeout 20m $(GOTEST_FLAGS) $(E2E)
 
+# vet also fails on an untidy go.mod: `go mod tidy` must leave nothing to change.
 vet:
 	$(GO) vet ./...
+	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run go mod tidy"; $(GO) mod tidy -diff; exit 1; }
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
 bench: setup

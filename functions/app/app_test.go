@@ -5,11 +5,19 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	"github.com/kelseyhightower/envconfig"
+
+	"labkeep/shared/httpapi"
+	"labkeep/shared/kube"
+	"labkeep/shared/lifetime"
+	"labkeep/shared/reap"
+	"labkeep/shared/session"
 )
 
 func setValid(t *testing.T) {
@@ -22,7 +30,7 @@ func setValid(t *testing.T) {
 
 func TestConfigDefaults(t *testing.T) {
 	setValid(t)
-	var c Config
+	c := DefaultConfig()
 	if err := envconfig.Process(EnvPrefix, &c); err != nil {
 		t.Fatal(err)
 	}
@@ -65,7 +73,7 @@ func TestInvalidConfigNamesTheVariable(t *testing.T) {
 			} else {
 				t.Setenv(tc.variable, tc.value)
 			}
-			var c Config
+			c := DefaultConfig()
 			err := envconfig.Process(EnvPrefix, &c)
 			if err == nil {
 				err = c.Validate()
@@ -79,7 +87,7 @@ func TestInvalidConfigNamesTheVariable(t *testing.T) {
 
 func TestBuildRejectsBadLabsFile(t *testing.T) {
 	setValid(t)
-	var c Config
+	c := DefaultConfig()
 	if err := envconfig.Process(EnvPrefix, &c); err != nil {
 		t.Fatal(err)
 	}
@@ -106,7 +114,7 @@ func TestEveryVariableIsRead(t *testing.T) {
 	for k, v := range vars {
 		t.Setenv(k, v)
 	}
-	var c Config
+	c := DefaultConfig()
 	if err := envconfig.Process(EnvPrefix, &c); err != nil {
 		t.Fatal(err)
 	}
@@ -126,12 +134,9 @@ func TestEveryVariableIsRead(t *testing.T) {
 // variable and says what is wrong, and a valid neighbour passes.
 func TestValidateMessages(t *testing.T) {
 	valid := func() Config {
-		return Config{
-			Env: "dev", DatabaseURL: "postgres://x/y", Namespace: "labkeep-sessions",
-			SessionLifetime: time.Hour, SessionMaxLifetime: 3 * time.Hour, DeadlineGrace: 15 * time.Minute,
-			MaxConcurrentVms: 8, LabsFile: "/labs.yaml", JWTSecret: strings.Repeat("j", 32),
-			SchedulerToken: strings.Repeat("s", 16), KubeTimeout: 10 * time.Second,
-		}
+		c := DefaultConfig()
+		c.Env, c.DatabaseURL, c.JWTSecret, c.SchedulerToken = "dev", "postgres://x/y", strings.Repeat("j", 32), strings.Repeat("s", 16)
+		return c
 	}
 	tests := []struct {
 		name   string
@@ -154,20 +159,20 @@ func TestValidateMessages(t *testing.T) {
 			"LABKEEP_REAP_RUN_DEADLINE: 1m30s must be below the reaper's schedule period 1m0s"},
 		{"run deadline just below the period", func(c *Config) { c.ReapRunDeadline = 59 * time.Second }, ""},
 		{"run deadline negative", func(c *Config) { c.ReapRunDeadline = -time.Second },
-			"LABKEEP_REAP_RUN_DEADLINE: must not be negative"},
+			"LABKEEP_REAP_RUN_DEADLINE: must be positive"},
 		{"grace above the timeout", func(c *Config) { c.ReapProvisionGrace, c.ReapProvisionTimeout = 5*time.Minute, 4*time.Minute },
-			"LABKEEP_REAP_PROVISION_GRACE: 5m0s exceeds LABKEEP_REAP_PROVISION_TIMEOUT 4m0s"},
+			"LABKEEP_REAP_PROVISION_GRACE: 5m0s exceeds the provision timeout 4m0s"},
 		{"grace above the default timeout", func(c *Config) { c.ReapProvisionGrace = 11 * time.Minute },
-			"LABKEEP_REAP_PROVISION_GRACE: 11m0s exceeds LABKEEP_REAP_PROVISION_TIMEOUT 10m0s"},
+			"LABKEEP_REAP_PROVISION_GRACE: 11m0s exceeds the provision timeout 10m0s"},
 		{"timeout below the default grace", func(c *Config) { c.ReapProvisionTimeout = time.Minute },
-			"LABKEEP_REAP_PROVISION_GRACE: 2m0s exceeds LABKEEP_REAP_PROVISION_TIMEOUT 1m0s"},
+			"LABKEEP_REAP_PROVISION_GRACE: 2m0s exceeds the provision timeout 1m0s"},
 		{"grace equal to the timeout", func(c *Config) { c.ReapProvisionGrace, c.ReapProvisionTimeout = 3*time.Minute, 3*time.Minute }, ""},
 		{"capacity wait at the grace", func(c *Config) { c.CapacityWait = 2 * time.Minute },
 			"LABKEEP_CAPACITY_WAIT: 2m0s must be below LABKEEP_REAP_PROVISION_GRACE 2m0s"},
 		{"default capacity wait above a short grace", func(c *Config) { c.ReapProvisionGrace = 30 * time.Second },
 			"LABKEEP_CAPACITY_WAIT: 1m0s must be below LABKEEP_REAP_PROVISION_GRACE 30s"},
 		{"capacity wait negative", func(c *Config) { c.CapacityWait = -time.Second },
-			"LABKEEP_CAPACITY_WAIT: must not be negative"},
+			"LABKEEP_CAPACITY_WAIT: must be positive"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -181,5 +186,92 @@ func TestValidateMessages(t *testing.T) {
 				t.Errorf("Validate = %v, want a message containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// Every default of the settings is the owning package's: with only the
+// required variables set, the configuration each package receives is
+// exactly that package's DefaultConfig, and no envconfig tag carries a
+// default of its own that could drift from it.
+func TestDefaultsAreThePackagesDefaults(t *testing.T) {
+	setValid(t)
+	c := DefaultConfig()
+	if err := envconfig.Process(EnvPrefix, &c); err != nil {
+		t.Fatal(err)
+	}
+	wantKube := kube.DefaultConfig()
+	wantKube.Env, wantKube.MaxLifetime = "dev", lifetime.DefaultPolicy().MaxLifetime
+	wantReap := reap.DefaultConfig()
+	wantReap.Env = "dev"
+	for name, diff := range map[string]string{
+		"lifetime": cmp.Diff(lifetime.DefaultPolicy(), c.Policy()),
+		"kube":     cmp.Diff(wantKube, c.Kube()),
+		"reap":     cmp.Diff(wantReap, c.Reap()),
+		"session":  cmp.Diff(session.DefaultLimits(), c.Limits()),
+	} {
+		if diff != "" {
+			t.Errorf("%s config from the environment differs from the package default (-want +got):\n%s", name, diff)
+		}
+	}
+	if c.RetryAfter != httpapi.DefaultRetryAfter {
+		t.Errorf("RetryAfter = %s, want httpapi's %s", c.RetryAfter, httpapi.DefaultRetryAfter)
+	}
+	ct := reflect.TypeOf(Config{})
+	for i := range ct.NumField() {
+		if d, ok := ct.Field(i).Tag.Lookup("default"); ok {
+			t.Errorf("Config.%s has its own envconfig default %q; defaults come from DefaultConfig", ct.Field(i).Name, d)
+		}
+	}
+}
+
+// Every field of every package configuration is read from some variable:
+// with every variable set to a value other than its default, no field of
+// Config keeps its default, and no field of the composed package
+// configurations does either.
+func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
+	vars := map[string]string{
+		"LABKEEP_ENV": "prod", "LABKEEP_DATABASE_URL": "postgres://db/x", "LABKEEP_NAMESPACE": "vms",
+		"LABKEEP_SESSION_LIFETIME": "2m", "LABKEEP_SESSION_MAX_LIFETIME": "5m", "LABKEEP_DEADLINE_GRACE": "1m",
+		"LABKEEP_MAX_CONCURRENT_VMS": "3", "LABKEEP_LABS_FILE": "/labs.yaml", "LABKEEP_JWT_SECRET": strings.Repeat("k", 40),
+		"LABKEEP_HTTP_ADDR": "127.0.0.1:9", "LABKEEP_KUBECONFIG": "/kubeconfig", "LABKEEP_KUBE_TIMEOUT": "3s",
+		"LABKEEP_ANCHOR_IMAGE": "pause:x", "LABKEEP_ANCHOR_BACKOFF_LIMIT": "2", "LABKEEP_ANCHOR_COMPLETIONS": "7",
+		"LABKEEP_GUARDIAN_IMAGE": "guardian:x", "LABKEEP_SSH_AUTHORIZED_KEYS": "ssh-ed25519 AAA a",
+		"LABKEEP_RETRY_AFTER": "9s", "LABKEEP_SCHEDULER_TOKEN": strings.Repeat("t", 20), "LABKEEP_CAPACITY_WAIT": "20s",
+		"LABKEEP_CLEANUP_TIMEOUT": "7s",
+		"LABKEEP_REAP_DRY_RUN":    "true", "LABKEEP_REAP_RUN_DEADLINE": "40s", "LABKEEP_REAP_PROVISION_TIMEOUT": "9m",
+		"LABKEEP_REAP_PROVISION_GRACE": "3m", "LABKEEP_KUBE_QPS": "7", "LABKEEP_KUBE_BURST": "9",
+		"LABKEEP_REAP_WORKERS": "3", "LABKEEP_ADMIN_STATUS_RUNS": "4",
+	}
+	for k, v := range vars {
+		t.Setenv(k, v)
+	}
+	c := DefaultConfig()
+	if err := envconfig.Process(EnvPrefix, &c); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	unchanged(t, "Config", Config{}, c)
+	unchanged(t, "kube.Config", kube.DefaultConfig(), c.Kube())
+	unchanged(t, "reap.Config", reap.DefaultConfig(), c.Reap())
+	unchanged(t, "session.Limits", session.DefaultLimits(), c.Limits())
+	unchanged(t, "lifetime.Policy", lifetime.DefaultPolicy(), c.Policy())
+}
+
+// unchanged fails for every field of got (a struct, embedded structs
+// walked) that still equals the same field of def.
+func unchanged(t *testing.T, name string, def, got any) {
+	t.Helper()
+	dv, gv := reflect.ValueOf(def), reflect.ValueOf(got)
+	for i := range dv.NumField() {
+		f := dv.Type().Field(i)
+		if f.Anonymous && f.Type.Kind() == reflect.Struct {
+			unchanged(t, name+"."+f.Name, dv.Field(i).Interface(), gv.Field(i).Interface())
+			continue
+		}
+		if reflect.DeepEqual(dv.Field(i).Interface(), gv.Field(i).Interface()) {
+			t.Errorf("%s.%s is not set by any variable (still %v)", name, f.Name, gv.Field(i).Interface())
+		}
 	}
 }

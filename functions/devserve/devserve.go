@@ -81,7 +81,7 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 			os.Setenv(k, v)
 		}
 	}
-	var cfg app.Config
+	cfg := app.DefaultConfig()
 	if err := envconfig.Process(app.EnvPrefix, &cfg); err != nil {
 		return nil, err
 	}

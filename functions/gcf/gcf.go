@@ -38,7 +38,7 @@ var (
 // fail at start. The error names the LABKEEP_* variable at fault.
 func Init() error {
 	once.Do(func() {
-		var cfg app.Config
+		cfg := app.DefaultConfig()
 		if initErr = envconfig.Process(app.EnvPrefix, &cfg); initErr != nil {
 			return
 		}

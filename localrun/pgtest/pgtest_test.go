@@ -8,7 +8,7 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// Must show 5: the throwaway PostgreSQL accepts a pgx connection and is
+// The throwaway PostgreSQL accepts a pgx connection and is
 // gone after stop.
 func TestStartConnectStop(t *testing.T) {
 	ctx := context.Background()

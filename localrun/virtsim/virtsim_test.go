@@ -117,7 +117,7 @@ func (e *env) vmiPhase(name string) string {
 	return p
 }
 
-// Must show 3a: a VM becomes ready; its VMI is controlled by it.
+// A VM becomes ready; its VMI is controlled by it.
 func TestVMBecomesReady(t *testing.T) {
 	e := newEnv(t)
 	e.createVM("ready-vm", nil, "ready-vm-disk")
@@ -144,7 +144,7 @@ func TestVMBecomesReady(t *testing.T) {
 	t.Logf("VM ready %s after create (boot delay 500ms)", took.Round(10*time.Millisecond))
 }
 
-// Must show 3b: deleting the VM removes its VMI (through the garbage
+// Deleting the VM removes its VMI (through the garbage
 // collector) and its DataVolume.
 func TestDeletingVMRemovesVMI(t *testing.T) {
 	e := newEnv(t)
@@ -161,7 +161,7 @@ func TestDeletingVMRemovesVMI(t *testing.T) {
 	t.Logf("VMI and DataVolume removed %s after the VM delete", took.Round(10*time.Millisecond))
 }
 
-// Must show 3c: the "VMI vanishes" knob leaves a VM without a VMI, shown not
+// The "VMI vanishes" knob leaves a VM without a VMI, shown not
 // ready, and virtsim does not bring the VMI back.
 func TestVanishLeavesVMWithoutVMI(t *testing.T) {
 	e := newEnv(t)

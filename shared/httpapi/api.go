@@ -40,6 +40,10 @@ type Options struct {
 	RetryAfter time.Duration
 }
 
+// DefaultRetryAfter is the Retry-After of a 503 no_capacity unless told
+// otherwise.
+const DefaultRetryAfter = 30 * time.Second
+
 // API is the HTTP handler of the session functions.
 type API struct {
 	svc        *session.Service
@@ -50,7 +54,7 @@ type API struct {
 	mux        *http.ServeMux
 }
 
-// routes lists each path with its only method (used for 405 Allow).
+// routes lists each session path with its only method (for 405 Allow).
 var routes = map[string]string{
 	"/openSession":   http.MethodPost,
 	"/extendSession": http.MethodPost,
@@ -59,7 +63,18 @@ var routes = map[string]string{
 	"/healthz":       http.MethodGet,
 }
 
-func allowFor(path string) string { return routes[path] }
+// refuseMethod answers 405 method_not_allowed, with the route's method in
+// Allow, when r uses another method on a path of table (GET routes accept
+// HEAD too); it reports whether it answered.
+func (a *API) refuseMethod(table map[string]string, w http.ResponseWriter, r *http.Request) bool {
+	m, ok := table[r.URL.Path]
+	if !ok || r.Method == m || (m == http.MethodGet && r.Method == http.MethodHead) {
+		return false
+	}
+	w.Header().Set("Allow", m)
+	a.writeError(w, r, fmt.Errorf("%w: %s %s; use %s", ErrMethodNotAllowed, r.Method, r.URL.Path, m), nil)
+	return true
+}
 
 // New returns the API. Register more routes (e.g. the reaper's) on a mux
 // in front of it; everything else falls through to a JSON 404.
@@ -69,7 +84,7 @@ func New(o Options) *API {
 		a.log = slog.Default()
 	}
 	if a.retryAfter <= 0 {
-		a.retryAfter = 30 * time.Second
+		a.retryAfter = DefaultRetryAfter
 	}
 	a.mux = http.NewServeMux()
 	a.mux.HandleFunc("/openSession", a.open)
@@ -87,8 +102,7 @@ func New(o Options) *API {
 
 // ServeHTTP implements http.Handler.
 func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
-	if m, ok := routes[r.URL.Path]; ok && r.Method != m && !(m == http.MethodGet && r.Method == http.MethodHead) {
-		a.writeError(w, r, fmt.Errorf("%w: %s %s; use %s", ErrMethodNotAllowed, r.Method, r.URL.Path, m), nil)
+	if a.refuseMethod(routes, w, r) {
 		return
 	}
 	a.mux.ServeHTTP(w, r)
@@ -173,7 +187,7 @@ func (a *API) close(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	sess, err := a.svc.Close(r.Context(), student, req.ID, "closed by "+p.Role+" "+p.Subject)
+	sess, err := a.svc.Close(r.Context(), student, req.ID, p.Actor(), p.Subject)
 	if err != nil {
 		a.writeErrorFor(w, r, p, err, nil)
 		return
@@ -309,18 +323,18 @@ type sessionJSON struct {
 // expiry test — so the countdown and the reaper agree to the second, and
 // status is Session.StatusAt: a live session whose time is up reads
 // expired (remainingSeconds 0, not extendable) even before the reaper has
-// deleted it. failureReason is Session.PublicReason for students (never
-// the stored text, which may quote the cluster) and the stored reason for
-// admins.
+// deleted it. failureReason is the end reason's one student sentence for
+// students (never the stored detail, which may quote the cluster) and the
+// full reason for admins.
 func (a *API) view(s session.Session, p Principal) sessionJSON {
 	now := a.now().UTC()
 	v := sessionJSON{
 		ID: s.ID, Student: s.Student, Lab: s.Lab, Kind: string(s.Kind), Status: string(s.StatusAt(now)),
 		StartedAt: s.StartedAt, ExpiresAt: s.ExpiresAt, MaxExpiresAt: s.MaxExpiresAt,
-		ServerTime: now, FailureReason: s.PublicReason(), Nodes: []nodeJSON{},
+		ServerTime: now, FailureReason: s.End.Sentence(), Nodes: []nodeJSON{},
 	}
 	if p.Admin() {
-		v.FailureReason = s.FailureReason
+		v.FailureReason = s.End.String()
 	}
 	if s.Status.Live() {
 		// Rounded up, so remainingSeconds is 0 exactly when the reaper's

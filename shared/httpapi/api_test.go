@@ -87,11 +87,11 @@ func TestErrorMessagesHideClusterInternals(t *testing.T) {
 		wantStudent string // exact message a student gets
 	}{
 		{"quota refusal", fmt.Errorf("%w: creating VM: %w", session.ErrNoCapacity, quota), 503, "no_capacity",
-			"no capacity: every lab slot is in use; try again in 20 seconds"},
+			session.Sentence(session.EndNoCapacity)},
 		{"labkeep's own count", fmt.Errorf("%w: 8 of 8 VMs in use, lab x needs 1", session.ErrNoCapacity), 503, "no_capacity",
-			"no capacity: every lab slot is in use; try again in 20 seconds"},
+			session.Sentence(session.EndNoCapacity)},
 		{"admission refusal", fmt.Errorf("%w: creating VM: %w", session.ErrProvisioning, policy), 502, "provisioning_failed",
-			"the cluster refused to create the lab's resources; nothing was left behind, try again"},
+			session.Sentence(session.EndProvisioningFailed)},
 		{"ended while provisioning", fmt.Errorf("%w (it is now closed)", session.ErrEndedWhileProvisioning), 502, "provisioning_failed",
 			"the session was ended (closed, or cleaned up after waiting too long for capacity) while it was being provisioned; open the lab again if you still need it"},
 		{"internal", fmt.Errorf("reading row: %w", policy), 500, "internal", "internal error"},
@@ -102,7 +102,12 @@ func TestErrorMessagesHideClusterInternals(t *testing.T) {
 			a := &API{now: time.Now, log: slog.New(slog.NewTextHandler(io.Discard, nil)), retryAfter: 20 * time.Second}
 			for _, p := range []Principal{{Subject: "ann", Role: RoleStudent}, {Subject: "root", Role: RoleAdmin}} {
 				w := httptest.NewRecorder()
-				sess := session.Session{ID: "s1", Status: session.StatusFailed, FailureReason: tc.err.Error()}
+				kind, ok := session.ErrorKind(tc.err)
+				if !ok {
+					kind = session.EndGhost
+				}
+				end := session.EndReason{Kind: kind, Actor: session.ActorOpen, Detail: tc.err.Error()}
+				sess := session.Session{ID: "s1", Status: end.Status(), End: end}
 				a.writeErrorFor(w, httptest.NewRequest("POST", "/openSession", nil), p, tc.err, &sess)
 				var body errorBody
 				if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
@@ -124,8 +129,8 @@ func TestErrorMessagesHideClusterInternals(t *testing.T) {
 							t.Errorf("student response leaks %q: %s", leak, w.Body.String())
 						}
 					}
-				} else if body.Session.FailureReason != tc.err.Error() {
-					t.Errorf("admin failureReason %q, want the stored reason", body.Session.FailureReason)
+				} else if body.Session.FailureReason != end.String() || !strings.Contains(end.String(), tc.err.Error()) {
+					t.Errorf("admin failureReason %q, want the stored reason %q", body.Session.FailureReason, end)
 				}
 			}
 		})

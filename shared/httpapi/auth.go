@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"labkeep/shared/session"
 )
 
 // Roles a token may carry.
@@ -25,6 +27,14 @@ type Principal struct {
 
 // Admin reports whether the caller may act on any student's session.
 func (p Principal) Admin() bool { return p.Role == RoleAdmin }
+
+// Actor is who the caller is when they end a session.
+func (p Principal) Actor() session.Actor {
+	if p.Admin() {
+		return session.ActorAdmin
+	}
+	return session.ActorStudent
+}
 
 // Claims are the JWT claims the portal signs: sub, role and exp.
 type Claims struct {

@@ -74,17 +74,11 @@ type errorBody struct {
 // full.
 var studentMessages = []struct {
 	err error
-	msg func(a *API) string
+	msg string
 }{
-	{session.ErrEndedWhileProvisioning, func(*API) string {
-		return "the session was ended (closed, or cleaned up after waiting too long for capacity) while it was being provisioned; open the lab again if you still need it"
-	}},
-	{session.ErrNoCapacity, func(a *API) string {
-		return "no capacity: every lab slot is in use; try again in " + retryAfter(a.retryAfter) + " seconds"
-	}},
-	{session.ErrProvisioning, func(*API) string {
-		return "the cluster refused to create the lab's resources; nothing was left behind, try again"
-	}},
+	{session.ErrEndedWhileProvisioning, "the session was ended (closed, or cleaned up after waiting too long for capacity) while it was being provisioned; open the lab again if you still need it"},
+	{session.ErrNoCapacity, session.Sentence(session.EndNoCapacity)},
+	{session.ErrProvisioning, session.Sentence(session.EndProvisioningFailed)},
 }
 
 // messageFor returns what the caller p may read about err with status.
@@ -97,7 +91,7 @@ func (a *API) messageFor(p Principal, err error, status int) string {
 	}
 	for _, m := range studentMessages {
 		if errors.Is(err, m.err) {
-			return m.msg(a)
+			return m.msg
 		}
 	}
 	return err.Error()
@@ -133,8 +127,6 @@ func (a *API) writeErrorFor(w http.ResponseWriter, r *http.Request, p Principal,
 		w.Header().Set("WWW-Authenticate", `Bearer realm="labkeep"`)
 	case http.StatusServiceUnavailable:
 		w.Header().Set("Retry-After", retryAfter(a.retryAfter))
-	case http.StatusMethodNotAllowed:
-		w.Header().Set("Allow", allowFor(r.URL.Path))
 	}
 	if sess != nil && sess.ID != "" {
 		v := a.view(*sess, p)

@@ -11,13 +11,12 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"labkeep/shared/pgstore"
 	"labkeep/shared/reap"
 )
 
 // ReaperRunner is the reaper as the HTTP layer needs it.
 type ReaperRunner interface {
-	RunOnce(ctx context.Context, trigger reap.Trigger) (pgstore.ReapRun, error)
+	RunOnce(ctx context.Context, trigger reap.Trigger) (reap.Report, error)
 }
 
 // ReaperStatus reads the data behind GET /adminStatus.
@@ -87,8 +86,7 @@ func (a *API) WithReaper(o ReaperOptions) http.Handler {
 	}
 	mux.Handle("/", a)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if m, ok := reaperRoutes[r.URL.Path]; ok && r.Method != m && !(m == http.MethodGet && r.Method == http.MethodHead) {
-			a.writeError(w, r, fmt.Errorf("%w: %s %s; use %s", ErrMethodNotAllowed, r.Method, r.URL.Path, m), nil)
+		if a.refuseMethod(reaperRoutes, w, r) {
 			return
 		}
 		mux.ServeHTTP(w, r)

@@ -11,69 +11,10 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"labkeep/shared/reap"
+	"labkeep/shared/session"
 )
-
-// Kind is a kind of object labkeep creates.
-type Kind string
-
-// The kinds of labkeep objects, in the order Teardown deletes them.
-const (
-	KindVirtualMachine Kind = "VirtualMachine"
-	KindPod            Kind = "Pod"
-	KindService        Kind = "Service"
-	KindNetworkPolicy  Kind = "NetworkPolicy"
-	KindSecret         Kind = "Secret"
-	KindAnchor         Kind = "Job"
-)
-
-// ObjectRef names one object in the namespace. UID, if set, makes Delete
-// remove exactly that object and not a newer one of the same name.
-type ObjectRef struct {
-	Kind Kind
-	Name string
-	UID  types.UID
-}
-
-// Object is one labelled object found by Inventory.
-type Object struct {
-	ObjectRef
-	// Env, Session and Role are the object's labkeep.io labels.
-	Env, Session, Role string
-	CreatedAt          time.Time
-	// Deleting is true if the object already has a deletion timestamp.
-	Deleting bool
-	// Ready is, for a workspace Pod, whether it is Running with condition
-	// Ready=True (false for every other kind).
-	Ready bool
-}
-
-// VMIInfo is one VirtualMachineInstance (any labels) found by Inventory.
-type VMIInfo struct {
-	Name  string
-	Ready bool
-}
-
-// Inventory is a snapshot of the namespace, read with one list call per
-// kind however many sessions exist.
-type Inventory struct {
-	// Objects are this environment's labelled objects (label labkeep.io/env
-	// equal to Config.Env) of every kind but Secrets, which are never read
-	// (see Cluster.Inventory) and go with their anchor. Objects of other environments and
-	// unlabelled ones are never included, so they are never touched.
-	Objects []Object
-	// VMs is the number of VirtualMachines in the namespace, any label or
-	// none: the number that counts against capacity.
-	VMs int
-	// VMNames are the names of all those VirtualMachines, labelled or not,
-	// so a session whose VM lacks labels (registered before labels existed)
-	// is never taken for a ghost.
-	VMNames map[string]bool
-	// VMIs are all VirtualMachineInstances by name (VMI name = VM name).
-	VMIs map[string]VMIInfo
-	// ListedAt is when the first list started; anything created later may
-	// be missing from the snapshot.
-	ListedAt time.Time
-}
 
 // Inventory lists the namespace: every VM and VMI, plus this environment's
 // labelled Jobs, Services, NetworkPolicies and Pods — six list calls in
@@ -90,16 +31,16 @@ type Inventory struct {
 // Pods that KubeVirt runs for a VMI (virt-launcher Pods, which carry the
 // VMI's labels) are left out: they belong to their VMI and go with it.
 // Workspace Pods carry Ready (Running with condition Ready=True).
-func (c *Cluster) Inventory(ctx context.Context) (Inventory, error) {
-	inv := Inventory{ListedAt: time.Now(), VMIs: map[string]VMIInfo{}, VMNames: map[string]bool{}}
+func (c *Cluster) Inventory(ctx context.Context) (reap.Inventory, error) {
+	inv := reap.Inventory{ListedAt: time.Now(), VMIs: map[string]reap.VMIInfo{}, VMNames: map[string]bool{}}
 	envSel := metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{LabelEnv: c.cfg.Env}).String()}
 	ns := c.cfg.Namespace
-	add := func(kind Kind, m metav1.ObjectMeta) *Object {
+	add := func(kind session.ObjectKind, m metav1.ObjectMeta) *reap.Object {
 		if m.Labels[LabelEnv] != c.cfg.Env {
 			return nil
 		}
-		inv.Objects = append(inv.Objects, Object{
-			ObjectRef: ObjectRef{Kind: kind, Name: m.Name, UID: m.UID},
+		inv.Objects = append(inv.Objects, reap.Object{
+			ObjectRef: session.ObjectRef{Kind: kind, Name: m.Name, UID: string(m.UID)},
 			Env:       m.Labels[LabelEnv], Session: m.Labels[LabelSession], Role: m.Labels[LabelRole],
 			CreatedAt: m.CreationTimestamp.Time, Deleting: m.DeletionTimestamp != nil,
 		})
@@ -112,7 +53,7 @@ func (c *Cluster) Inventory(ctx context.Context) (Inventory, error) {
 	inv.VMs = len(vms.Items)
 	for _, vm := range vms.Items {
 		inv.VMNames[vm.Name] = true
-		add(KindVirtualMachine, vm.ObjectMeta)
+		add(session.KindVirtualMachine, vm.ObjectMeta)
 	}
 	vmis, err := listWith(ctx, c, c.virt.KubevirtV1().VirtualMachineInstances(ns).List, metav1.ListOptions{})
 	if err != nil {
@@ -120,28 +61,28 @@ func (c *Cluster) Inventory(ctx context.Context) (Inventory, error) {
 	}
 	for i := range vmis.Items {
 		st := VMIState("", &vmis.Items[i])
-		inv.VMIs[vmis.Items[i].Name] = VMIInfo{Name: vmis.Items[i].Name, Ready: st.Ready}
+		inv.VMIs[vmis.Items[i].Name] = reap.VMIInfo{Name: vmis.Items[i].Name, Ready: st.Ready}
 	}
 	jobs, err := listWith(ctx, c, c.kube.BatchV1().Jobs(ns).List, envSel)
 	if err != nil {
 		return inv, fmt.Errorf("listing Jobs: %w", err)
 	}
 	for _, o := range jobs.Items {
-		add(KindAnchor, o.ObjectMeta)
+		add(session.KindAnchor, o.ObjectMeta)
 	}
 	svcs, err := listWith(ctx, c, c.kube.CoreV1().Services(ns).List, envSel)
 	if err != nil {
 		return inv, fmt.Errorf("listing Services: %w", err)
 	}
 	for _, o := range svcs.Items {
-		add(KindService, o.ObjectMeta)
+		add(session.KindService, o.ObjectMeta)
 	}
 	nps, err := listWith(ctx, c, c.kube.NetworkingV1().NetworkPolicies(ns).List, envSel)
 	if err != nil {
 		return inv, fmt.Errorf("listing NetworkPolicies: %w", err)
 	}
 	for _, o := range nps.Items {
-		add(KindNetworkPolicy, o.ObjectMeta)
+		add(session.KindNetworkPolicy, o.ObjectMeta)
 	}
 	pods, err := listWith(ctx, c, c.kube.CoreV1().Pods(ns).List, envSel)
 	if err != nil {
@@ -152,7 +93,7 @@ func (c *Cluster) Inventory(ctx context.Context) (Inventory, error) {
 		if IsVirtLauncher(pod.ObjectMeta) {
 			continue
 		}
-		if o := add(KindPod, pod.ObjectMeta); o != nil {
+		if o := add(session.KindPod, pod.ObjectMeta); o != nil {
 			o.Ready = PodState("", pod).Ready
 		}
 	}
@@ -176,28 +117,29 @@ func IsVirtLauncher(m metav1.ObjectMeta) bool {
 // replaced by a newer object of the same name) counts as deleted. The
 // anchor is deleted with background propagation so the garbage collector
 // removes what it owns.
-func (c *Cluster) Delete(ctx context.Context, r ObjectRef) error {
+func (c *Cluster) Delete(ctx context.Context, r session.ObjectRef) error {
 	ctx, cancel := c.call(ctx)
 	defer cancel()
 	bg := metav1.DeletePropagationBackground
 	opts := metav1.DeleteOptions{PropagationPolicy: &bg}
 	if r.UID != "" {
-		opts.Preconditions = &metav1.Preconditions{UID: &r.UID}
+		uid := types.UID(r.UID)
+		opts.Preconditions = &metav1.Preconditions{UID: &uid}
 	}
 	ns := c.cfg.Namespace
 	var err error
 	switch r.Kind {
-	case KindVirtualMachine:
+	case session.KindVirtualMachine:
 		err = c.virt.KubevirtV1().VirtualMachines(ns).Delete(ctx, r.Name, opts)
-	case KindPod:
+	case session.KindPod:
 		err = c.kube.CoreV1().Pods(ns).Delete(ctx, r.Name, opts)
-	case KindService:
+	case session.KindService:
 		err = c.kube.CoreV1().Services(ns).Delete(ctx, r.Name, opts)
-	case KindNetworkPolicy:
+	case session.KindNetworkPolicy:
 		err = c.kube.NetworkingV1().NetworkPolicies(ns).Delete(ctx, r.Name, opts)
-	case KindSecret:
+	case session.KindSecret:
 		err = c.kube.CoreV1().Secrets(ns).Delete(ctx, r.Name, opts)
-	case KindAnchor:
+	case session.KindAnchor:
 		err = c.kube.BatchV1().Jobs(ns).Delete(ctx, r.Name, opts)
 	default:
 		return fmt.Errorf("delete: unknown kind %q", r.Kind)

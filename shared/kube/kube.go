@@ -18,13 +18,16 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/kubevirt"
 
 	"labkeep/shared/labs"
+	"labkeep/shared/reap"
 	"labkeep/shared/session"
+	"labkeep/shared/setting"
 )
 
 // Config says where and how sessions are created.
@@ -44,13 +47,13 @@ type Config struct {
 	// not disruptions (its container crashing, say) the anchor Job
 	// survives; a failed Job is deleted at once and takes the session with
 	// it. Failures with the DisruptionTarget condition (drain, eviction,
-	// preemption, node loss) never count. 0 means DefaultAnchorBackoffLimit.
+	// preemption, node loss) never count.
 	AnchorBackoffLimit int32
 	// AnchorCompletions is how many times the anchor's Pod may end
 	// successfully before the Job completes (and is deleted with the
 	// session): the pause container exits 0 on SIGTERM, so a drained or
 	// deleted anchor Pod ends Succeeded, and each such end must only be
-	// replaced. 0 means DefaultAnchorCompletions.
+	// replaced.
 	AnchorCompletions int32
 	// GuardianImage is the sidecar of workspace Pods.
 	GuardianImage string
@@ -58,13 +61,67 @@ type Config struct {
 	SSHAuthorizedKeys []string
 	// CallTimeout bounds every single API call.
 	CallTimeout time.Duration
+	// QPS and Burst are the client-side rate limits towards the API server
+	// (client-go's default of 5 QPS is far too low for a reaper run over
+	// hundreds of sessions); NewForConfig applies them.
+	QPS   float32
+	Burst int
 }
 
-// Defaults of Config's anchor settings.
-const (
-	DefaultAnchorBackoffLimit int32 = 6
-	DefaultAnchorCompletions  int32 = 100
-)
+// DefaultConfig is the adapter's configuration unless told otherwise;
+// Env and MaxLifetime have no default (the caller's policy decides them).
+func DefaultConfig() Config {
+	return Config{
+		Namespace:          "labkeep-sessions",
+		DeadlineGrace:      15 * time.Minute,
+		AnchorImage:        "registry.k8s.io/pause:3.10",
+		AnchorBackoffLimit: 6,
+		AnchorCompletions:  100,
+		GuardianImage:      "ghcr.io/labkeep/guardian:latest",
+		CallTimeout:        10 * time.Second,
+		QPS:                50,
+		Burst:              100,
+	}
+}
+
+// Validate reports a configuration no session could be created with.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(field, format string, args ...any) { errs = append(errs, setting.Invalid(field, format, args...)) }
+	if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
+		bad("Namespace", "%q is not a valid namespace name", c.Namespace)
+	}
+	if msgs := validation.IsValidLabelValue(c.Env); c.Env == "" || len(msgs) > 0 {
+		bad("Env", "%q must be a non-empty Kubernetes label value", c.Env)
+	}
+	if c.DeadlineGrace < 0 {
+		bad("DeadlineGrace", "must not be negative, got %s", c.DeadlineGrace)
+	} else if c.MaxLifetime+c.DeadlineGrace <= 0 {
+		bad("MaxLifetime", "%s + deadline grace %s must be positive", c.MaxLifetime, c.DeadlineGrace)
+	}
+	if c.AnchorBackoffLimit < 0 {
+		bad("AnchorBackoffLimit", "must not be negative, got %d", c.AnchorBackoffLimit)
+	}
+	if c.AnchorCompletions < 1 {
+		bad("AnchorCompletions", "must be at least 1, got %d", c.AnchorCompletions)
+	}
+	if c.AnchorImage == "" {
+		bad("AnchorImage", "is required")
+	}
+	if c.GuardianImage == "" {
+		bad("GuardianImage", "is required")
+	}
+	if c.CallTimeout <= 0 {
+		bad("CallTimeout", "must be positive, got %s", c.CallTimeout)
+	}
+	if c.QPS <= 0 {
+		bad("QPS", "must be positive, got %v", c.QPS)
+	}
+	if c.Burst < 1 {
+		bad("Burst", "must be at least 1, got %d", c.Burst)
+	}
+	return errors.Join(errs...)
+}
 
 // Cluster implements session.Cluster against a real API server.
 type Cluster struct {
@@ -73,38 +130,24 @@ type Cluster struct {
 	virt kubevirt.Interface
 }
 
-var _ session.Cluster = (*Cluster)(nil)
+var (
+	_ session.Cluster = (*Cluster)(nil)
+	_ reap.Cluster    = (*Cluster)(nil)
+	_ reap.VMCounter  = (*Cluster)(nil)
+)
 
-// New returns a Cluster using the given clients. It returns an error if
-// the namespace or env is missing, if MaxLifetime + DeadlineGrace is not
-// positive (no deadline could be set), or if an anchor setting is negative.
+// New returns a Cluster using the given clients, or cfg.Validate's error.
 func New(cfg Config, kube kubernetes.Interface, virt kubevirt.Interface) (*Cluster, error) {
-	if cfg.Namespace == "" || cfg.Env == "" {
-		return nil, errors.New("kube: namespace and env are required")
-	}
-	if cfg.MaxLifetime+cfg.DeadlineGrace <= 0 {
-		return nil, fmt.Errorf("kube: max lifetime %s + deadline grace %s must be positive", cfg.MaxLifetime, cfg.DeadlineGrace)
-	}
-	if cfg.AnchorBackoffLimit < 0 || cfg.AnchorCompletions < 0 {
-		return nil, fmt.Errorf("kube: anchor backoff limit %d and completions %d must not be negative", cfg.AnchorBackoffLimit, cfg.AnchorCompletions)
-	}
-	if cfg.AnchorBackoffLimit == 0 {
-		cfg.AnchorBackoffLimit = DefaultAnchorBackoffLimit
-	}
-	if cfg.AnchorCompletions == 0 {
-		cfg.AnchorCompletions = DefaultAnchorCompletions
-	}
-	if cfg.AnchorImage == "" {
-		cfg.AnchorImage = "registry.k8s.io/pause:3.10"
-	}
-	if cfg.CallTimeout <= 0 {
-		cfg.CallTimeout = 10 * time.Second
+	if err := cfg.Validate(); err != nil {
+		return nil, fmt.Errorf("kube: %w", err)
 	}
 	return &Cluster{cfg: cfg, kube: kube, virt: virt}, nil
 }
 
-// NewForConfig builds both clients from rc.
+// NewForConfig builds both clients from rc, with cfg's rate limits.
 func NewForConfig(cfg Config, rc *rest.Config) (*Cluster, error) {
+	rc = rest.CopyConfig(rc)
+	rc.QPS, rc.Burst = cfg.QPS, cfg.Burst
 	kc, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, err
@@ -193,7 +236,7 @@ func (c *Cluster) Observe(ctx context.Context, s session.Session) ([]session.Nod
 	for _, n := range s.Nodes {
 		st := session.NodeState{Name: n.Name}
 		cctx, cancel := c.call(ctx)
-		name := NodeName(s.ID, n.Name)
+		name := session.NodeName(s.ID, n.Name)
 		if s.Kind == labs.KindPod {
 			pod, err := c.kube.CoreV1().Pods(c.cfg.Namespace).Get(cctx, name, metav1.GetOptions{})
 			cancel()
@@ -262,32 +305,15 @@ func PodState(node string, pod *corev1.Pod) session.NodeState {
 	return st
 }
 
-// Teardown implements session.Cluster. It deletes by name, with no list
-// call, in an order that never leaves a running VM without its owner: VMs
-// (or the workspace Pod) first, then the network objects, then the
-// cloud-init Secrets, and last the anchor Job with background propagation
-// so the garbage collector also removes anything it owns that a name did
-// not reach (e.g. DataVolumes). Objects already gone count as deleted.
+// Teardown implements session.Teardowner: it deletes session.Objects(s)
+// by name, with no list call, in the one delete order (a running VM is
+// never left without its owner), the anchor last with background
+// propagation so the garbage collector also removes anything it owns that
+// a name did not reach (e.g. DataVolumes). Objects already gone count as
+// deleted; every delete is tried even if an earlier one failed.
 func (c *Cluster) Teardown(ctx context.Context, s session.Session) error {
-	var refs []ObjectRef
-	for _, n := range s.Nodes {
-		kind := KindVirtualMachine
-		if s.Kind == labs.KindPod {
-			kind = KindPod
-		}
-		refs = append(refs, ObjectRef{Kind: kind, Name: NodeName(s.ID, n.Name)})
-	}
-	if len(s.Nodes) > 1 {
-		refs = append(refs,
-			ObjectRef{Kind: KindService, Name: NetworkName(s.ID)},
-			ObjectRef{Kind: KindNetworkPolicy, Name: NetworkName(s.ID)})
-	}
-	for _, n := range s.Nodes {
-		refs = append(refs, ObjectRef{Kind: KindSecret, Name: CloudInitName(s.ID, n.Name)})
-	}
-	refs = append(refs, ObjectRef{Kind: KindAnchor, Name: AnchorName(s.ID)})
 	var errs []error
-	for _, r := range refs {
+	for _, r := range session.Objects(s) {
 		if err := c.Delete(ctx, r); err != nil {
 			errs = append(errs, err)
 		}

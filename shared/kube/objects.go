@@ -43,23 +43,6 @@ const (
 	RoleNetwork = "network"
 )
 
-// Object names. Every name contains the session id, so a new session can
-// never pick up an old session's objects (in particular its cloud-init).
-
-// AnchorName is the deadline anchor Job of a session.
-func AnchorName(sessionID string) string { return "lk-" + sessionID + "-anchor" }
-
-// NodeName is the VirtualMachine (or workspace Pod) of one node.
-func NodeName(sessionID, node string) string { return "lk-" + sessionID + "-" + node }
-
-// CloudInitName is the cloud-init Secret of one node.
-func CloudInitName(sessionID, node string) string {
-	return "lk-" + sessionID + "-" + node + "-cloudinit"
-}
-
-// NetworkName is the Service and NetworkPolicy of a multi-node session.
-func NetworkName(sessionID string) string { return "lk-" + sessionID }
-
 // StudentHash is the value of LabelStudent for student.
 func StudentHash(student string) string {
 	sum := sha256.Sum256([]byte(student))
@@ -118,7 +101,7 @@ func (b builder) anchor() *batchv1.Job {
 	grace := int64(0)
 	return &batchv1.Job{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      AnchorName(b.sess.ID),
+			Name:      session.AnchorName(b.sess.ID),
 			Namespace: b.cfg.Namespace,
 			Labels:    b.labels(RoleAnchor, ""),
 		},
@@ -185,7 +168,7 @@ func (b builder) cloudInit(n labs.Node, anchor *batchv1.Job) *corev1.Secret {
 	fmt.Fprintf(&ud, "  - path: /etc/labkeep/grading-token\n    permissions: '0600'\n    content: %q\n", b.sess.GradingToken)
 	fmt.Fprintf(&ud, "  - path: /etc/labkeep/session\n    permissions: '0644'\n    content: %q\n", b.sess.ID+"\n")
 	return &corev1.Secret{
-		ObjectMeta: b.owned(CloudInitName(b.sess.ID, n.Name), n.Role, n.Name, anchor),
+		ObjectMeta: b.owned(session.CloudInitName(b.sess.ID, n.Name), n.Role, n.Name, anchor),
 		Immutable:  ptr(true),
 		Type:       corev1.SecretTypeOpaque,
 		StringData: map[string]string{
@@ -206,7 +189,7 @@ func (b builder) resources(n labs.Node) corev1.ResourceList {
 func (b builder) multiNode() bool { return len(b.lab.Nodes) > 1 }
 
 func (b builder) vm(n labs.Node, anchor *batchv1.Job) *kubevirtv1.VirtualMachine {
-	name := NodeName(b.sess.ID, n.Name)
+	name := session.NodeName(b.sess.ID, n.Name)
 	always := kubevirtv1.RunStrategyAlways
 	grace := int64(30)
 	mem := resource.MustParse(n.Memory)
@@ -232,12 +215,12 @@ func (b builder) vm(n labs.Node, anchor *batchv1.Job) *kubevirtv1.VirtualMachine
 		Volumes: []kubevirtv1.Volume{{
 			Name: "cloudinit",
 			VolumeSource: kubevirtv1.VolumeSource{CloudInitNoCloud: &kubevirtv1.CloudInitNoCloudSource{
-				UserDataSecretRef: &corev1.LocalObjectReference{Name: CloudInitName(b.sess.ID, n.Name)},
+				UserDataSecretRef: &corev1.LocalObjectReference{Name: session.CloudInitName(b.sess.ID, n.Name)},
 			}},
 		}},
 	}
 	if b.multiNode() {
-		spec.Subdomain = NetworkName(b.sess.ID)
+		spec.Subdomain = session.NetworkName(b.sess.ID)
 	}
 	vm := &kubevirtv1.VirtualMachine{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine"},
@@ -278,7 +261,7 @@ func (b builder) vm(n labs.Node, anchor *batchv1.Job) *kubevirtv1.VirtualMachine
 // a stable DNS name (<node>.<service>) for the others.
 func (b builder) service(anchor *batchv1.Job) *corev1.Service {
 	return &corev1.Service{
-		ObjectMeta: b.owned(NetworkName(b.sess.ID), RoleNetwork, "", anchor),
+		ObjectMeta: b.owned(session.NetworkName(b.sess.ID), RoleNetwork, "", anchor),
 		Spec: corev1.ServiceSpec{
 			ClusterIP:                corev1.ClusterIPNone,
 			Selector:                 map[string]string{LabelSession: b.sess.ID, LabelEnv: b.cfg.Env},
@@ -295,7 +278,7 @@ func (b builder) networkPolicy(anchor *batchv1.Job) *networkingv1.NetworkPolicy 
 	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
 	ssh, dns := intstr.FromInt32(b.lab.SSHPort), intstr.FromInt32(53)
 	return &networkingv1.NetworkPolicy{
-		ObjectMeta: b.owned(NetworkName(b.sess.ID), RoleNetwork, "", anchor),
+		ObjectMeta: b.owned(session.NetworkName(b.sess.ID), RoleNetwork, "", anchor),
 		Spec: networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelSession: b.sess.ID, LabelEnv: b.cfg.Env}},
 			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
@@ -323,7 +306,7 @@ func (b builder) networkPolicy(anchor *batchv1.Job) *networkingv1.NetworkPolicy 
 func (b builder) workspace(anchor *batchv1.Job) *corev1.Pod {
 	n := b.lab.Nodes[0]
 	deadline := b.deadlineSeconds()
-	secret := CloudInitName(b.sess.ID, n.Name)
+	secret := session.CloudInitName(b.sess.ID, n.Name)
 	labkeepMount := corev1.VolumeMount{Name: "labkeep", MountPath: "/etc/labkeep", ReadOnly: true}
 	field := func(path string) *corev1.EnvVarSource {
 		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
@@ -333,7 +316,7 @@ func (b builder) workspace(anchor *batchv1.Job) *corev1.Pod {
 	guardianAPI := intstr.FromString("guardian-api")
 	grace := int64(10)
 	return &corev1.Pod{
-		ObjectMeta: b.owned(NodeName(b.sess.ID, n.Name), n.Role, n.Name, anchor),
+		ObjectMeta: b.owned(session.NodeName(b.sess.ID, n.Name), n.Role, n.Name, anchor),
 		Spec: corev1.PodSpec{
 			ActiveDeadlineSeconds:         &deadline,
 			Hostname:                      n.Name,

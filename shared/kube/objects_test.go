@@ -28,8 +28,11 @@ func testBuilder(t *testing.T, lab string) builder {
 	}
 	l, _ := cat.Get(lab)
 	return builder{
-		cfg: Config{Namespace: "ns", Env: "dev", MaxLifetime: 3 * time.Hour, DeadlineGrace: 15 * time.Minute, AnchorImage: "pause", GuardianImage: "guardian",
-			AnchorBackoffLimit: DefaultAnchorBackoffLimit, AnchorCompletions: DefaultAnchorCompletions},
+		cfg: func() Config {
+			c := DefaultConfig()
+			c.Namespace, c.Env, c.MaxLifetime, c.AnchorImage, c.GuardianImage = "ns", "dev", 3*time.Hour, "pause", "guardian"
+			return c
+		}(),
 		sess: session.Session{ID: "0b3c6a4e-1f6f-4a50-9d7e-2f3b7d1c9a11", Student: "alice@example.org", GradingToken: "tok"},
 		lab:  l,
 	}
@@ -62,7 +65,7 @@ func TestObjectsAreLabelledOwnedAndNamedAfterTheSession(t *testing.T) {
 		if dv := vm.Spec.DataVolumeTemplates; len(dv) != 1 || dv[0].Spec.Source.PVC.Name != "g" {
 			t.Errorf("VM %s dataVolumeTemplates = %+v", vm.Name, dv)
 		}
-		if vm.Spec.Template.Spec.Subdomain != NetworkName(b.sess.ID) || vm.Spec.Template.ObjectMeta.Labels[LabelSession] != b.sess.ID {
+		if vm.Spec.Template.Spec.Subdomain != session.NetworkName(b.sess.ID) || vm.Spec.Template.ObjectMeta.Labels[LabelSession] != b.sess.ID {
 			t.Errorf("VM %s template = %+v", vm.Name, vm.Spec.Template.ObjectMeta)
 		}
 		if errs := validation.IsDNS1123Label(vm.Name); len(errs) > 0 {
@@ -87,7 +90,7 @@ func TestObjectsAreLabelledOwnedAndNamedAfterTheSession(t *testing.T) {
 
 func TestWorkspacePod(t *testing.T) {
 	b := testBuilder(t, "shell")
-	anchor := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: AnchorName(b.sess.ID), UID: "u"}}
+	anchor := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: session.AnchorName(b.sess.ID), UID: "u"}}
 	pod := b.workspace(anchor)
 	if *pod.Spec.ActiveDeadlineSeconds != 11700 {
 		t.Errorf("activeDeadlineSeconds = %d", *pod.Spec.ActiveDeadlineSeconds)
@@ -134,7 +137,7 @@ func TestWorkspacePod(t *testing.T) {
 	if !res.Requests.Memory().Equal(*res.Limits.Memory()) || res.Requests.Memory().Cmp(resource.MustParse(labs.DefaultPodMemory)) != 0 {
 		t.Errorf("workspace resources = %+v", res)
 	}
-	if pod.Spec.Volumes[0].VolumeSource.Secret.SecretName != CloudInitName(b.sess.ID, "workspace") {
+	if pod.Spec.Volumes[0].VolumeSource.Secret.SecretName != session.CloudInitName(b.sess.ID, "workspace") {
 		t.Errorf("volumes = %+v", pod.Spec.Volumes)
 	}
 }
@@ -188,18 +191,21 @@ func TestDeadlineSecondsRoundUp(t *testing.T) {
 	}
 }
 
-// New fills the anchor defaults and refuses settings that would give no
-// deadline or a negative limit.
-func TestNewValidatesAnchorSettings(t *testing.T) {
-	base := Config{Namespace: "ns", Env: "dev", MaxLifetime: time.Hour, DeadlineGrace: time.Minute}
-	c, err := New(base, nil, nil)
-	if err != nil {
+// New accepts the defaults with an environment and a lifetime, and refuses
+// settings that would give no deadline, a negative limit or no images.
+func TestNewValidatesSettings(t *testing.T) {
+	base := DefaultConfig()
+	base.Env, base.MaxLifetime = "dev", time.Hour
+	if _, err := New(base, nil, nil); err != nil {
 		t.Fatal(err)
 	}
-	if c.cfg.AnchorBackoffLimit != DefaultAnchorBackoffLimit || c.cfg.AnchorCompletions != DefaultAnchorCompletions {
-		t.Errorf("defaults: backoffLimit %d completions %d", c.cfg.AnchorBackoffLimit, c.cfg.AnchorCompletions)
-	}
 	for name, mutate := range map[string]func(*Config){
+		"no env":               func(c *Config) { c.Env = "" },
+		"bad namespace":        func(c *Config) { c.Namespace = "Not_A_Namespace" },
+		"zero completions":     func(c *Config) { c.AnchorCompletions = 0 },
+		"no anchor image":      func(c *Config) { c.AnchorImage = "" },
+		"no call timeout":      func(c *Config) { c.CallTimeout = 0 },
+		"no rate limit":        func(c *Config) { c.QPS = 0 },
 		"no deadline":          func(c *Config) { c.MaxLifetime, c.DeadlineGrace = 0, 0 },
 		"negative deadline":    func(c *Config) { c.DeadlineGrace = -2 * time.Hour },
 		"negative backoff":     func(c *Config) { c.AnchorBackoffLimit = -1 },

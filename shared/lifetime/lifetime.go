@@ -7,8 +7,9 @@ package lifetime
 
 import (
 	"errors"
-	"fmt"
 	"time"
+
+	"labkeep/shared/setting"
 )
 
 // Policy holds the configured durations. The zero value is invalid; check
@@ -22,14 +23,20 @@ type Policy struct {
 	MaxLifetime time.Duration
 }
 
+// DefaultPolicy is an hour per session, extendable up to three hours
+// from the start.
+func DefaultPolicy() Policy {
+	return Policy{Lifetime: 60 * time.Minute, MaxLifetime: 180 * time.Minute}
+}
+
 // Validate reports a policy that could never produce a sensible session:
 // a non-positive lifetime or a cap below the initial lifetime.
 func (p Policy) Validate() error {
 	if p.Lifetime <= 0 {
-		return fmt.Errorf("lifetime must be positive, got %s", p.Lifetime)
+		return setting.Invalid("Lifetime", "must be positive, got %s", p.Lifetime)
 	}
 	if p.MaxLifetime < p.Lifetime {
-		return fmt.Errorf("max lifetime %s must not be shorter than lifetime %s", p.MaxLifetime, p.Lifetime)
+		return setting.Invalid("MaxLifetime", "%s must not be shorter than the lifetime %s", p.MaxLifetime, p.Lifetime)
 	}
 	return nil
 }

@@ -21,6 +21,7 @@ import (
 
 	"labkeep/shared/labs"
 	"labkeep/shared/lifetime"
+	"labkeep/shared/reap"
 	"labkeep/shared/session"
 )
 
@@ -41,7 +42,11 @@ type PG struct {
 // in the process instead of in PostgreSQL.
 const LockConns = 4
 
-var _ session.Store = (*PG)(nil)
+var (
+	_ session.Store     = (*PG)(nil)
+	_ reap.Store        = (*PG)(nil)
+	_ reap.StatusSource = (*PG)(nil)
+)
 
 // Open connects to dsn (pool settings such as pool_max_conns may be given
 // in it) and migrates the schema. Close the store when done.
@@ -91,7 +96,7 @@ func (p *PG) Close() {
 func (p *PG) Pool() *pgxpool.Pool { return p.pool }
 
 const columns = `id, student, lab, kind, status, started_at, expires_at, max_expires_at,
-	ready_at, finished_at, nodes, failure_reason, grading_token`
+	ready_at, finished_at, nodes, failure_reason, grading_token, end_kind, end_actor`
 
 const liveStatuses = `('provisioning', 'running')`
 
@@ -102,9 +107,9 @@ func (p *PG) Create(ctx context.Context, s session.Session) error {
 		return err
 	}
 	_, err = p.pool.Exec(ctx, `INSERT INTO sessions (`+columns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
 		s.ID, s.Student, s.Lab, string(s.Kind), string(s.Status), s.StartedAt, s.ExpiresAt, s.MaxExpiresAt,
-		nullTime(s.ReadyAt), nullTime(s.FinishedAt), nodes, s.FailureReason, s.GradingToken)
+		nullTime(s.ReadyAt), nullTime(s.FinishedAt), nodes, s.End.Detail, s.GradingToken, string(s.End.Kind), string(s.End.Actor))
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "sessions_one_live_per_student" {
 		return fmt.Errorf("%w: student %q already has a live session", session.ErrSessionExists, s.Student)
@@ -185,30 +190,19 @@ func (p *PG) Extend(ctx context.Context, id string, from, to time.Time) (session
 	return cur, session.ErrConflict
 }
 
-// Finish implements session.Store.
-func (p *PG) Finish(ctx context.Context, id string, status session.Status, reason string, at time.Time) (session.Session, error) {
-	if status.Live() {
-		return session.Session{}, fmt.Errorf("finish with live status %q", status)
-	}
-	return p.update(ctx, id, `UPDATE sessions SET status = $2, failure_reason = $3, finished_at = $4
-		WHERE id = $1 AND status IN `+liveStatuses+` RETURNING `+columns, id, string(status), reason, at)
-}
-
 // update runs a conditional UPDATE … RETURNING on a live row; if it matched
 // nothing, it returns the current row with ErrNotLive (or ErrNoSession).
-// FinishIf finishes a live session under its row lock (SELECT … FOR
-// UPDATE), held while act runs, so no Extend, MarkRunning, Close or other
-// Finish can interleave between the decision and the mark: it re-reads the
-// row; if the row is no longer live or due(row) is false, nothing happens
-// and ok is false; otherwise act runs (the cluster deletes) and, only if
-// act returned nil, the row gets status, reason and finish time at. An act
-// error is returned and leaves the row as it was. Returns ErrNoSession if
-// there is no such row.
-func (p *PG) FinishIf(ctx context.Context, id string, due func(session.Session) bool, act func(session.Session) error,
-	status session.Status, reason string, at time.Time) (s session.Session, ok bool, err error) {
-	if status.Live() {
-		return session.Session{}, false, fmt.Errorf("finish with live status %q", status)
-	}
+// FinishIf implements session.RowFinisher: it finishes a live session
+// under its row lock (SELECT … FOR UPDATE), held while act runs, so no
+// Extend, MarkRunning or other finisher can interleave between the decision
+// and the mark: it re-reads the row; if the row is no longer live or
+// due(row) is false, nothing happens and ok is false; otherwise act runs
+// (the cluster deletes) and, only if act returned a nil error, the row gets
+// the reason act returned (its status, kind, actor and detail) and finish
+// time at. An act error is returned and leaves the row as it was. Returns
+// ErrNoSession if there is no such row.
+func (p *PG) FinishIf(ctx context.Context, id string, due func(session.Session) bool,
+	act func(session.Session) (session.EndReason, error), at time.Time) (s session.Session, ok bool, err error) {
 	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `SELECT `+columns+` FROM sessions WHERE id = $1 FOR UPDATE`, id)
 		if err != nil {
@@ -224,11 +218,16 @@ func (p *PG) FinishIf(ctx context.Context, id string, due func(session.Session) 
 		if !s.Status.Live() || !due(s) {
 			return nil
 		}
-		if err := act(s); err != nil {
+		reason, err := act(s)
+		if err != nil {
 			return err
 		}
-		rows, err = tx.Query(ctx, `UPDATE sessions SET status = $2, failure_reason = $3, finished_at = $4
-			WHERE id = $1 RETURNING `+columns, id, string(status), reason, at)
+		if reason.Kind == "" {
+			return fmt.Errorf("finishing session %s without a reason", id)
+		}
+		rows, err = tx.Query(ctx, `UPDATE sessions SET status = $2, failure_reason = $3, finished_at = $4,
+			end_kind = $5, end_actor = $6 WHERE id = $1 RETURNING `+columns,
+			id, string(reason.Status()), reason.Detail, at, string(reason.Kind), string(reason.Actor))
 		if err != nil {
 			return err
 		}
@@ -355,17 +354,18 @@ func (p *PG) queryOne(ctx context.Context, sql string, args ...any) (session.Ses
 
 func scanSession(row pgx.CollectableRow) (session.Session, error) {
 	var s session.Session
-	var kind, status string
+	var kind, status, endKind, endActor string
 	var readyAt, finishedAt *time.Time
 	var nodes []byte
 	var id [16]byte
 	err := row.Scan(&id, &s.Student, &s.Lab, &kind, &status, &s.StartedAt, &s.ExpiresAt, &s.MaxExpiresAt,
-		&readyAt, &finishedAt, &nodes, &s.FailureReason, &s.GradingToken)
+		&readyAt, &finishedAt, &nodes, &s.End.Detail, &s.GradingToken, &endKind, &endActor)
 	if err != nil {
 		return s, err
 	}
 	s.ID = formatUUID(id)
 	s.Kind, s.Status = labs.Kind(kind), session.Status(status)
+	s.End.Kind, s.End.Actor = session.EndKind(endKind), session.Actor(endActor)
 	s.Window = lifetime.Window{StartedAt: s.StartedAt.UTC(), ExpiresAt: s.ExpiresAt.UTC(), MaxExpiresAt: s.MaxExpiresAt.UTC()}
 	if readyAt != nil {
 		s.ReadyAt = readyAt.UTC()

@@ -14,6 +14,7 @@ import (
 
 	"labkeep/localrun/pgtest"
 	"labkeep/shared/lifetime"
+	"labkeep/shared/reap"
 	"labkeep/shared/session"
 )
 
@@ -93,12 +94,14 @@ func TestLifecycle(t *testing.T) {
 	if err != nil || len(live) != 1 || live[0].ID != s.ID {
 		t.Errorf("ListLive = %v, %v", live, err)
 	}
-	closed, err := pg.Finish(ctx, s.ID, session.StatusClosed, "closed by student", t0.Add(time.Hour))
-	if err != nil || closed.Status != session.StatusClosed || closed.FailureReason != "closed by student" {
-		t.Fatalf("Finish = %+v, %v", closed, err)
+	byStudent := session.EndReason{Kind: session.EndClosed, Actor: session.ActorStudent, Detail: "closed by student alice"}
+	closed := finish(t, pg, s.ID, byStudent, t0.Add(time.Hour))
+	if closed.Status != session.StatusClosed || closed.End != byStudent {
+		t.Fatalf("finished row = %+v", closed)
 	}
-	if _, err := pg.Finish(ctx, s.ID, session.StatusExpired, "late", t0.Add(time.Hour)); !errors.Is(err, session.ErrNotLive) {
-		t.Errorf("second Finish = %v, want ErrNotLive", err)
+	late := func(session.Session) (session.EndReason, error) { return expiredByReaper, nil }
+	if _, ok, err := pg.FinishIf(ctx, s.ID, func(session.Session) bool { return true }, late, t0.Add(time.Hour)); ok || err != nil {
+		t.Errorf("second finish: ok %v err %v, want nothing done", ok, err)
 	}
 	if _, err := pg.LiveFor(ctx, "alice"); !errors.Is(err, session.ErrNoSession) {
 		t.Errorf("LiveFor after close = %v, want ErrNoSession", err)
@@ -219,12 +222,12 @@ func TestLockSerialisesAndSurvivesManyWaiters(t *testing.T) {
 func TestReapRuns(t *testing.T) {
 	ctx := context.Background()
 	pg := openStore(t)
-	for i, trigger := range []string{"schedule", "admin"} {
-		_, err := pg.RecordRun(ctx, ReapRun{
+	for i, trigger := range []reap.Trigger{reap.TriggerSchedule, reap.TriggerAdmin} {
+		_, err := pg.RecordRun(ctx, reap.Report{
 			Trigger: trigger, StartedAt: t0.Add(time.Duration(i) * time.Minute), FinishedAt: t0.Add(time.Duration(i)*time.Minute + time.Second),
-			Counts:   map[string]int{"expired": i},
-			Failures: []ReapFailure{{Kind: "expired", Session: "s", Error: "boom"}},
-			Items:    []ReapItem{{Kind: "orphan", Session: "o", Reason: "no live row", Objects: []string{"Secret/x"}}},
+			Counts:   map[reap.ItemKind]int{"expired": i},
+			Failures: []reap.Failure{{Kind: "expired", Session: "s", Error: "boom"}},
+			Items:    []reap.Reaped{{Kind: "orphan", Session: "o", Reason: "no live row", Objects: []string{"Secret/x"}}},
 		})
 		if err != nil {
 			t.Fatal(err)
@@ -234,9 +237,9 @@ func TestReapRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []ReapRun{{ID: 2, Trigger: "admin", StartedAt: t0.Add(time.Minute), FinishedAt: t0.Add(time.Minute + time.Second),
-		Counts: map[string]int{"expired": 1}, Failures: []ReapFailure{{Kind: "expired", Session: "s", Error: "boom"}},
-		Items: []ReapItem{{Kind: "orphan", Session: "o", Reason: "no live row", Objects: []string{"Secret/x"}}}}}
+	want := []reap.Report{{ID: 2, Trigger: "admin", StartedAt: t0.Add(time.Minute), FinishedAt: t0.Add(time.Minute + time.Second),
+		Counts: map[reap.ItemKind]int{"expired": 1}, Failures: []reap.Failure{{Kind: "expired", Session: "s", Error: "boom"}},
+		Items: []reap.Reaped{{Kind: "orphan", Session: "o", Reason: "no live row", Objects: []string{"Secret/x"}}}}}
 	if diff := cmp.Diff(want, runs); diff != "" {
 		t.Errorf("RecentRuns (-want +got):\n%s", diff)
 	}

@@ -3,53 +3,22 @@ package pgstore
 import (
 	"context"
 	"encoding/json"
-	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"labkeep/shared/reap"
 )
 
-// ReapRun is the stored report of one reaper run (issue 4).
-type ReapRun struct {
-	ID int64 `json:"id"`
-	// Trigger is what started the run, e.g. "schedule" or "admin".
-	Trigger    string    `json:"trigger"`
-	StartedAt  time.Time `json:"startedAt"`
-	FinishedAt time.Time `json:"finishedAt"`
-	DryRun     bool      `json:"dryRun"`
-	// Counts is items handled per kind, e.g. {"expired": 3, "orphan": 1}.
-	Counts map[string]int `json:"counts"`
-	// Failures lists every item the run could not handle, with the reason.
-	Failures []ReapFailure `json:"failures"`
-	// Items lists every item the run handled, or would have in a dry run.
-	Items []ReapItem `json:"items"`
-}
-
-// ReapItem is one item a reaper run handled (or would have, in a dry run).
-type ReapItem struct {
-	Kind    string   `json:"kind"`
-	Session string   `json:"session"`
-	Reason  string   `json:"reason"`
-	Objects []string `json:"objects,omitempty"`
-}
-
-// ReapFailure is one item a reaper run failed on.
-type ReapFailure struct {
-	Kind    string `json:"kind"`
-	Session string `json:"session,omitempty"`
-	Object  string `json:"object,omitempty"`
-	Error   string `json:"error"`
-}
-
-// RecordRun stores a finished run and returns its id.
-func (p *PG) RecordRun(ctx context.Context, r ReapRun) (int64, error) {
+// RecordRun implements reap.Store: it stores a finished run and returns its id.
+func (p *PG) RecordRun(ctx context.Context, r reap.Report) (int64, error) {
 	if r.Counts == nil {
-		r.Counts = map[string]int{}
+		r.Counts = map[reap.ItemKind]int{}
 	}
 	if r.Failures == nil {
-		r.Failures = []ReapFailure{}
+		r.Failures = []reap.Failure{}
 	}
 	if r.Items == nil {
-		r.Items = []ReapItem{}
+		r.Items = []reap.Reaped{}
 	}
 	items, err := json.Marshal(r.Items)
 	if err != nil {
@@ -70,15 +39,15 @@ func (p *PG) RecordRun(ctx context.Context, r ReapRun) (int64, error) {
 	return id, err
 }
 
-// RecentRuns returns the latest limit runs, newest first.
-func (p *PG) RecentRuns(ctx context.Context, limit int) ([]ReapRun, error) {
+// RecentRuns implements reap.StatusSource: the latest limit runs, newest first.
+func (p *PG) RecentRuns(ctx context.Context, limit int) ([]reap.Report, error) {
 	rows, err := p.pool.Query(ctx, `SELECT id, trigger, started_at, finished_at, dry_run, counts, failures, items
 		FROM reap_runs ORDER BY started_at DESC, id DESC LIMIT $1`, limit)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (ReapRun, error) {
-		var r ReapRun
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (reap.Report, error) {
+		var r reap.Report
 		var counts, failures, items []byte
 		if err := row.Scan(&r.ID, &r.Trigger, &r.StartedAt, &r.FinishedAt, &r.DryRun, &counts, &failures, &items); err != nil {
 			return r, err

@@ -2,8 +2,6 @@ package reap
 
 import (
 	"github.com/prometheus/client_golang/prometheus"
-
-	"labkeep/shared/pgstore"
 )
 
 // Metrics are the reaper's Prometheus series. A nil *Metrics records
@@ -51,19 +49,19 @@ func (m *Metrics) observeBusy(t Trigger) {
 	m.runs.WithLabelValues(string(t), "busy").Inc()
 }
 
-func (m *Metrics) observeRun(r pgstore.ReapRun, liveSessions, liveVMs int) {
+func (m *Metrics) observeRun(r Report, liveSessions, liveVMs int) {
 	if m == nil {
 		return
 	}
-	m.runs.WithLabelValues(r.Trigger, "ok").Inc()
+	m.runs.WithLabelValues(string(r.Trigger), "ok").Inc()
 	m.duration.Observe(r.FinishedAt.Sub(r.StartedAt).Seconds())
 	if !r.DryRun {
 		for kind, n := range r.Counts {
-			m.reaped.WithLabelValues(kind).Add(float64(n))
+			m.reaped.WithLabelValues(string(kind)).Add(float64(n))
 		}
 	}
 	for _, f := range r.Failures {
-		m.failures.WithLabelValues(f.Kind).Inc()
+		m.failures.WithLabelValues(string(f.Kind)).Inc()
 	}
 	m.liveSess.Set(float64(liveSessions))
 	if liveVMs >= 0 {

@@ -14,7 +14,6 @@ import (
 	"sort"
 	"time"
 
-	"labkeep/shared/kube"
 	"labkeep/shared/labs"
 	"labkeep/shared/lifetime"
 	"labkeep/shared/session"
@@ -43,10 +42,13 @@ type Item struct {
 	SessionID string
 	// Session is the live row, for expired and ghost items.
 	Session session.Session
-	// Objects are the orphaned objects, anchor last, for orphan items.
-	Objects []kube.ObjectRef
+	// Objects are the orphaned objects, in the delete order (anchor last),
+	// for orphan items.
+	Objects []session.ObjectRef
 	// Reason says why, in words for the run report and the row.
 	Reason string
+	// End is how an expired or ghost session's row ends.
+	End session.EndReason
 }
 
 // Rules are the thresholds of a plan.
@@ -56,7 +58,7 @@ type Rules struct {
 	// never make one environment reap another's objects.
 	Env string
 	// ProvisionTimeout: a session still provisioning this long after it
-	// started is a ghost (default 10m).
+	// started is a ghost.
 	ProvisionTimeout time.Duration
 	// ProvisionGrace: a provisioning session whose VM is missing is given
 	// this long (the row is written before the objects) before it counts
@@ -82,37 +84,35 @@ type Rules struct {
 //
 // Items come out in a stable order: expired, ghosts, orphans, each by
 // session id.
-func Plan(now time.Time, live []session.Session, inv *kube.Inventory, r Rules) []Item {
+func Plan(now time.Time, live []session.Session, inv *Inventory, r Rules) []Item {
 	var expired, ghosts, orphans []Item
 	liveIDs := make(map[string]bool, len(live))
 	for _, s := range live {
 		liveIDs[s.ID] = true
 		if lifetime.Expired(s.Window, now) {
-			expired = append(expired, Item{Kind: Expired, SessionID: s.ID, Session: s,
-				Reason: fmt.Sprintf("expired at %s", s.ExpiresAt.UTC().Format(time.RFC3339))})
+			reason := fmt.Sprintf("expired at %s", s.ExpiresAt.UTC().Format(time.RFC3339))
+			expired = append(expired, Item{Kind: Expired, SessionID: s.ID, Session: s, Reason: reason,
+				End: session.EndReason{Kind: session.EndExpired, Actor: session.ActorReaper, Detail: reason}})
 			continue
 		}
 		if inv == nil {
 			continue
 		}
 		if reason := ghostReason(now, s, inv, r); reason != "" {
-			ghosts = append(ghosts, Item{Kind: Ghost, SessionID: s.ID, Session: s, Reason: reason})
+			ghosts = append(ghosts, Item{Kind: Ghost, SessionID: s.ID, Session: s, Reason: reason,
+				End: session.EndReason{Kind: session.EndGhost, Actor: session.ActorReaper, Detail: reason}})
 		}
 	}
 	if inv != nil {
-		bySession := map[string][]kube.Object{}
+		bySession := map[string][]session.ObjectRef{}
 		for _, o := range inv.Objects {
 			if o.Env != r.Env || o.Session == "" || liveIDs[o.Session] || o.Deleting {
 				continue
 			}
-			bySession[o.Session] = append(bySession[o.Session], o)
+			bySession[o.Session] = append(bySession[o.Session], o.ObjectRef)
 		}
-		for id, objs := range bySession {
-			sort.SliceStable(objs, func(i, j int) bool { return deleteRank(objs[i].Kind) < deleteRank(objs[j].Kind) })
-			refs := make([]kube.ObjectRef, len(objs))
-			for i, o := range objs {
-				refs[i] = o.ObjectRef
-			}
+		for id, refs := range bySession {
+			session.SortForDelete(refs)
 			orphans = append(orphans, Item{Kind: Orphan, SessionID: id, Objects: refs,
 				Reason: fmt.Sprintf("%d object(s) of session %s, which has no live row", len(refs), id)})
 		}
@@ -123,36 +123,21 @@ func Plan(now time.Time, live []session.Session, inv *kube.Inventory, r Rules) [
 	return append(append(expired, ghosts...), orphans...)
 }
 
-// deleteRank orders an orphan's deletes as Teardown does: what runs first,
-// then network objects, then Secrets, the anchor last.
-func deleteRank(k kube.Kind) int {
-	switch k {
-	case kube.KindVirtualMachine, kube.KindPod:
-		return 0
-	case kube.KindService, kube.KindNetworkPolicy:
-		return 1
-	case kube.KindSecret:
-		return 2
-	default:
-		return 3
-	}
-}
-
-func ghostReason(now time.Time, s session.Session, inv *kube.Inventory, r Rules) string {
+func ghostReason(now time.Time, s session.Session, inv *Inventory, r Rules) string {
 	age := now.Sub(s.StartedAt)
 	running := s.Status == session.StatusRunning
 	timedOut := s.Status == session.StatusProvisioning && r.ProvisionTimeout > 0 && age > r.ProvisionTimeout
 	pastGrace := running || age > r.ProvisionGrace
 	allReady := true
 	if s.Kind == labs.KindPod {
-		pods := map[string]kube.Object{}
+		pods := map[string]Object{}
 		for _, o := range inv.Objects {
-			if o.Kind == kube.KindPod && !o.Deleting {
+			if o.Kind == session.KindPod && !o.Deleting {
 				pods[o.Name] = o
 			}
 		}
 		for _, n := range s.Nodes {
-			name := kube.NodeName(s.ID, n.Name)
+			name := session.NodeName(s.ID, n.Name)
 			pod, ok := pods[name]
 			if !ok && pastGrace {
 				return fmt.Sprintf("workspace Pod %s no longer exists", name)
@@ -161,7 +146,7 @@ func ghostReason(now time.Time, s session.Session, inv *kube.Inventory, r Rules)
 		}
 	} else {
 		for _, n := range s.Nodes {
-			name := kube.NodeName(s.ID, n.Name)
+			name := session.NodeName(s.ID, n.Name)
 			if !inv.VMNames[name] {
 				if pastGrace {
 					return fmt.Sprintf("VirtualMachine %s no longer exists", name)

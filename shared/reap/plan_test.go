@@ -7,7 +7,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
-	"labkeep/shared/kube"
 	"labkeep/shared/labs"
 	"labkeep/shared/lifetime"
 	"labkeep/shared/session"
@@ -29,11 +28,11 @@ func vmSession(id string, status session.Status, started time.Time, nodes ...str
 
 // inventory builds a snapshot holding VM+VMI for each running node name
 // given, plus extra labelled objects.
-func inventory(vmsWithVMI []string, vmsOnly []string, objs ...kube.Object) *kube.Inventory {
-	inv := &kube.Inventory{VMNames: map[string]bool{}, VMIs: map[string]kube.VMIInfo{}, Objects: objs}
+func inventory(vmsWithVMI []string, vmsOnly []string, objs ...Object) *Inventory {
+	inv := &Inventory{VMNames: map[string]bool{}, VMIs: map[string]VMIInfo{}, Objects: objs}
 	for _, n := range vmsWithVMI {
 		inv.VMNames[n] = true
-		inv.VMIs[n] = kube.VMIInfo{Name: n, Ready: true}
+		inv.VMIs[n] = VMIInfo{Name: n, Ready: true}
 	}
 	for _, n := range vmsOnly {
 		inv.VMNames[n] = true
@@ -42,8 +41,8 @@ func inventory(vmsWithVMI []string, vmsOnly []string, objs ...kube.Object) *kube
 	return inv
 }
 
-func obj(kind kube.Kind, name, sessionID string) kube.Object {
-	return kube.Object{ObjectRef: kube.ObjectRef{Kind: kind, Name: name}, Env: "prod", Session: sessionID}
+func obj(kind session.ObjectKind, name, sessionID string) Object {
+	return Object{ObjectRef: session.ObjectRef{Kind: kind, Name: name}, Env: "prod", Session: sessionID}
 }
 
 type planned struct {
@@ -66,17 +65,17 @@ func summarize(items []Item) []planned {
 
 func TestPlan(t *testing.T) {
 	now := t0.Add(30 * time.Minute)
-	a := kube.NodeName("a", "vm")
+	a := session.NodeName("a", "vm")
 	tests := []struct {
 		name string
 		live []session.Session
-		inv  *kube.Inventory
+		inv  *Inventory
 		want []planned
 	}{
 		{
 			name: "running session within its lifetime, everything present: nothing",
 			live: []session.Session{vmSession("a", session.StatusRunning, t0, "vm")},
-			inv:  inventory([]string{a}, nil, obj(kube.KindVirtualMachine, a, "a")),
+			inv:  inventory([]string{a}, nil, obj(session.KindVirtualMachine, a, "a")),
 		},
 		{
 			name: "expiry passed: expired, even though its VM is also gone",
@@ -156,8 +155,8 @@ func TestPlan(t *testing.T) {
 					return s
 				}(),
 			},
-			inv: inventory(nil, nil, obj(kube.KindPod, kube.NodeName("p1", "ws"), "p1"),
-				func() kube.Object { o := obj(kube.KindPod, kube.NodeName("p2", "ws"), "p2"); o.Ready = true; return o }()),
+			inv: inventory(nil, nil, obj(session.KindPod, session.NodeName("p1", "ws"), "p1"),
+				func() Object { o := obj(session.KindPod, session.NodeName("p2", "ws"), "p2"); o.Ready = true; return o }()),
 			want: []planned{{Kind: Ghost, SessionID: "p1"}},
 		},
 		{
@@ -174,29 +173,29 @@ func TestPlan(t *testing.T) {
 					return s
 				}(),
 			},
-			inv:  inventory(nil, nil, obj(kube.KindPod, kube.NodeName("p2", "ws"), "p2")),
+			inv:  inventory(nil, nil, obj(session.KindPod, session.NodeName("p2", "ws"), "p2")),
 			want: []planned{{Kind: Ghost, SessionID: "p1"}},
 		},
 		{
 			name: "objects of a session with no live row: one orphan item, VM first and anchor last",
 			inv: inventory(nil, []string{"lk-x-vm"},
-				obj(kube.KindAnchor, "lk-x-anchor", "x"),
-				obj(kube.KindSecret, "lk-x-vm-cloudinit", "x"),
-				obj(kube.KindVirtualMachine, "lk-x-vm", "x"),
+				obj(session.KindAnchor, "lk-x-anchor", "x"),
+				obj(session.KindSecret, "lk-x-vm-cloudinit", "x"),
+				obj(session.KindVirtualMachine, "lk-x-vm", "x"),
 			),
 			want: []planned{{Kind: Orphan, SessionID: "x", Objects: []string{"VirtualMachine/lk-x-vm", "Secret/lk-x-vm-cloudinit", "Job/lk-x-anchor"}}},
 		},
 		{
 			name: "objects without a session label, or already being deleted: never touched",
 			inv: inventory(nil, nil,
-				obj(kube.KindVirtualMachine, "mystery", ""),
-				kube.Object{ObjectRef: kube.ObjectRef{Kind: kube.KindSecret, Name: "going"}, Session: "y", Deleting: true},
+				obj(session.KindVirtualMachine, "mystery", ""),
+				Object{ObjectRef: session.ObjectRef{Kind: session.KindSecret, Name: "going"}, Session: "y", Deleting: true},
 			),
 		},
 		{
 			name: "another environment's objects slipped into the inventory: never touched",
-			inv: inventory(nil, nil, func() kube.Object {
-				o := obj(kube.KindVirtualMachine, "lk-d-vm", "d")
+			inv: inventory(nil, nil, func() Object {
+				o := obj(session.KindVirtualMachine, "lk-d-vm", "d")
 				o.Env = "dev"
 				return o
 			}()),
@@ -204,7 +203,7 @@ func TestPlan(t *testing.T) {
 		{
 			name: "objects of a live session are not orphans",
 			live: []session.Session{vmSession("a", session.StatusRunning, t0, "vm")},
-			inv:  inventory([]string{a}, nil, obj(kube.KindVirtualMachine, a, "a"), obj(kube.KindSecret, "lk-a-vm-cloudinit", "a")),
+			inv:  inventory([]string{a}, nil, obj(session.KindVirtualMachine, a, "a"), obj(session.KindSecret, "lk-a-vm-cloudinit", "a")),
 		},
 		{
 			name: "mixed: expired first, then ghosts, then orphans, each by id",
@@ -213,7 +212,7 @@ func TestPlan(t *testing.T) {
 				vmSession("e2", session.StatusRunning, now.Add(-2*time.Hour), "vm"),
 				vmSession("e1", session.StatusRunning, now.Add(-2*time.Hour), "vm"),
 			},
-			inv: inventory(nil, nil, obj(kube.KindSecret, "s-o", "o")),
+			inv: inventory(nil, nil, obj(session.KindSecret, "s-o", "o")),
 			want: []planned{
 				{Kind: Expired, SessionID: "e1"}, {Kind: Expired, SessionID: "e2"},
 				{Kind: Ghost, SessionID: "g"},
@@ -237,7 +236,7 @@ func BenchmarkPlan200(b *testing.B) {
 	now := t0.Add(30 * time.Minute)
 	var live []session.Session
 	var vmsWithVMI []string
-	var objs []kube.Object
+	var objs []Object
 	for i := range 200 {
 		id := fmt.Sprintf("s%03d", i)
 		started := t0
@@ -245,12 +244,12 @@ func BenchmarkPlan200(b *testing.B) {
 			started = now.Add(-2 * time.Hour)
 		}
 		live = append(live, vmSession(id, session.StatusRunning, started, "vm"))
-		vmsWithVMI = append(vmsWithVMI, kube.NodeName(id, "vm"))
-		objs = append(objs, obj(kube.KindVirtualMachine, kube.NodeName(id, "vm"), id), obj(kube.KindSecret, id+"-ci", id), obj(kube.KindAnchor, id+"-anchor", id))
+		vmsWithVMI = append(vmsWithVMI, session.NodeName(id, "vm"))
+		objs = append(objs, obj(session.KindVirtualMachine, session.NodeName(id, "vm"), id), obj(session.KindSecret, id+"-ci", id), obj(session.KindAnchor, id+"-anchor", id))
 	}
 	for i := range 50 {
 		id := fmt.Sprintf("o%03d", i)
-		objs = append(objs, obj(kube.KindSecret, id+"-ci", id), obj(kube.KindAnchor, id+"-anchor", id))
+		objs = append(objs, obj(session.KindSecret, id+"-ci", id), obj(session.KindAnchor, id+"-anchor", id))
 	}
 	inv := inventory(vmsWithVMI, nil, objs...)
 	b.ResetTimer()

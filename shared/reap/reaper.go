@@ -11,10 +11,9 @@ import (
 	"sync"
 	"time"
 
-	"labkeep/shared/kube"
 	"labkeep/shared/lifetime"
-	"labkeep/shared/pgstore"
 	"labkeep/shared/session"
+	"labkeep/shared/setting"
 )
 
 // Trigger is what started a run.
@@ -39,42 +38,75 @@ type Store interface {
 	ListLive(ctx context.Context) ([]session.Session, error)
 	// Get returns one session, or session.ErrNoSession.
 	Get(ctx context.Context, id string) (session.Session, error)
-	// FinishIf re-reads the row under its lock and, if it is still live and
-	// due, runs act and marks the row final only if act succeeded — so an
-	// extension can never slip in between deciding and deleting.
-	FinishIf(ctx context.Context, id string, due func(session.Session) bool, act func(session.Session) error,
-		status session.Status, reason string, at time.Time) (session.Session, bool, error)
+	// RowFinisher is the row lock session.End ends sessions under.
+	session.RowFinisher
 	// TryLock takes the named advisory lock if free (ok=false if not).
 	TryLock(ctx context.Context, name string) (unlock func(), ok bool, err error)
-	// RecordRun stores a finished run's report.
-	RecordRun(ctx context.Context, r pgstore.ReapRun) (int64, error)
+	// RecordRun stores a finished run's report and returns its id.
+	RecordRun(ctx context.Context, r Report) (int64, error)
 }
 
 // Cluster is what a run needs of Kubernetes.
 type Cluster interface {
 	// Inventory lists the namespace with a fixed number of list calls.
-	Inventory(ctx context.Context) (kube.Inventory, error)
+	Inventory(ctx context.Context) (Inventory, error)
 	// Delete removes one object; already gone counts as deleted.
-	Delete(ctx context.Context, r kube.ObjectRef) error
-	// Teardown deletes every object a session can own, by name.
-	Teardown(ctx context.Context, s session.Session) error
+	Delete(ctx context.Context, r session.ObjectRef) error
+	// Teardowner deletes every object a session can own, by name.
+	session.Teardowner
 }
 
-var (
-	_ Store   = (*pgstore.PG)(nil)
-	_ Cluster = (*kube.Cluster)(nil)
-)
-
-// Config are a reaper's settings (LABKEEP_REAP_* in the binaries).
+// Config are a reaper's settings (LABKEEP_REAP_* in the binaries); see
+// DefaultConfig and Validate.
 type Config struct {
 	Rules
 	// DryRun reports what a run would delete and deletes nothing.
 	DryRun bool
 	// RunDeadline bounds a whole run; shorter than the schedule period, so
-	// runs never pile up (default 50s).
+	// runs never pile up.
 	RunDeadline time.Duration
-	// Workers is how many items are handled at once (default 8).
+	// Workers is how many items are handled at once.
 	Workers int
+}
+
+// SchedulePeriod is how often the scheduler calls reapTick (every shipped
+// schedule is once a minute); a run's deadline must stay below it.
+const SchedulePeriod = time.Minute
+
+// DefaultConfig is a reaper's configuration unless told otherwise; Env has
+// no default.
+func DefaultConfig() Config {
+	return Config{
+		Rules:       Rules{ProvisionTimeout: 10 * time.Minute, ProvisionGrace: 2 * time.Minute},
+		RunDeadline: 50 * time.Second,
+		Workers:     8,
+	}
+}
+
+// Validate reports settings a reaper cannot run with; each message names
+// the setting.
+func (c Config) Validate() error {
+	var errs []error
+	if c.Env == "" {
+		errs = append(errs, setting.Invalid("Env", "is required (this environment's labkeep.io/env)"))
+	}
+	if c.RunDeadline <= 0 {
+		errs = append(errs, setting.Invalid("RunDeadline", "must be positive, got %s", c.RunDeadline))
+	} else if c.RunDeadline >= SchedulePeriod {
+		errs = append(errs, setting.Invalid("RunDeadline", "%s must be below the reaper's schedule period %s, so runs never overlap", c.RunDeadline, SchedulePeriod))
+	}
+	if c.Workers < 1 {
+		errs = append(errs, setting.Invalid("Workers", "must be at least 1, got %d", c.Workers))
+	}
+	if c.ProvisionTimeout <= 0 {
+		errs = append(errs, setting.Invalid("ProvisionTimeout", "must be positive, got %s", c.ProvisionTimeout))
+	}
+	if c.ProvisionGrace <= 0 {
+		errs = append(errs, setting.Invalid("ProvisionGrace", "must be positive, got %s", c.ProvisionGrace))
+	} else if c.ProvisionGrace > c.ProvisionTimeout {
+		errs = append(errs, setting.Invalid("ProvisionGrace", "%s exceeds the provision timeout %s", c.ProvisionGrace, c.ProvisionTimeout))
+	}
+	return errors.Join(errs...)
 }
 
 // Reaper runs reap passes. It holds no state between runs: any number of
@@ -95,39 +127,39 @@ type Reaper struct {
 // and returns it. A failed item is in Report.Failures, not in the error:
 // the error is only for a run that could not start or could not even list
 // the live sessions.
-func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (pgstore.ReapRun, error) {
-	cfg := r.config()
-	if cfg.Env == "" {
-		return pgstore.ReapRun{}, errors.New("reap: Config.Env (this environment's labkeep.io/env) is required")
+func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (Report, error) {
+	cfg := r.Config
+	if err := cfg.Validate(); err != nil {
+		return Report{}, fmt.Errorf("reap: %w", err)
 	}
 	// The deadline covers the whole run, taking the lock included.
 	runCtx, cancel := context.WithTimeout(ctx, cfg.RunDeadline)
 	defer cancel()
 	unlock, ok, err := r.Store.TryLock(runCtx, LockName)
 	if err != nil {
-		return pgstore.ReapRun{}, fmt.Errorf("reaper lock: %w", err)
+		return Report{}, fmt.Errorf("reaper lock: %w", err)
 	}
 	if !ok {
 		r.Metrics.observeBusy(trigger)
-		return pgstore.ReapRun{}, ErrBusy
+		return Report{}, ErrBusy
 	}
 	defer unlock()
 
-	report := pgstore.ReapRun{Trigger: string(trigger), StartedAt: r.Now().UTC(), DryRun: cfg.DryRun,
-		Counts: map[string]int{}, Failures: []pgstore.ReapFailure{}, Items: []pgstore.ReapItem{}}
+	report := Report{Trigger: trigger, StartedAt: r.Now().UTC(), DryRun: cfg.DryRun,
+		Counts: map[ItemKind]int{}, Failures: []Failure{}, Items: []Reaped{}}
 	log := r.Log.With("trigger", trigger, "dryRun", cfg.DryRun)
 
 	live, err := r.Store.ListLive(runCtx)
 	if err != nil {
-		return pgstore.ReapRun{}, fmt.Errorf("listing live sessions: %w", err)
+		return Report{}, fmt.Errorf("listing live sessions: %w", err)
 	}
-	var invp *kube.Inventory
+	var invp *Inventory
 	inv, err := r.Cluster.Inventory(runCtx)
 	if err != nil {
 		// Expired sessions are torn down by name and need no inventory:
 		// a list failure must not stop them.
 		log.Warn("inventory failed; reaping expired sessions only", "err", err, "errType", fmt.Sprintf("%T", err))
-		report.Failures = append(report.Failures, pgstore.ReapFailure{Kind: "inventory", Error: err.Error()})
+		report.Failures = append(report.Failures, Failure{Kind: FailedInventory, Error: err.Error()})
 	} else {
 		invp = &inv
 	}
@@ -144,7 +176,7 @@ func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (pgstore.ReapRun,
 				reaped, failures := r.handle(runCtx, log, it, cfg.DryRun)
 				mu.Lock()
 				if reaped {
-					report.Counts[string(it.Kind)]++
+					report.Counts[it.Kind]++
 					report.Items = append(report.Items, it.record())
 				}
 				report.Failures = append(report.Failures, failures...)
@@ -176,8 +208,8 @@ func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (pgstore.ReapRun,
 		liveVMs = invp.VMs
 	}
 	r.Metrics.observeRun(report, len(live), liveVMs)
-	log.Info("reap run done", "expired", report.Counts[string(Expired)], "orphan", report.Counts[string(Orphan)],
-		"ghost", report.Counts[string(Ghost)], "failures", len(report.Failures),
+	log.Info("reap run done", "expired", report.Counts[Expired], "orphan", report.Counts[Orphan],
+		"ghost", report.Counts[Ghost], "failures", len(report.Failures),
 		"took", report.FinishedAt.Sub(report.StartedAt).String())
 	return report, nil
 }
@@ -185,10 +217,10 @@ func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (pgstore.ReapRun,
 // handle reaps one item and reports whether it did (false: it failed, or
 // turned out not to need reaping) and its failures; a panic is a failure
 // too, so not even a bug in one item's handling stops the others.
-func (r *Reaper) handle(ctx context.Context, log *slog.Logger, it Item, dryRun bool) (reaped bool, failures []pgstore.ReapFailure) {
+func (r *Reaper) handle(ctx context.Context, log *slog.Logger, it Item, dryRun bool) (reaped bool, failures []Failure) {
 	log = log.With("kind", it.Kind, "session", shortID(it.SessionID))
 	fail := func(object string, err error) {
-		failures = append(failures, pgstore.ReapFailure{Kind: string(it.Kind), Session: it.SessionID, Object: object, Error: err.Error()})
+		failures = append(failures, Failure{Kind: it.Kind, Session: it.SessionID, Object: object, Error: err.Error()})
 		log.Warn("reap failed", "object", object, "err", err, "errType", errType(err))
 	}
 	defer func() {
@@ -199,95 +231,87 @@ func (r *Reaper) handle(ctx context.Context, log *slog.Logger, it Item, dryRun b
 	}()
 	switch it.Kind {
 	case Expired, Ghost:
-		// Under the row lock: re-check that the row is still live and still
-		// due (an extension may have landed since the plan), delete, and
-		// mark the row only once the deletes succeeded. A row marked final
-		// is never looked at again, so marking first would leak the VM
-		// forever. A ghost is marked failed even if some leftover refuses
-		// to go — the student must not be locked out; the leftover becomes
-		// an orphan for the next run.
-		status, due := session.StatusExpired, func(s session.Session) bool { return lifetime.Expired(s.Window, r.Now()) }
-		if it.Kind == Ghost {
-			status, due = session.StatusFailed, func(s session.Session) bool { return s.Status == it.Session.Status }
-		}
-		act := func(s session.Session) error {
-			if dryRun {
-				return errDryRun
-			}
-			err := r.Cluster.Teardown(ctx, s)
-			if err != nil && it.Kind == Ghost {
-				fail("", err)
-				return nil
-			}
-			return err
-		}
-		_, marked, err := r.Store.FinishIf(ctx, it.SessionID, due, act, status, it.Reason, r.Now().UTC())
-		switch {
-		case errors.Is(err, errDryRun):
-			log.Info("would reap", "reason", it.Reason)
-			return true, failures
-		case err != nil:
-			fail("", err)
-			return false, failures
-		case !marked:
-			log.Info("not reaped after all: the row changed since the plan (extended, closed or became ready)")
-			return false, failures
-		}
-		log.Info("reaped", "reason", it.Reason)
-		return true, failures
+		return r.endSession(ctx, log, it, dryRun, fail), failures
 	case Orphan:
-		// Re-check right before deleting: a session whose row was written
-		// after this run listed the live rows must survive.
-		if s, err := r.Store.Get(ctx, it.SessionID); err == nil && s.Status.Live() {
-			log.Info("not an orphan after all: session is live now")
-			return false, nil
-		} else if err != nil && !errors.Is(err, session.ErrNoSession) {
-			fail("", fmt.Errorf("re-checking the session row: %w", err))
-			return false, failures
-		}
-		if dryRun {
-			log.Info("would reap orphan", "reason", it.Reason, "objects", len(it.Objects))
-			return true, nil
-		}
-		for _, o := range it.Objects {
-			if err := r.Cluster.Delete(ctx, o); err != nil {
-				fail(string(o.Kind)+"/"+o.Name, err)
-			}
-		}
-		if len(failures) == 0 {
-			log.Info("reaped orphan", "objects", len(it.Objects))
-		}
-		return len(failures) == 0, failures
+		return r.sweepOrphan(ctx, log, it, dryRun, fail), failures
 	}
 	return false, failures
 }
 
-// errDryRun stops FinishIf before it deletes or marks anything.
-var errDryRun = errors.New("dry run")
-
-func (it Item) record() pgstore.ReapItem {
-	ri := pgstore.ReapItem{Kind: string(it.Kind), Session: it.SessionID, Reason: it.Reason}
-	for _, o := range it.Objects {
-		ri.Objects = append(ri.Objects, string(o.Kind)+"/"+o.Name)
+// endSession ends an expired or ghost session with session.End: under the
+// row lock it re-checks that the row is still live and still due (an
+// extension may have landed since the plan), deletes, and marks the row
+// only once the deletes succeeded — a row marked final is never looked at
+// again, so marking first would leak the VM forever. A ghost is marked
+// failed even if some leftover refuses to go: the student must not be
+// locked out; the leftover becomes an orphan for the next run.
+func (r *Reaper) endSession(ctx context.Context, log *slog.Logger, it Item, dryRun bool, fail func(string, error)) bool {
+	e := session.Ending{Reason: it.End, EvenIfTeardownFails: it.Kind == Ghost}
+	if it.Kind == Expired {
+		e.Due = func(s session.Session) bool { return lifetime.Expired(s.Window, r.Now()) }
+	} else {
+		e.Due = func(s session.Session) bool { return s.Status == it.Session.Status }
 	}
-	return ri
+	if dryRun {
+		cur, err := r.Store.Get(ctx, it.SessionID)
+		if err != nil {
+			fail("", err)
+			return false
+		}
+		if !cur.Status.Live() || !e.Due(cur) {
+			log.Info("would not reap after all: the row changed since the plan")
+			return false
+		}
+		log.Info("would reap", "reason", it.Reason)
+		return true
+	}
+	_, ended, err := session.End(ctx, r.Store, r.Cluster, it.SessionID, e, r.Now().UTC())
+	switch {
+	case err != nil:
+		fail("", err)
+		return ended
+	case !ended:
+		log.Info("not reaped after all: the row changed since the plan (extended, closed or became ready)")
+		return false
+	}
+	log.Info("reaped", "reason", it.Reason)
+	return true
 }
 
-func (r *Reaper) config() Config {
-	c := r.Config
-	if c.RunDeadline <= 0 {
-		c.RunDeadline = 50 * time.Second
+// sweepOrphan deletes an orphan's objects after checking again, right
+// before deleting, that its session has no live row: a session whose row
+// was written after this run listed the live rows must survive.
+func (r *Reaper) sweepOrphan(ctx context.Context, log *slog.Logger, it Item, dryRun bool, fail func(string, error)) bool {
+	if s, err := r.Store.Get(ctx, it.SessionID); err == nil && s.Status.Live() {
+		log.Info("not an orphan after all: session is live now")
+		return false
+	} else if err != nil && !errors.Is(err, session.ErrNoSession) {
+		fail("", fmt.Errorf("re-checking the session row: %w", err))
+		return false
 	}
-	if c.Workers <= 0 {
-		c.Workers = 8
+	if dryRun {
+		log.Info("would reap orphan", "reason", it.Reason, "objects", len(it.Objects))
+		return true
 	}
-	if c.ProvisionTimeout <= 0 {
-		c.ProvisionTimeout = 10 * time.Minute
+	ok := true
+	for _, o := range it.Objects {
+		if err := r.Cluster.Delete(ctx, o); err != nil {
+			fail(o.String(), err)
+			ok = false
+		}
 	}
-	if c.ProvisionGrace <= 0 {
-		c.ProvisionGrace = 2 * time.Minute
+	if ok {
+		log.Info("reaped orphan", "objects", len(it.Objects))
 	}
-	return c
+	return ok
+}
+
+func (it Item) record() Reaped {
+	ri := Reaped{Kind: it.Kind, Session: it.SessionID, Reason: it.Reason}
+	for _, o := range it.Objects {
+		ri.Objects = append(ri.Objects, o.String())
+	}
+	return ri
 }
 
 // shortID is the session id prefix logs carry (the first 8 characters of

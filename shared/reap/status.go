@@ -5,16 +5,14 @@ import (
 	"fmt"
 	"sort"
 	"time"
-
-	"labkeep/shared/pgstore"
 )
 
 // Status is what an SRE on call needs at a glance (GET /adminStatus).
 type Status struct {
 	// RecentRuns are the latest runs, newest first.
-	RecentRuns []pgstore.ReapRun `json:"recentRuns"`
+	RecentRuns []Report `json:"recentRuns"`
 	// FailureCounts are failures per kind over RecentRuns.
-	FailureCounts map[string]int `json:"failureCounts"`
+	FailureCounts map[ItemKind]int `json:"failureCounts"`
 	// FailingSessions are sessions that failed in the latest run, with how
 	// many of the recent runs in a row they failed in: one that fails every
 	// minute stands out here.
@@ -36,15 +34,15 @@ type Capacity struct {
 
 // FailingSession is one session the reaper keeps failing on.
 type FailingSession struct {
-	Session    string `json:"session"`
-	Kind       string `json:"kind"`
-	RunsInARow int    `json:"runsInARow"`
-	LastError  string `json:"lastError"`
+	Session    string   `json:"session"`
+	Kind       ItemKind `json:"kind"`
+	RunsInARow int      `json:"runsInARow"`
+	LastError  string   `json:"lastError"`
 }
 
 // StatusSource is what Status reads.
 type StatusSource interface {
-	RecentRuns(ctx context.Context, limit int) ([]pgstore.ReapRun, error)
+	RecentRuns(ctx context.Context, limit int) ([]Report, error)
 }
 
 // VMCounter counts every VM in the namespace.
@@ -64,10 +62,10 @@ func (r *Reaper) ReadStatus(ctx context.Context, src StatusSource, vms VMCounter
 	if err != nil {
 		return Status{}, fmt.Errorf("live sessions: %w", err)
 	}
-	st := Status{RecentRuns: recent, FailureCounts: map[string]int{}, LiveSessions: len(live),
+	st := Status{RecentRuns: recent, FailureCounts: map[ItemKind]int{}, LiveSessions: len(live),
 		Capacity: Capacity{Limit: maxVMs}, ServerTime: r.Now().UTC(), FailingSessions: []FailingSession{}}
 	if st.RecentRuns == nil {
-		st.RecentRuns = []pgstore.ReapRun{}
+		st.RecentRuns = []Report{}
 	}
 	for _, run := range recent {
 		for _, f := range run.Failures {
@@ -85,7 +83,7 @@ func (r *Reaper) ReadStatus(ctx context.Context, src StatusSource, vms VMCounter
 
 // failingSessions lists the sessions that failed in the newest run, with
 // the number of consecutive recent runs (newest first) each failed in.
-func failingSessions(recent []pgstore.ReapRun) []FailingSession {
+func failingSessions(recent []Report) []FailingSession {
 	out := []FailingSession{}
 	if len(recent) == 0 {
 		return out
@@ -116,7 +114,7 @@ func containsSession(fs []FailingSession, id string) bool {
 	return false
 }
 
-func runFailed(run pgstore.ReapRun, id string) bool {
+func runFailed(run Report, id string) bool {
 	for _, f := range run.Failures {
 		if f.Session == id {
 			return true

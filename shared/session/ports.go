@@ -32,18 +32,7 @@ type Store interface {
 	// from. Returns ErrConflict if the expiry changed meanwhile, and
 	// ErrNotLive if the session is no longer running.
 	Extend(ctx context.Context, id string, from, to time.Time) (Session, error)
-	// Finish moves a live session to the final status with reason and
-	// finish time. Returns ErrNotLive (and the current row) if it had
-	// already reached a final status, so two finishers never both win.
-	Finish(ctx context.Context, id string, status Status, reason string, at time.Time) (Session, error)
-	// FinishIf re-reads the row under its row lock (waiting for any other
-	// holder) and, if it is still live and due(row), runs act and marks
-	// the row final only if act returned nil; ok reports whether it did.
-	// The row as read (or as marked) is returned either way; act's error
-	// is returned and leaves the row as it was. Returns ErrNoSession if
-	// there is no such row.
-	FinishIf(ctx context.Context, id string, due func(Session) bool, act func(Session) error,
-		status Status, reason string, at time.Time) (s Session, ok bool, err error)
+	RowFinisher
 	// GetSettled reads the row after waiting for any FinishIf holding its
 	// row lock to commit, so a Close or reaper part-way through is seen
 	// finished, never still live. Returns ErrNoSession if there is none.
@@ -53,6 +42,26 @@ type Store interface {
 	// creating new ones is one atomic step. unlock must be called; the lock
 	// is also released if the process dies.
 	LockCapacity(ctx context.Context) (unlock func(), err error)
+}
+
+// RowFinisher is the row lock End ends a session under.
+type RowFinisher interface {
+	// FinishIf re-reads the row under its row lock (waiting for any other
+	// holder) and, if it is still live and due(row), runs act and marks
+	// the row final with the reason act returns, only if act returned a nil
+	// error; ok reports whether it did. The row as read (or as marked) is
+	// returned either way; act's error is returned and leaves the row as it
+	// was. Returns ErrNoSession if there is no such row.
+	FinishIf(ctx context.Context, id string, due func(Session) bool, act func(Session) (EndReason, error),
+		at time.Time) (s Session, ok bool, err error)
+}
+
+// Teardowner deletes what a session owns.
+type Teardowner interface {
+	// Teardown deletes every object s can own (Objects(s)), by name and in
+	// the delete order; objects already gone count as deleted. It returns
+	// nil only when every delete succeeded.
+	Teardown(ctx context.Context, s Session) error
 }
 
 // NodeState is what the cluster says about one node of a session.
@@ -85,7 +94,5 @@ type Cluster interface {
 	Provision(ctx context.Context, s Session, lab labs.Lab) error
 	// Observe returns the state of each node of s, in s.Nodes order.
 	Observe(ctx context.Context, s Session) ([]NodeState, error)
-	// Teardown deletes every object s can own, by name; objects already gone
-	// count as deleted. It returns nil only when every delete succeeded.
-	Teardown(ctx context.Context, s Session) error
+	Teardowner
 }

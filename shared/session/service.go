@@ -14,6 +14,7 @@ import (
 
 	"labkeep/shared/labs"
 	"labkeep/shared/lifetime"
+	"labkeep/shared/setting"
 )
 
 // Service implements openSession, extendSession, getSession and
@@ -24,24 +25,46 @@ type Service struct {
 	Cluster Cluster
 	Labs    *labs.Catalog
 	Policy  lifetime.Policy
-	// MaxVMs is the limit of VirtualMachines live in the namespace.
-	MaxVMs int
+	Limits  Limits
 	// Now is the clock; time.Now in production.
 	Now func() time.Time
 	Log *slog.Logger
-	// CleanupTimeout bounds the rollback after a failed open, which runs
-	// even if the caller's request was cancelled.
-	CleanupTimeout time.Duration
+}
+
+// Limits bound what the Service does.
+type Limits struct {
+	// MaxVMs is the limit of VirtualMachines live in the namespace.
+	MaxVMs int
 	// CapacityWait bounds how long an open queues for the capacity lock;
 	// past it the open is refused with ErrNoCapacity. Keep it well below
 	// the reaper's provisioning grace, which fails a queued row (it has no
-	// VMs yet). Zero means DefaultCapacityWait.
+	// VMs yet).
 	CapacityWait time.Duration
+	// CleanupTimeout bounds the rollback after a failed open, which runs
+	// even if the caller's request was cancelled.
+	CleanupTimeout time.Duration
 }
 
-// DefaultCapacityWait is the capacity-lock wait when Service.CapacityWait
-// is zero: half the reaper's default 2-minute provisioning grace.
-const DefaultCapacityWait = 60 * time.Second
+// DefaultLimits are the Service's limits unless told otherwise: the
+// capacity wait is half the reaper's default 2-minute provisioning grace.
+func DefaultLimits() Limits {
+	return Limits{MaxVMs: 8, CapacityWait: 60 * time.Second, CleanupTimeout: 30 * time.Second}
+}
+
+// Validate reports limits the Service cannot work with.
+func (l Limits) Validate() error {
+	var errs []error
+	if l.MaxVMs < 1 {
+		errs = append(errs, setting.Invalid("MaxVMs", "must be at least 1, got %d", l.MaxVMs))
+	}
+	if l.CapacityWait <= 0 {
+		errs = append(errs, setting.Invalid("CapacityWait", "must be positive, got %s", l.CapacityWait))
+	}
+	if l.CleanupTimeout <= 0 {
+		errs = append(errs, setting.Invalid("CleanupTimeout", "must be positive, got %s", l.CleanupTimeout))
+	}
+	return errors.Join(errs...)
+}
 
 // ErrEndedWhileProvisioning is returned by Open when the session's row was
 // finished by someone else (the student's close, an admin, the reaper)
@@ -150,7 +173,7 @@ func (s *Service) abandon(ctx context.Context, log *slog.Logger, sess Session, c
 	if !errors.Is(cause, ErrEndedWhileProvisioning) {
 		return s.rollback(ctx, log, sess, fmt.Errorf("%w: %w", ErrProvisioning, cause), teardown)
 	}
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cleanupTimeout())
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.Limits.CleanupTimeout)
 	defer cancel()
 	if teardown {
 		if err := s.Cluster.Teardown(cctx, sess); err != nil {
@@ -162,7 +185,7 @@ func (s *Service) abandon(ctx context.Context, log *slog.Logger, sess Session, c
 		log.Error("cannot re-read session ended during provisioning", "err", err)
 		cur = sess
 	}
-	log.Warn("session ended while it was being provisioned; open abandoned", "status", cur.Status, "reason", cur.FailureReason)
+	log.Warn("session ended while it was being provisioned; open abandoned", "status", cur.Status, "reason", cur.End.String())
 	return cur, cause
 }
 
@@ -177,11 +200,10 @@ func (s *Service) reclaimExpired(ctx context.Context, live Session) bool {
 	if !lifetime.Expired(live.Window, now) {
 		return false
 	}
-	// Under the row lock, like the reaper and Close: deletes first, then
-	// the mark, and nobody else can finish the row in between.
-	expired := func(cur Session) bool { return lifetime.Expired(cur.Window, now) }
-	teardown := func(cur Session) error { return s.Cluster.Teardown(ctx, cur) }
-	cur, _, err := s.Store.FinishIf(ctx, live.ID, expired, teardown, StatusExpired, "expired; reclaimed when the student opened a new lab", now)
+	cur, _, err := End(ctx, s.Store, s.Cluster, live.ID, Ending{
+		Reason: EndReason{Kind: EndExpired, Actor: ActorOpen, Detail: "reclaimed when the student opened a new lab"},
+		Due:    func(cur Session) bool { return lifetime.Expired(cur.Window, now) },
+	}, now)
 	if err != nil {
 		s.Log.Warn("cannot reclaim expired session", "session", live.ID, "err", err)
 		return false
@@ -199,7 +221,7 @@ func (s *Service) reclaimExpired(ctx context.Context, live Session) bool {
 // before the first create, so there is nothing to roll back).
 func (s *Service) provision(ctx context.Context, sess Session, lab labs.Lab) (started bool, err error) {
 	if need := lab.VMCount(); need > 0 {
-		wait := s.capacityWait()
+		wait := s.Limits.CapacityWait
 		lctx, cancel := context.WithTimeout(ctx, wait)
 		unlock, err := s.Store.LockCapacity(lctx)
 		timedOut := lctx.Err() != nil && ctx.Err() == nil
@@ -222,8 +244,8 @@ func (s *Service) provision(ctx context.Context, sess Session, lab labs.Lab) (st
 			// Don't lock every student out because a list failed: the
 			// namespace's ResourceQuota still refuses VMs beyond the limit.
 			s.Log.Warn("cannot count VMs; relying on the ResourceQuota", "session", sess.ID, "err", err)
-		case used+need > s.MaxVMs:
-			return false, fmt.Errorf("%w: %d of %d VMs in use, lab %s needs %d", ErrNoCapacity, used, s.MaxVMs, lab.Name, need)
+		case used+need > s.Limits.MaxVMs:
+			return false, fmt.Errorf("%w: %d of %d VMs in use, lab %s needs %d", ErrNoCapacity, used, s.Limits.MaxVMs, lab.Name, need)
 		}
 	}
 	if err := s.Cluster.Provision(ctx, sess, lab); err != nil {
@@ -235,53 +257,51 @@ func (s *Service) provision(ctx context.Context, sess Session, lab labs.Lab) (st
 	return true, nil
 }
 
-// rollback deletes whatever the failed open created and marks the row
-// failed. It runs on a context detached from the request's cancellation. If
-// the deletes fail, the row is still marked failed (so the student is not
-// locked out); the leftovers are labelled orphans for the reaper.
+// rollback ends the failed open's row (End: deletes first, then the mark,
+// failed with the kind of failure) on a context detached from the request's
+// cancellation. If the deletes fail, the row is still marked failed (so the
+// student is not locked out); the leftovers are orphans for the reaper. If
+// someone else finished the row meanwhile, what the open created is still
+// deleted.
 func (s *Service) rollback(ctx context.Context, log *slog.Logger, sess Session, cause error, teardown bool) (Session, error) {
-	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.cleanupTimeout())
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.Limits.CleanupTimeout)
 	defer cancel()
-	reason := cause.Error()
-	// The reason starts with the error code, so PublicReason can tell a
-	// student which kind of failure it was without quoting the cluster.
-	for _, code := range []error{ErrNoCapacity, ErrProvisioning} {
-		if errors.Is(cause, code) && !strings.HasPrefix(reason, code.Error()) {
-			reason = code.Error() + ": " + reason
-			break
-		}
+	kind, ok := ErrorKind(cause)
+	if !ok {
+		kind = EndProvisioningFailed
 	}
-	if teardown {
+	reason := EndReason{Kind: kind, Actor: ActorOpen, Detail: cause.Error()}
+	failed, ended, err := End(cctx, s.Store, s.clusterFor(teardown), sess.ID, Ending{Reason: reason, EvenIfTeardownFails: true}, s.now())
+	if err != nil {
+		log.Error("rollback left objects for the reaper", "err", err)
+	}
+	if !ended && teardown {
 		if err := s.Cluster.Teardown(cctx, sess); err != nil {
 			log.Error("rollback left objects for the reaper", "err", err)
-			reason += "; cleanup incomplete: " + err.Error()
 		}
-	}
-	failed, err := s.Store.Finish(cctx, sess.ID, StatusFailed, reason, s.now())
-	if err != nil && !errors.Is(err, ErrNotLive) {
-		log.Error("cannot mark failed session", "err", err)
 	}
 	level := slog.LevelWarn
 	if errors.Is(cause, ErrNoCapacity) {
 		level = slog.LevelInfo // expected under load, not a fault
 	}
-	log.Log(cctx, level, "open failed, rolled back", "reason", reason)
+	log.Log(cctx, level, "open failed, rolled back", "reason", failed.End.String())
 	return failed, cause
 }
 
-func (s *Service) capacityWait() time.Duration {
-	if s.CapacityWait > 0 {
-		return s.CapacityWait
+// clusterFor is the Cluster an ending deletes through: the real one, or,
+// for an open refused before its first create, one with nothing to delete,
+// so a refusal under load costs no API calls.
+func (s *Service) clusterFor(created bool) Cluster {
+	if created {
+		return s.Cluster
 	}
-	return DefaultCapacityWait
+	return nothingCreated{s.Cluster}
 }
 
-func (s *Service) cleanupTimeout() time.Duration {
-	if s.CleanupTimeout > 0 {
-		return s.CleanupTimeout
-	}
-	return 30 * time.Second
-}
+// nothingCreated is a Cluster whose session has no objects yet.
+type nothingCreated struct{ Cluster }
+
+func (nothingCreated) Teardown(context.Context, Session) error { return nil }
 
 // Get returns the student's session: the one with id if id is non-empty,
 // else their live one or, failing that, their most recent. A provisioning
@@ -408,11 +428,12 @@ func (s *Service) Extend(ctx context.Context, student, id string) (Session, erro
 	}
 }
 
-// Close deletes the student's live session's resources and then marks it
-// closed; reason records who closed it. id, if non-empty, must name that
-// session. Returns ErrNoSession if there is no live session. If a delete
-// fails the row stays live (so the reaper retries) and the error is
-// returned.
+// Close ends the student's live session (End: its resources are deleted,
+// then the row is marked), recording by whom: the student or an admin
+// (by names them in the log and the admin-only detail). id, if non-empty,
+// must name that session. Returns ErrNoSession if there is no live session.
+// If a delete fails the row stays live (so the reaper retries) and the
+// error is returned.
 //
 // A session whose time is already up (lifetime.Expired, the reaper's rule)
 // is torn down the same way but recorded expired, not closed: the student
@@ -420,38 +441,32 @@ func (s *Service) Extend(ctx context.Context, student, id string) (Session, erro
 // them and what the reaper would have recorded moments later, so the
 // history an SRE reads does not depend on who got there first.
 //
-// Deletes and the mark happen under the row lock, so an Open still
-// creating objects for this row sees the row finished when it re-checks
-// and deletes what it created after these deletes.
-func (s *Service) Close(ctx context.Context, student, id, reason string) (Session, error) {
+// Because End holds the row lock, an Open still creating objects for this
+// row sees the row finished when it re-checks and deletes what it created
+// after these deletes.
+func (s *Service) Close(ctx context.Context, student, id string, actor Actor, by string) (Session, error) {
 	sess, err := s.liveOwned(ctx, student, id)
 	if err != nil {
 		return Session{}, err
 	}
 	now := s.now()
-	status := StatusClosed
+	reason := EndReason{Kind: EndClosed, Actor: actor, Detail: "closed by " + string(actor) + " " + by}
 	if lifetime.Expired(sess.Window, now) {
-		status = StatusExpired
-		reason = fmt.Sprintf("expired at %s; %s after its expiry", sess.ExpiresAt.UTC().Format(time.RFC3339), reason)
+		reason.Kind = EndExpired
+		reason.Detail = fmt.Sprintf("expired at %s; %s after its expiry", sess.ExpiresAt.UTC().Format(time.RFC3339), reason.Detail)
 	}
-	var teardownErr error
-	act := func(cur Session) error {
-		teardownErr = s.Cluster.Teardown(ctx, cur)
-		return teardownErr
-	}
-	always := func(Session) bool { return true }
-	closed, marked, err := s.Store.FinishIf(ctx, sess.ID, always, act, status, reason, now)
+	closed, ended, err := End(ctx, s.Store, s.Cluster, sess.ID, Ending{Reason: reason}, now)
 	switch {
-	case teardownErr != nil:
-		return sess, fmt.Errorf("deleting session resources: %w", teardownErr)
+	case errors.Is(err, ErrTeardown):
+		return sess, err
 	case err != nil:
 		return closed, err
-	case !marked:
+	case !ended:
 		// The reaper (or another close) finished it between our read and
 		// the row lock; it deleted the resources before marking.
 		return closed, nil
 	}
-	s.Log.Info("session closed", "session", sess.ID, "status", status, "reason", reason)
+	s.Log.Info("session closed", "session", sess.ID, "status", closed.Status, "reason", closed.End.String())
 	return closed, nil
 }
 

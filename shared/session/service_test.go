@@ -3,12 +3,15 @@ package session
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/google/go-cmp/cmp"
 
 	"labkeep/shared/labs"
 	"labkeep/shared/lifetime"
@@ -93,18 +96,6 @@ func (m *memStore) Extend(_ context.Context, id string, from, to time.Time) (Ses
 	return s, nil
 }
 
-func (m *memStore) Finish(_ context.Context, id string, st Status, reason string, at time.Time) (Session, error) {
-	m.mu.Lock()
-	defer m.mu.Unlock()
-	s := m.rows[id]
-	if !s.Status.Live() {
-		return s, ErrNotLive
-	}
-	s.Status, s.FailureReason, s.FinishedAt = st, reason, at
-	m.rows[id] = s
-	return s, nil
-}
-
 func (m *memStore) GetSettled(_ context.Context, id string) (Session, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -115,8 +106,8 @@ func (m *memStore) GetSettled(_ context.Context, id string) (Session, error) {
 	return s, nil
 }
 
-func (m *memStore) FinishIf(_ context.Context, id string, due func(Session) bool, act func(Session) error,
-	st Status, reason string, at time.Time) (Session, bool, error) {
+func (m *memStore) FinishIf(_ context.Context, id string, due func(Session) bool, act func(Session) (EndReason, error),
+	at time.Time) (Session, bool, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	s, ok := m.rows[id]
@@ -126,10 +117,11 @@ func (m *memStore) FinishIf(_ context.Context, id string, due func(Session) bool
 	if !s.Status.Live() || !due(s) {
 		return s, false, nil
 	}
-	if err := act(s); err != nil {
+	reason, err := act(s)
+	if err != nil {
 		return s, false, err
 	}
-	s.Status, s.FailureReason, s.FinishedAt = st, reason, at
+	s.Status, s.End, s.FinishedAt = reason.Status(), reason, at
 	m.rows[id] = s
 	return s, true, nil
 }
@@ -146,12 +138,12 @@ func (m *memStore) LockCapacity(ctx context.Context) (func(), error) {
 }
 
 // finishLive finishes the one live row, as the reaper or a close would.
-func (m *memStore) finishLive(st Status, reason string) {
+func (m *memStore) finishLive(reason EndReason) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for id, r := range m.rows {
 		if r.Status.Live() {
-			r.Status, r.FailureReason = st, reason
+			r.Status, r.End = reason.Status(), reason
 			m.rows[id] = r
 		}
 	}
@@ -210,7 +202,7 @@ func newService(t *testing.T, c *fakeCluster, now *time.Time) (*Service, *memSto
 	}
 	st := &memStore{rows: map[string]Session{}}
 	return &Service{
-		Store: st, Cluster: c, Labs: cat, MaxVMs: 4,
+		Store: st, Cluster: c, Labs: cat, Limits: Limits{MaxVMs: 4, CapacityWait: time.Minute, CleanupTimeout: time.Second},
 		Policy: lifetime.Policy{Lifetime: time.Hour, MaxLifetime: 3 * time.Hour},
 		Now:    func() time.Time { return *now },
 		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
@@ -234,7 +226,7 @@ func TestOpenDecisions(t *testing.T) {
 		{"count failure falls back to the quota", fakeCluster{vms: 99, countErr: errors.New("forbidden")}, "one", nil, StatusProvisioning, false, ""},
 		{"quota refusal is no_capacity and rolled back", fakeCluster{provisionErr: errors.Join(ErrNoCapacity, errors.New("exceeded quota"))}, "one", ErrNoCapacity, StatusFailed, true, "exceeded quota"},
 		{"other failure is rolled back", fakeCluster{provisionErr: errors.New("boom")}, "three", ErrProvisioning, StatusFailed, true, "boom"},
-		{"failed rollback still frees the student", fakeCluster{provisionErr: errors.New("boom"), teardownErr: errors.New("api down")}, "one", ErrProvisioning, StatusFailed, true, "cleanup incomplete: api down"},
+		{"failed rollback still frees the student", fakeCluster{provisionErr: errors.New("boom"), teardownErr: errors.New("api down")}, "one", ErrProvisioning, StatusFailed, true, "cleanup incomplete, left for the reaper: api down"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -246,8 +238,8 @@ func TestOpenDecisions(t *testing.T) {
 				t.Fatalf("Open error = %v, want %v", err, tc.wantErr)
 			}
 			row, _ := store.Get(context.Background(), s.ID)
-			if row.Status != tc.wantStatus || !strings.Contains(row.FailureReason, tc.wantReason) {
-				t.Errorf("row = %s %q, want %s containing %q", row.Status, row.FailureReason, tc.wantStatus, tc.wantReason)
+			if row.Status != tc.wantStatus || !strings.Contains(row.End.Detail, tc.wantReason) {
+				t.Errorf("row = %s %q, want %s containing %q", row.Status, row.End, tc.wantStatus, tc.wantReason)
 			}
 			if got := len(c.tornDown) > 0; got != tc.wantTeardown {
 				t.Errorf("teardown called = %v, want %v", got, tc.wantTeardown)
@@ -305,14 +297,14 @@ func TestCloseKeepsRowLiveWhenDeleteFails(t *testing.T) {
 		t.Fatal(err)
 	}
 	c.teardownErr = errors.New("api down")
-	if _, err := svc.Close(context.Background(), "ann", "", "test"); err == nil {
+	if _, err := svc.Close(context.Background(), "ann", "", ActorStudent, "ann"); err == nil {
 		t.Fatal("Close succeeded although the delete failed")
 	}
 	if row, _ := store.Get(context.Background(), s.ID); !row.Status.Live() {
 		t.Errorf("row = %s, want still live for the reaper", row.Status)
 	}
 	c.teardownErr = nil
-	closed, err := svc.Close(context.Background(), "ann", "", "test")
+	closed, err := svc.Close(context.Background(), "ann", "", ActorStudent, "ann")
 	if err != nil || closed.Status != StatusClosed {
 		t.Errorf("Close = %s %v", closed.Status, err)
 	}
@@ -376,26 +368,28 @@ func TestOpenReclaimsAnExpiredSession(t *testing.T) {
 // success: it creates nothing (or deletes what it created), leaves the
 // finisher's status on the row, and returns ErrEndedWhileProvisioning.
 func TestOpenOfAnEndedRow(t *testing.T) {
+	ghost := EndReason{Kind: EndGhost, Actor: ActorReaper, Detail: "never became ready"}
+	closed := EndReason{Kind: EndClosed, Actor: ActorStudent, Detail: "closed by student ann"}
 	tests := []struct {
 		name          string
 		lab           string
 		during        string // "lock" or "provision"
-		finisher      Status
+		finisher      EndReason
 		wantProvision bool
 		wantTeardown  bool
 	}{
-		{"reaper fails the row while queued for capacity", "one", "lock", StatusFailed, false, false},
-		{"student closes while queued for capacity", "three", "lock", StatusClosed, false, false},
-		{"reaper fails the row while VMs are created", "one", "provision", StatusFailed, true, true},
-		{"student closes while VMs are created", "three", "provision", StatusClosed, true, true},
-		{"student closes while the workspace Pod is created", "shell", "provision", StatusClosed, true, true},
+		{"reaper fails the row while queued for capacity", "one", "lock", ghost, false, false},
+		{"student closes while queued for capacity", "three", "lock", closed, false, false},
+		{"reaper fails the row while VMs are created", "one", "provision", ghost, true, true},
+		{"student closes while VMs are created", "three", "provision", closed, true, true},
+		{"student closes while the workspace Pod is created", "shell", "provision", closed, true, true},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
 			c := &fakeCluster{}
 			svc, store := newService(t, c, &now)
-			finish := func() { store.finishLive(tc.finisher, "ended by "+string(tc.finisher)) }
+			finish := func() { store.finishLive(tc.finisher) }
 			if tc.during == "lock" {
 				store.onLock = finish
 			} else {
@@ -405,11 +399,11 @@ func TestOpenOfAnEndedRow(t *testing.T) {
 			if !errors.Is(err, ErrEndedWhileProvisioning) || !errors.Is(err, ErrProvisioning) {
 				t.Fatalf("Open = %v, want ErrEndedWhileProvisioning (an ErrProvisioning)", err)
 			}
-			if s.Status != tc.finisher || s.FailureReason != "ended by "+string(tc.finisher) {
-				t.Errorf("returned row = %s %q, want the finisher's %s", s.Status, s.FailureReason, tc.finisher)
+			if diff := cmp.Diff(tc.finisher, s.End); diff != "" || s.Status != tc.finisher.Status() {
+				t.Errorf("returned row %s: want the finisher's reason (-want +got):\n%s", s.Status, diff)
 			}
-			if row, _ := store.Get(context.Background(), s.ID); row.Status != tc.finisher {
-				t.Errorf("stored row = %s, want %s", row.Status, tc.finisher)
+			if row, _ := store.Get(context.Background(), s.ID); row.Status != tc.finisher.Status() {
+				t.Errorf("stored row = %s, want %s", row.Status, tc.finisher.Status())
 			}
 			if got := len(c.provisioned) > 0; got != tc.wantProvision {
 				t.Errorf("provisioned = %v, want %v", got, tc.wantProvision)
@@ -428,7 +422,7 @@ func TestCapacityWaitIsBounded(t *testing.T) {
 	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
 	c := &fakeCluster{}
 	svc, store := newService(t, c, &now)
-	svc.CapacityWait = 20 * time.Millisecond
+	svc.Limits.CapacityWait = 20 * time.Millisecond
 	store.blocked = true
 	s, err := svc.Open(context.Background(), "ann", "one")
 	if !errors.Is(err, ErrNoCapacity) || !strings.Contains(err.Error(), "waited 20ms for the capacity lock") {
@@ -438,7 +432,7 @@ func TestCapacityWaitIsBounded(t *testing.T) {
 		t.Errorf("row = %s, provisioned %v; want failed and nothing created", row.Status, c.provisioned)
 	}
 
-	svc.CapacityWait = time.Minute
+	svc.Limits.CapacityWait = time.Minute
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
 	_, err = svc.Open(ctx, "bob", "one")
@@ -470,12 +464,12 @@ func TestCloseRecordsExpiryWhenTimeIsUp(t *testing.T) {
 				t.Fatal(err)
 			}
 			now = now.Add(tc.after)
-			got, err := svc.Close(context.Background(), "ann", "", "closed by student ann")
+			got, err := svc.Close(context.Background(), "ann", "", ActorStudent, "ann")
 			if err != nil {
 				t.Fatal(err)
 			}
-			if got.Status != tc.wantStatus || got.FailureReason != tc.wantReason || !got.FinishedAt.Equal(now) {
-				t.Errorf("closed = %s %q at %s, want %s %q at %s", got.Status, got.FailureReason, got.FinishedAt, tc.wantStatus, tc.wantReason, now)
+			if got.Status != tc.wantStatus || got.End.Detail != tc.wantReason || got.End.Actor != ActorStudent || !got.FinishedAt.Equal(now) {
+				t.Errorf("closed = %s %q at %s, want %s %q by the student at %s", got.Status, got.End, got.FinishedAt, tc.wantStatus, tc.wantReason, now)
 			}
 			if len(c.tornDown) != 1 || c.tornDown[0] != s.ID {
 				t.Errorf("torn down = %v, want %s", c.tornDown, s.ID)
@@ -484,27 +478,50 @@ func TestCloseRecordsExpiryWhenTimeIsUp(t *testing.T) {
 	}
 }
 
-// Students read one fixed sentence per kind of ending, chosen by status
-// and the error code a failed open's reason starts with; never the
-// stored text.
-func TestPublicReason(t *testing.T) {
+// Students read one fixed sentence per kind of ending, chosen by the typed
+// reason; never the stored detail. Errors that refuse an open read as the
+// ending they record.
+func TestEndReasonSentence(t *testing.T) {
 	tests := []struct {
+		name   string
+		reason EndReason
 		status Status
-		stored string
 		want   string
 	}{
-		{StatusRunning, "", ""},
-		{StatusFailed, "no_capacity: creating VM lk-1: exceeded quota: labkeep-vms", PublicReasonNoCapacity},
-		{StatusFailed, "no_capacity: waited 1m0s for the capacity lock", PublicReasonNoCapacity},
-		{StatusFailed, "provisioning_failed: ValidatingAdmissionPolicy denied system:serviceaccount:x", PublicReasonProvisioning},
-		{StatusFailed, "VirtualMachine lk-1-vm no longer exists", PublicReasonFailed},
-		{StatusExpired, "expired at 2026-01-01T10:00:00Z", PublicReasonExpired},
-		{StatusClosed, "closed by student ann", PublicReasonClosed},
-		{StatusClosed, "closed by admin root", PublicReasonClosedAdmin},
+		{"live: nothing", EndReason{}, "", ""},
+		{"quota refusal", EndReason{EndNoCapacity, ActorOpen, "creating VM lk-1: exceeded quota: labkeep-vms"}, StatusFailed, Sentence(EndNoCapacity)},
+		{"provisioning refused", EndReason{EndProvisioningFailed, ActorOpen, "ValidatingAdmissionPolicy denied system:serviceaccount:x"}, StatusFailed, Sentence(EndProvisioningFailed)},
+		{"ghost", EndReason{EndGhost, ActorReaper, "VirtualMachine lk-1-vm no longer exists"}, StatusFailed, Sentence(EndGhost)},
+		{"expired by the reaper", EndReason{EndExpired, ActorReaper, "expired at 2026-01-01T10:00:00Z"}, StatusExpired, "the session reached its time limit and its resources were deleted"},
+		{"closed by the student", EndReason{EndClosed, ActorStudent, "closed by student ann"}, StatusClosed, "the session was closed and its resources were deleted"},
+		{"closed by an admin", EndReason{EndClosed, ActorAdmin, "closed by admin root"}, StatusClosed, "the session was closed by an administrator and its resources were deleted"},
 	}
 	for _, tc := range tests {
-		if got := (Session{Status: tc.status, FailureReason: tc.stored}).PublicReason(); got != tc.want {
-			t.Errorf("%s %q: PublicReason = %q, want %q", tc.status, tc.stored, got, tc.want)
+		t.Run(tc.name, func(t *testing.T) {
+			if got := tc.reason.Sentence(); got != tc.want {
+				t.Errorf("Sentence = %q, want %q", got, tc.want)
+			}
+			if tc.status != "" && tc.reason.Status() != tc.status {
+				t.Errorf("Status = %s, want %s", tc.reason.Status(), tc.status)
+			}
+			if tc.reason.Detail != "" && strings.Contains(tc.reason.Sentence(), tc.reason.Detail) {
+				t.Errorf("sentence quotes the detail")
+			}
+		})
+	}
+	for _, tc := range []struct {
+		err  error
+		want EndKind
+	}{
+		{fmt.Errorf("%w: 8 of 8 VMs in use", ErrNoCapacity), EndNoCapacity},
+		{ErrEndedWhileProvisioning, EndProvisioningFailed},
+		{fmt.Errorf("%w: boom", ErrProvisioning), EndProvisioningFailed},
+	} {
+		if got, ok := ErrorKind(tc.err); !ok || got != tc.want {
+			t.Errorf("ErrorKind(%v) = %s %v, want %s", tc.err, got, ok, tc.want)
 		}
+	}
+	if _, ok := ErrorKind(ErrNoSession); ok {
+		t.Error("ErrorKind(ErrNoSession) ok, want no ending")
 	}
 }

@@ -10,7 +10,6 @@ package session
 
 import (
 	"errors"
-	"strings"
 	"time"
 
 	"labkeep/shared/labs"
@@ -51,9 +50,8 @@ type Session struct {
 	// FinishedAt is when the session reached a final status; zero while live.
 	FinishedAt time.Time
 	Nodes      []Node
-	// FailureReason says why a session is failed (or, for other final
-	// statuses, who ended it).
-	FailureReason string
+	// End says why and by whom the session ended; zero while live.
+	End EndReason
 	// GradingToken is 256 random bits (hex) handed to every node through
 	// cloud-init, so a grader can tell this session's submissions apart. It
 	// is never shown in API responses.
@@ -80,41 +78,6 @@ func (s Session) StatusAt(now time.Time) Status {
 		return StatusExpired
 	}
 	return s.Status
-}
-
-// Reasons shown to students instead of the stored FailureReason, which
-// may quote the API server (object, ServiceAccount and quota names,
-// admission messages) or the reaper's internal findings.
-const (
-	PublicReasonNoCapacity   = "no capacity: every lab slot is in use; try again in a few minutes"
-	PublicReasonProvisioning = "the cluster refused to create the lab's resources; try again"
-	PublicReasonFailed       = "the lab stopped working or never became ready and was cleaned up; open it again"
-	PublicReasonExpired      = "the session reached its time limit and its resources were deleted"
-	PublicReasonClosed       = "the session was closed and its resources were deleted"
-	PublicReasonClosedAdmin  = "the session was closed by an administrator and its resources were deleted"
-)
-
-// PublicReason is FailureReason as a student may see it: one fixed
-// sentence per kind of ending, never the stored text. Empty while live.
-// Failed opens store their reason starting with the error code
-// (no_capacity, provisioning_failed), which selects the sentence.
-func (s Session) PublicReason() string {
-	switch {
-	case s.Status.Live():
-		return ""
-	case s.Status == StatusExpired:
-		return PublicReasonExpired
-	case s.Status == StatusClosed && strings.HasPrefix(s.FailureReason, "closed by admin"):
-		return PublicReasonClosedAdmin
-	case s.Status == StatusClosed:
-		return PublicReasonClosed
-	case strings.HasPrefix(s.FailureReason, ErrNoCapacity.Error()):
-		return PublicReasonNoCapacity
-	case strings.HasPrefix(s.FailureReason, ErrProvisioning.Error()):
-		return PublicReasonProvisioning
-	default:
-		return PublicReasonFailed
-	}
 }
 
 // TimeToReady is how long the session took from open to every node being

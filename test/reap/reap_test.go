@@ -43,7 +43,7 @@ func (b *backend) forgetRow(id string) {
 	}
 }
 
-// Must show 1 — regression for the incident where a dev reaper sharing the
+// Regression for the incident where a dev reaper sharing the
 // VM namespace with prod deleted a prod student's VM 26 s after boot,
 // taking it for an orphan because it was not in dev's database.
 func TestDevReaperNeverTouchesProd(t *testing.T) {
@@ -83,7 +83,7 @@ func TestDevReaperNeverTouchesProd(t *testing.T) {
 	}
 }
 
-// Must show 2 — regression for the incident where one row whose delete
+// Regression for the incident where one row whose delete
 // threw on every run stopped every run, so everything behind it piled up.
 func TestOneFailingDeleteDoesNotStallTheRun(t *testing.T) {
 	b := newBackend(t, backendOptions{})
@@ -166,7 +166,7 @@ func (h *liveHook) ListLive(ctx context.Context) ([]session.Session, error) {
 	return live, err
 }
 
-// Must show 3 — the backend crashes between creating a VM and writing its
+// The backend crashes between creating a VM and writing its
 // row: the next run reaps the orphan. A session created while a run is in
 // progress is not reaped.
 func TestCrashOrphanReapedButNewSessionSurvives(t *testing.T) {
@@ -204,7 +204,7 @@ func TestCrashOrphanReapedButNewSessionSurvives(t *testing.T) {
 	}
 }
 
-// Must show 4 — a VM deleted out-of-band (or whose VMI vanished): its
+// A VM deleted out-of-band (or whose VMI vanished): its
 // session becomes a ghost, is marked failed with the reason, and the
 // student can open a new lab at once.
 func TestGhostMarkedFailedAndStudentCanReopen(t *testing.T) {
@@ -239,7 +239,7 @@ func TestGhostMarkedFailedAndStudentCanReopen(t *testing.T) {
 	}
 }
 
-// Must show 5 — with every labkeep process stopped, the deadline anchors
+// With every labkeep process stopped, the deadline anchors
 // alone delete the VMs and Secrets at max lifetime + grace.
 func TestAnchorsAloneReclaimEverything(t *testing.T) {
 	// Max lifetime 3s + grace 2s: the anchor's activeDeadlineSeconds is 5.
@@ -264,7 +264,7 @@ func TestAnchorsAloneReclaimEverything(t *testing.T) {
 	t.Logf("all %d objects of a 3-node session deleted by Kubernetes alone %s after open (deadline 5s)", len(objs), took.Round(100*time.Millisecond))
 }
 
-// Must show 6 — two reapers (two replicas with their own connection pools)
+// Two reapers (two replicas with their own connection pools)
 // running concurrently for 20 runs: no errors, each item reaped exactly once.
 func TestConcurrentReapersReapEachItemOnce(t *testing.T) {
 	a := newBackend(t, backendOptions{})
@@ -339,7 +339,7 @@ func TestConcurrentReapersReapEachItemOnce(t *testing.T) {
 	t.Logf("40 runs from two replicas: %d returned busy, every one of %d items reaped exactly once", busy, len(ids))
 }
 
-// Must show 7 — a run over 200 expired sessions completes inside the run
+// A run over 200 expired sessions completes inside the run
 // deadline, and the number of list calls per run does not grow with the
 // number of session rows.
 func TestTwoHundredExpiredWithinDeadline(t *testing.T) {

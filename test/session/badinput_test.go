@@ -11,7 +11,7 @@ import (
 	"labkeep/shared/httpapi"
 )
 
-// Must show 6: bad input of every kind gets a clear error, and neither the
+// Bad input of every kind gets a clear error, and neither the
 // database nor the cluster changes.
 func TestBadInputChangesNothing(t *testing.T) {
 	e := newEnv(t, envOptions{})

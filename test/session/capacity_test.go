@@ -15,7 +15,7 @@ import (
 	"labkeep/shared/session"
 )
 
-// Must show 2: 50 students open at once with MAX 8: exactly 8 live, 42 get
+// 50 students open at once with MAX 8: exactly 8 live, 42 get
 // 503 no_capacity with Retry-After, nothing left behind — five times.
 // There is no ResourceQuota in the namespace, so every refusal must come
 // from labkeep's own count under the capacity lock (each refused row's
@@ -126,7 +126,7 @@ func TestQuotaRefusalIsNoCapacity(t *testing.T) {
 	})
 }
 
-// Must show 3: one student double-opening concurrently gets one session.
+// One student double-opening concurrently gets one session.
 func TestConcurrentDoubleOpenBySameStudent(t *testing.T) {
 	e := newEnv(t, envOptions{})
 	const tries = 10

@@ -56,7 +56,7 @@ func refuseNode(t *testing.T, e *env, node string) func() {
 	}
 }
 
-// Must show 4: the second worker's create fails in the middle of a 3-node
+// The second worker's create fails in the middle of a 3-node
 // provisioning: everything created is gone, the row is failed with the
 // reason, and a retry succeeds at once.
 func TestFaultMidThreeNodeProvisioning(t *testing.T) {

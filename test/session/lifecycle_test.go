@@ -8,7 +8,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
-// Must show 1: open → ready (virtsim) → the extend rules over time, at and
+// Open → ready (virtsim) → the extend rules over time, at and
 // past the cap → close; every object is gone and the row is closed.
 func TestOpenReadyExtendClose(t *testing.T) {
 	e := newEnv(t, envOptions{})

@@ -14,7 +14,7 @@ import (
 	"labkeep/infra"
 )
 
-// Must show 5: the functions run as the ServiceAccount bound by
+// The functions run as the ServiceAccount bound by
 // infra/rbac.yaml — not admin — and that account can do exactly what the
 // functions need: create, read and delete, but never update or patch
 // (in particular not Secrets), and nothing outside the sessions namespace.

@@ -29,7 +29,7 @@ func main() {
 }
 
 func run(log *slog.Logger) error {
-	var cfg app.Config
+	cfg := app.DefaultConfig()
 	if err := envconfig.Process(app.EnvPrefix, &cfg); err != nil {
 		return err
 	}

@@ -20,7 +20,7 @@ import (
 
 func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	var cfg app.Config
+	cfg := app.DefaultConfig()
 	if err := envconfig.Process(app.EnvPrefix, &cfg); err != nil {
 		fmt.Fprintln(os.Stderr, "labkeep-lambda:", err)
 		os.Exit(1)

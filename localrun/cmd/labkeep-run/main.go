@@ -99,7 +99,7 @@ func run() error {
 	if err := os.WriteFile(filepath.Join(cfg.StateDir, "env"), []byte(env.String()), 0o600); err != nil {
 		return err
 	}
-	// The session functions, as the infra/ ServiceAccount (issue 3).
+	// The session functions, as the infra/ ServiceAccount.
 	fns, err := devserve.Start(ctx, st, cfg.StateDir, log, os.Stdout)
 	if err != nil {
 		return fmt.Errorf("session functions: %w", err)

@@ -1,0 +1,42 @@
+package reap
+
+import "time"
+
+// Report is what one run did: the response of reapTick and adminReapNow,
+// and the record an SRE reads in adminStatus.
+type Report struct {
+	// ID is the stored run's id (0 if it could not be stored).
+	ID         int64     `json:"id"`
+	Trigger    Trigger   `json:"trigger"`
+	StartedAt  time.Time `json:"startedAt"`
+	FinishedAt time.Time `json:"finishedAt"`
+	DryRun     bool      `json:"dryRun"`
+	// Counts is items handled per kind, e.g. {"expired": 3, "orphan": 1}.
+	Counts map[ItemKind]int `json:"counts"`
+	// Failures lists every item the run could not handle, with the reason.
+	Failures []Failure `json:"failures"`
+	// Items lists every item the run handled, or would have in a dry run.
+	Items []Reaped `json:"items"`
+}
+
+// Reaped is one item a run handled (or would have, in a dry run).
+type Reaped struct {
+	Kind    ItemKind `json:"kind"`
+	Session string   `json:"session"`
+	Reason  string   `json:"reason"`
+	// Objects are kind/name of an orphan's objects.
+	Objects []string `json:"objects,omitempty"`
+}
+
+// Failure is one item (or the inventory) a run failed on.
+type Failure struct {
+	// Kind is the item's kind, or FailedInventory.
+	Kind    ItemKind `json:"kind"`
+	Session string   `json:"session,omitempty"`
+	Object  string   `json:"object,omitempty"`
+	Error   string   `json:"error"`
+}
+
+// FailedInventory is the Failure kind of a run whose namespace listing
+// failed (it then reaps expired sessions only).
+const FailedInventory ItemKind = "inventory"
