@@ -36,6 +36,11 @@ const (
 // ServiceAccount is the functions' ServiceAccount in FunctionsNamespace.
 const ServiceAccount = "labkeep-functions"
 
+// VMQuota is the ResourceQuota of resourcequota.yaml that caps
+// VirtualMachines in the sessions namespace (keep it equal to
+// LABKEEP_MAX_CONCURRENT_VMS).
+const VMQuota = "labkeep-vms"
+
 // File returns the content of one manifest, e.g. "labs.yaml".
 func File(name string) ([]byte, error) { return files.ReadFile(name) }
 

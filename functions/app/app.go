@@ -34,12 +34,14 @@ const EnvPrefix = "LABKEEP"
 // Config is every setting of the session functions, read from LABKEEP_*
 // environment variables by envconfig over DefaultConfig: a variable that is
 // not set keeps the default, and every default is the owning package's
-// (kube, session, reap, lifetime, httpapi), written once there.
+// (kube, session, reap, lifetime, httpapi), written once there. The four
+// required settings (env, database URL, JWT secret, scheduler token) have
+// none; Validate names each one that is missing.
 type Config struct {
 	// Env names this deployment (dev, prod, …); it labels every object so
 	// environments sharing a namespace never touch each other's.
-	Env         string `split_words:"true" required:"true"`
-	DatabaseURL string `split_words:"true" required:"true"`
+	Env         string `split_words:"true"`
+	DatabaseURL string `split_words:"true"`
 	// Namespace is where session objects live.
 	Namespace          string        `split_words:"true"`
 	SessionLifetime    time.Duration `split_words:"true"`
@@ -49,7 +51,7 @@ type Config struct {
 	MaxConcurrentVms int    `split_words:"true"`
 	LabsFile         string `split_words:"true"`
 	// JWTSecret is the HS256 secret shared with the portal (≥ 32 bytes).
-	JWTSecret string `split_words:"true" required:"true"`
+	JWTSecret string `split_words:"true"`
 	HTTPAddr  string `split_words:"true"`
 	// Kubeconfig is a kubeconfig file; empty means in-cluster credentials.
 	Kubeconfig string `split_words:"true"`
@@ -72,7 +74,7 @@ type Config struct {
 	// SchedulerToken authenticates reapTick calls; platform shims send it
 	// with scheduled events. Required: without it no scheduled run could
 	// authenticate and expired sessions would never be reaped.
-	SchedulerToken string `split_words:"true" required:"true"`
+	SchedulerToken string `split_words:"true"`
 	// CapacityWait bounds how long an open waits for the capacity lock
 	// before answering 503 no_capacity. It must stay below
 	// ReapProvisionGrace: a queued row has no VMs yet, and the reaper

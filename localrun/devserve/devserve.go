@@ -71,17 +71,11 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	defaults := map[string]string{
-		"LABKEEP_ENV": "local", "LABKEEP_DATABASE_URL": st.DSN(), "LABKEEP_JWT_SECRET": secret,
-		"LABKEEP_LABS_FILE": labsFile, "LABKEEP_KUBECONFIG": saKubeconfig,
-		"LABKEEP_SCHEDULER_TOKEN": schedulerToken,
-	}
-	for k, v := range defaults {
-		if _, set := os.LookupEnv(k); !set {
-			os.Setenv(k, v)
-		}
-	}
+	// The settings production must be given default to the local stack's;
+	// any LABKEEP_* variable that is set still wins.
 	cfg := app.DefaultConfig()
+	cfg.Env, cfg.DatabaseURL, cfg.JWTSecret, cfg.SchedulerToken = "local", st.DSN(), secret, schedulerToken
+	cfg.LabsFile, cfg.Kubeconfig = labsFile, saKubeconfig
 	if err := envconfig.Process(app.EnvPrefix, &cfg); err != nil {
 		return nil, err
 	}
@@ -200,7 +194,7 @@ func matchQuota(ctx context.Context, st *stack.Stack, cfg app.Config) error {
 	key := corev1.ResourceName("count/virtualmachines.kubevirt.io")
 	// The quota controller writes status concurrently; retry on conflict.
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		q, err := cs.CoreV1().ResourceQuotas(cfg.Namespace).Get(ctx, "labkeep-vms", metav1.GetOptions{})
+		q, err := cs.CoreV1().ResourceQuotas(cfg.Namespace).Get(ctx, infra.VMQuota, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}

@@ -1,4 +1,7 @@
-package pgstore
+// Package pgstore_test tests the PostgreSQL store against a real, throwaway
+// PostgreSQL server: its guarantees (one live session per student, the row
+// lock of FinishIf, advisory locks, run records) hold only there.
+package pgstore_test
 
 import (
 	"context"
@@ -14,13 +17,14 @@ import (
 
 	"labkeep/localrun/pgtest"
 	"labkeep/shared/lifetime"
+	"labkeep/shared/pgstore"
 	"labkeep/shared/reap"
 	"labkeep/shared/session"
 )
 
 var t0 = time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC)
 
-func openStore(t *testing.T) *PG {
+func openStore(t *testing.T) *pgstore.PG {
 	t.Helper()
 	ctx := context.Background()
 	srv, err := pgtest.Start(ctx, "", os.Getenv("DATABASE_URL"))
@@ -28,13 +32,13 @@ func openStore(t *testing.T) *PG {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Stop() })
-	pg, err := Open(ctx, srv.DSN)
+	pg, err := pgstore.Open(ctx, srv.DSN)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pg.Close)
 	// A second Open on a migrated database must be a no-op.
-	again, err := Open(ctx, srv.DSN)
+	again, err := pgstore.Open(ctx, srv.DSN)
 	if err != nil {
 		t.Fatalf("re-open: %v", err)
 	}
@@ -159,7 +163,7 @@ func TestLockSerialisesAndSurvivesManyWaiters(t *testing.T) {
 	var inside, maxInside atomic.Int32
 	var wg sync.WaitGroup
 	var reads atomic.Int32
-	for range 3 * (int(pg.pool.Config().MaxConns) + LockConns) {
+	for range 3 * (int(pg.Pool().Config().MaxConns) + pgstore.LockConns) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -187,7 +191,7 @@ func TestLockSerialisesAndSurvivesManyWaiters(t *testing.T) {
 	if maxInside.Load() != 1 {
 		t.Errorf("%d holders at once, want 1", maxInside.Load())
 	}
-	if int(reads.Load()) != 3*(int(pg.pool.Config().MaxConns)+LockConns) {
+	if int(reads.Load()) != 3*(int(pg.Pool().Config().MaxConns)+pgstore.LockConns) {
 		t.Errorf("only %d reads while holding the lock succeeded", reads.Load())
 	}
 	unlock, ok, err := pg.TryLock(ctx, "reap")

@@ -1,4 +1,4 @@
-package pgstore
+package pgstore_test
 
 import (
 	"context"
@@ -8,13 +8,14 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"labkeep/shared/pgstore"
 	"labkeep/shared/session"
 )
 
 var expiredByReaper = session.EndReason{Kind: session.EndExpired, Actor: session.ActorReaper, Detail: "expired at 10:00"}
 
 // finish ends a live row with reason, as any finisher would.
-func finish(t *testing.T, pg *PG, id string, reason session.EndReason, at time.Time) session.Session {
+func finish(t *testing.T, pg *pgstore.PG, id string, reason session.EndReason, at time.Time) session.Session {
 	t.Helper()
 	s, ok, err := pg.FinishIf(context.Background(), id, func(session.Session) bool { return true },
 		func(session.Session) (session.EndReason, error) { return reason, nil }, at)

@@ -1,0 +1,102 @@
+// Package labkeep_test keeps the package layout honest: domain packages own
+// their types and import no adapter, adapters import the domain, the
+// production tree never depends on local-development code, and guardian's
+// loops depend on no HTTP package. It reads the real import graph with
+// `go list`, so a new import that breaks a rule fails here.
+package labkeep_test
+
+import (
+	"bufio"
+	"bytes"
+	"os/exec"
+	"strings"
+	"testing"
+)
+
+// pkg is one package of the module as go list reports it.
+type pkg struct {
+	path string
+	// deps are every package it depends on, transitively (not its tests).
+	deps []string
+	// imports are what its files, test files included, import directly.
+	imports []string
+}
+
+func listPackages(t *testing.T) []pkg {
+	t.Helper()
+	out, err := exec.Command("go", "list", "-f",
+		`{{.ImportPath}}|{{join .Deps " "}}|{{join .Imports " "}} {{join .TestImports " "}} {{join .XTestImports " "}}`,
+		"./...").Output()
+	if err != nil {
+		t.Fatalf("go list: %v", err)
+	}
+	var pkgs []pkg
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		f := strings.Split(sc.Text(), "|")
+		pkgs = append(pkgs, pkg{path: f[0], deps: strings.Fields(f[1]), imports: strings.Fields(f[2])})
+	}
+	if len(pkgs) < 20 {
+		t.Fatalf("go list found %d packages; the module has more", len(pkgs))
+	}
+	return pkgs
+}
+
+func under(path string, prefixes ...string) bool {
+	for _, p := range prefixes {
+		if path == p || strings.HasPrefix(path, p+"/") {
+			return true
+		}
+	}
+	return false
+}
+
+func TestImportsRunOneWay(t *testing.T) {
+	const m = "labkeep/"
+	domain := []string{m + "shared/session", m + "shared/reap", m + "shared/lifetime", m + "shared/labs", m + "shared/setting"}
+	adapters := []string{m + "shared/pgstore", m + "shared/kube", m + "shared/httpapi", m + "functions", m + "localrun", m + "test"}
+	production := []string{m + "shared", m + "functions", m + "guardian", m + "infra"}
+	rules := []struct {
+		name   string
+		from   func(p pkg) bool
+		edges  func(p pkg) []string
+		banned []string
+	}{
+		{"domain packages never depend on an adapter",
+			func(p pkg) bool { return under(p.path, domain...) },
+			func(p pkg) []string { return p.deps }, adapters},
+		{"nothing outside localrun/ and test/ imports localrun, not even in tests",
+			func(p pkg) bool { return !under(p.path, m+"localrun", m+"test") },
+			func(p pkg) []string { return p.imports }, []string{m + "localrun", m + "test"}},
+		{"the production tree never depends on localrun or test",
+			func(p pkg) bool { return under(p.path, production...) },
+			func(p pkg) []string { return p.deps }, []string{m + "localrun", m + "test"}},
+		{"guardian's loops import no HTTP package",
+			func(p pkg) bool { return p.path == m+"guardian/guard" },
+			func(p pkg) []string { return p.imports }, []string{"net/http", m + "guardian/httpapi"}},
+		{"guardian's loops never depend on their HTTP adapter",
+			func(p pkg) bool { return p.path == m+"guardian/guard" },
+			func(p pkg) []string { return p.deps }, []string{m + "guardian/httpapi"}},
+	}
+	pkgs := listPackages(t)
+	for _, r := range rules {
+		t.Run(r.name, func(t *testing.T) {
+			checked := 0
+			for _, p := range pkgs {
+				if !r.from(p) {
+					continue
+				}
+				checked++
+				for _, d := range r.edges(p) {
+					if under(d, r.banned...) {
+						t.Errorf("%s depends on %s", p.path, d)
+					}
+				}
+			}
+			if checked == 0 {
+				t.Fatal("the rule matched no package: it checks nothing")
+			}
+		})
+	}
+}
