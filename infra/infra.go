@@ -41,6 +41,15 @@ const ServiceAccount = "labkeep-functions"
 // LABKEEP_MAX_CONCURRENT_VMS).
 const VMQuota = "labkeep-vms"
 
+//go:embed guardian/workspace-pod.yaml
+var workspacePod []byte
+
+// WorkspacePod is the one definition of a workspace Pod (guardian as a
+// native sidecar beside the student's container): the Kubernetes adapter
+// builds every workspace Pod from it, filling in only what differs per
+// session (names, labels, owner, images, SSH port, resources, deadline).
+func WorkspacePod() []byte { return bytes.Clone(workspacePod) }
+
 // File returns the content of one manifest, e.g. "labs.yaml".
 func File(name string) ([]byte, error) { return files.ReadFile(name) }
 

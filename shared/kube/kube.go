@@ -191,7 +191,11 @@ func (c *Cluster) Provision(ctx context.Context, s session.Session, lab labs.Lab
 		}
 	}
 	if lab.Kind == labs.KindPod {
-		_, err := create(ctx, c, "workspace Pod", b.workspace(anchor), c.kube.CoreV1().Pods(c.cfg.Namespace).Create)
+		pod, err := b.workspace(anchor)
+		if err != nil {
+			return err
+		}
+		_, err = create(ctx, c, "workspace Pod", pod, c.kube.CoreV1().Pods(c.cfg.Namespace).Create)
 		return err
 	}
 	if b.multiNode() {

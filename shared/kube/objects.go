@@ -2,9 +2,11 @@ package kube
 
 import (
 	"crypto/sha256"
+	"errors"
 	"encoding/hex"
 	"fmt"
 	"strings"
+	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -15,7 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	cdiv1 "kubevirt.io/containerized-data-importer-api/pkg/apis/core/v1beta1"
+	"sigs.k8s.io/yaml"
 
+	"labkeep/infra"
 	"labkeep/shared/labs"
 	"labkeep/shared/session"
 )
@@ -294,114 +298,69 @@ func (b builder) networkPolicy(anchor *batchv1.Job) *networkingv1.NetworkPolicy 
 	}
 }
 
-// workspace is the Pod of a pod-kind session: the student's container
-// (the lab image, running sshd on the lab's SSH port as root, but without
-// the capabilities guardian relies on) plus guardian as a native sidecar,
-// exactly as infra/guardian/workspace-pod.yaml (the guardian's own spec)
-// describes it: an init container with restartPolicy Always that starts
-// first and is restarted if the user kills it, finding the workspace
-// container's cgroup from POD_UID and CONTAINER_NAME under the host cgroup
-// tree, seeing its processes through the shared PID namespace, probing SSH
-// on loopback, with exactly SYS_PTRACE, SYS_NICE, KILL and SYS_RESOURCE.
-func (b builder) workspace(anchor *batchv1.Job) *corev1.Pod {
+// workspace is the Pod of a pod-kind session, built from the one workspace
+// Pod definition (infra.WorkspacePod: guardian as a native sidecar that
+// starts first and is restarted if the user kills it, the student's
+// container without the capabilities guardian relies on). Only what differs
+// per session is filled in: name, labels and owner, the hostname and
+// deadline, the guardian and lab images, the lab's SSH port (the
+// workspace's port and guardian's probe address), the node's resources and
+// the session's Secret, mounted at /etc/labkeep in both containers.
+func (b builder) workspace(anchor *batchv1.Job) (*corev1.Pod, error) {
+	tmpl, err := workspaceTemplate()
+	if err != nil {
+		return nil, err
+	}
+	pod := tmpl.DeepCopy()
 	n := b.lab.Nodes[0]
 	deadline := b.deadlineSeconds()
-	secret := session.CloudInitName(b.sess.ID, n.Name)
+	meta := b.owned(session.NodeName(b.sess.ID, n.Name), n.Role, n.Name, anchor)
+	for k, v := range pod.Labels {
+		if _, set := meta.Labels[k]; !set {
+			meta.Labels[k] = v
+		}
+	}
+	pod.ObjectMeta = meta
+	pod.Spec.ActiveDeadlineSeconds = &deadline
+	pod.Spec.Hostname = n.Name
 	labkeepMount := corev1.VolumeMount{Name: "labkeep", MountPath: "/etc/labkeep", ReadOnly: true}
-	field := func(path string) *corev1.EnvVarSource {
-		return &corev1.EnvVarSource{FieldRef: &corev1.ObjectFieldSelector{FieldPath: path}}
+	pod.Spec.Volumes = append([]corev1.Volume{{Name: "labkeep", VolumeSource: corev1.VolumeSource{
+		Secret: &corev1.SecretVolumeSource{SecretName: session.CloudInitName(b.sess.ID, n.Name)}}}}, pod.Spec.Volumes...)
+
+	g := &pod.Spec.InitContainers[0]
+	g.Image = b.cfg.GuardianImage
+	g.VolumeMounts = append([]corev1.VolumeMount{labkeepMount}, g.VolumeMounts...)
+	for i := range g.Env {
+		if g.Env[i].Name == "GUARDIAN_SSH_ADDR" {
+			g.Env[i].Value = fmt.Sprintf("127.0.0.1:%d", b.lab.SSHPort)
+		}
 	}
-	optional := true
-	always := corev1.ContainerRestartPolicyAlways
-	guardianAPI := intstr.FromString("guardian-api")
-	grace := int64(10)
-	return &corev1.Pod{
-		ObjectMeta: b.owned(session.NodeName(b.sess.ID, n.Name), n.Role, n.Name, anchor),
-		Spec: corev1.PodSpec{
-			ActiveDeadlineSeconds:         &deadline,
-			Hostname:                      n.Name,
-			RestartPolicy:                 corev1.RestartPolicyAlways,
-			AutomountServiceAccountToken:  ptr(false),
-			ShareProcessNamespace:         ptr(true),
-			EnableServiceLinks:            ptr(false),
-			TerminationGracePeriodSeconds: &grace,
-			InitContainers: []corev1.Container{{
-				Name:          "guardian",
-				Image:         b.cfg.GuardianImage,
-				RestartPolicy: &always, // native sidecar
-				Env: []corev1.EnvVar{
-					{Name: "POD_UID", ValueFrom: field("metadata.uid")},
-					{Name: "POD_NAME", ValueFrom: field("metadata.name")},
-					{Name: "CONTAINER_NAME", Value: WorkspaceContainer},
-					{Name: "GUARDIAN_MEMORY_LIMIT", ValueFrom: &corev1.EnvVarSource{ResourceFieldRef: &corev1.ResourceFieldSelector{
-						ContainerName: WorkspaceContainer, Resource: "limits.memory", Divisor: resource.MustParse("1"),
-					}}},
-					{Name: "GUARDIAN_CGROUP_MOUNT", Value: "/host/sys/fs/cgroup"},
-					{Name: "GUARDIAN_SSH_ADDR", Value: fmt.Sprintf("127.0.0.1:%d", b.lab.SSHPort)},
-					{Name: "GUARDIAN_LISTEN", Value: ":9090"},
-					{Name: "GUARDIAN_STATE_PATH", Value: "/var/lib/guardian/state.json"},
-					{Name: "GUARDIAN_WEBHOOK_URL", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
-						LocalObjectReference: corev1.LocalObjectReference{Name: "labkeep-guardian"}, Key: "webhook-url", Optional: &optional,
-					}}},
-					{Name: "GUARDIAN_CLEANUP_TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
-						LocalObjectReference: corev1.LocalObjectReference{Name: "labkeep-guardian"}, Key: "cleanup-token", Optional: &optional,
-					}}},
-				},
-				Ports: []corev1.ContainerPort{{Name: "guardian-api", ContainerPort: 9090}},
-				SecurityContext: &corev1.SecurityContext{
-					RunAsUser:                ptr(int64(0)),
-					RunAsNonRoot:             ptr(false),
-					ReadOnlyRootFilesystem:   ptr(true),
-					AllowPrivilegeEscalation: ptr(false),
-					Capabilities: &corev1.Capabilities{
-						Drop: []corev1.Capability{"ALL"},
-						Add:  []corev1.Capability{"SYS_PTRACE", "SYS_NICE", "KILL", "SYS_RESOURCE"},
-					},
-				},
-				Resources: corev1.ResourceRequirements{
-					Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("64Mi")},
-					Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("200m"), corev1.ResourceMemory: resource.MustParse("128Mi")},
-				},
-				StartupProbe: &corev1.Probe{
-					ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: guardianAPI}},
-					PeriodSeconds:    1,
-					FailureThreshold: 30,
-				},
-				LivenessProbe: &corev1.Probe{
-					ProbeHandler:     corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/healthz", Port: guardianAPI}},
-					PeriodSeconds:    10,
-					FailureThreshold: 3,
-				},
-				VolumeMounts: []corev1.VolumeMount{
-					labkeepMount,
-					{Name: "host-cgroup", MountPath: "/host/sys/fs/cgroup"},
-					{Name: "guardian-state", MountPath: "/var/lib/guardian"},
-				},
-			}},
-			Containers: []corev1.Container{{
-				Name:         WorkspaceContainer,
-				Image:        b.lab.Image,
-				Env:          []corev1.EnvVar{{Name: "LABKEEP_CONTAINER_NAME", Value: WorkspaceContainer}},
-				Ports:        []corev1.ContainerPort{{Name: "ssh", ContainerPort: b.lab.SSHPort}},
-				Resources:    corev1.ResourceRequirements{Requests: b.resources(n), Limits: b.resources(n)},
-				VolumeMounts: []corev1.VolumeMount{labkeepMount},
-				SecurityContext: &corev1.SecurityContext{
-					RunAsUser: ptr(int64(0)),
-					Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{
-						"SYS_ADMIN", "SYS_NICE", "SYS_RESOURCE", "SYS_PTRACE",
-					}},
-				},
-			}},
-			Volumes: []corev1.Volume{
-				{Name: "labkeep", VolumeSource: corev1.VolumeSource{Secret: &corev1.SecretVolumeSource{SecretName: secret}}},
-				{Name: "host-cgroup", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/sys/fs/cgroup", Type: ptr(corev1.HostPathDirectory)}}},
-				{Name: "guardian-state", VolumeSource: corev1.VolumeSource{EmptyDir: &corev1.EmptyDirVolumeSource{
-					Medium: corev1.StorageMediumMemory, SizeLimit: ptr(resource.MustParse("1Mi")),
-				}}},
-			},
-		},
-	}
+	w := &pod.Spec.Containers[0]
+	w.Image = b.lab.Image
+	w.Ports[0].ContainerPort = b.lab.SSHPort
+	w.Resources = corev1.ResourceRequirements{Requests: b.resources(n), Limits: b.resources(n)}
+	w.VolumeMounts = append([]corev1.VolumeMount{labkeepMount}, w.VolumeMounts...)
+	return pod, nil
 }
+
+// workspaceTemplate decodes infra.WorkspacePod once and checks it has the
+// shape workspace fills in: guardian as the first init container, the
+// workspace as the only container with its SSH port first.
+var workspaceTemplate = sync.OnceValues(func() (*corev1.Pod, error) {
+	var pod corev1.Pod
+	if err := yaml.UnmarshalStrict(infra.WorkspacePod(), &pod); err != nil {
+		return nil, fmt.Errorf("workspace Pod definition: %w", err)
+	}
+	switch {
+	case len(pod.Spec.InitContainers) == 0 || pod.Spec.InitContainers[0].Name != "guardian":
+		return nil, errors.New("workspace Pod definition: the first init container must be guardian")
+	case len(pod.Spec.Containers) != 1 || pod.Spec.Containers[0].Name != WorkspaceContainer:
+		return nil, fmt.Errorf("workspace Pod definition: the one container must be %q", WorkspaceContainer)
+	case len(pod.Spec.Containers[0].Ports) == 0 || pod.Spec.Containers[0].Ports[0].Name != "ssh":
+		return nil, errors.New("workspace Pod definition: the workspace's first port must be ssh")
+	}
+	return &pod, nil
+})
 
 // WorkspaceContainer is the name of the student's container in a
 // workspace Pod; guardian finds its cgroup by this name.

@@ -12,7 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
+	"sigs.k8s.io/yaml"
 
+	"labkeep/infra"
 	"labkeep/shared/labs"
 	"labkeep/shared/session"
 )
@@ -91,7 +93,7 @@ func TestObjectsAreLabelledOwnedAndNamedAfterTheSession(t *testing.T) {
 func TestWorkspacePod(t *testing.T) {
 	b := testBuilder(t, "shell")
 	anchor := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: session.AnchorName(b.sess.ID), UID: "u"}}
-	pod := b.workspace(anchor)
+	pod := mustWorkspace(t, b, anchor)
 	if *pod.Spec.ActiveDeadlineSeconds != 11700 {
 		t.Errorf("activeDeadlineSeconds = %d", *pod.Spec.ActiveDeadlineSeconds)
 	}
@@ -184,7 +186,7 @@ func TestDeadlineSecondsRoundUp(t *testing.T) {
 			if got := *b.anchor().Spec.ActiveDeadlineSeconds; got != tc.wantDeadline {
 				t.Errorf("anchor activeDeadlineSeconds = %d, want %d", got, tc.wantDeadline)
 			}
-			if got := *b.workspace(&batchv1.Job{}).Spec.ActiveDeadlineSeconds; got != tc.wantDeadline {
+			if got := *mustWorkspace(t, b, &batchv1.Job{}).Spec.ActiveDeadlineSeconds; got != tc.wantDeadline {
 				t.Errorf("workspace activeDeadlineSeconds = %d, want %d", got, tc.wantDeadline)
 			}
 		})
@@ -241,5 +243,61 @@ func TestIsVirtLauncher(t *testing.T) {
 				t.Errorf("IsVirtLauncher = %v, want %v", got, tc.want)
 			}
 		})
+	}
+}
+
+func mustWorkspace(t *testing.T, b builder, anchor *batchv1.Job) *corev1.Pod {
+	t.Helper()
+	pod, err := b.workspace(anchor)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pod
+}
+
+// The workspace Pod is the one definition in infra/guardian/workspace-pod.yaml
+// with only the per-session fields filled in: putting the template's values
+// back into those fields gives the template exactly.
+func TestWorkspacePodIsTheInfraDefinition(t *testing.T) {
+	var tmpl corev1.Pod
+	if err := yaml.UnmarshalStrict(infra.WorkspacePod(), &tmpl); err != nil {
+		t.Fatal(err)
+	}
+	b := testBuilder(t, "shell")
+	pod := mustWorkspace(t, b, &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "u"}})
+
+	// Undo exactly what workspace fills in per session.
+	pod.ObjectMeta = tmpl.ObjectMeta
+	pod.Spec.ActiveDeadlineSeconds, pod.Spec.Hostname = tmpl.Spec.ActiveDeadlineSeconds, tmpl.Spec.Hostname
+	if pod.Spec.Volumes[0].Name != "labkeep" || pod.Spec.Volumes[0].Secret.SecretName != session.CloudInitName(b.sess.ID, "workspace") {
+		t.Fatalf("first volume %+v, want the session's labkeep Secret", pod.Spec.Volumes[0])
+	}
+	pod.Spec.Volumes = pod.Spec.Volumes[1:]
+	g, tg := &pod.Spec.InitContainers[0], tmpl.Spec.InitContainers[0]
+	g.Image, g.Env = tg.Image, tg.Env
+	w, tw := &pod.Spec.Containers[0], tmpl.Spec.Containers[0]
+	for _, c := range []*corev1.Container{g, w} {
+		if len(c.VolumeMounts) == 0 || c.VolumeMounts[0].Name != "labkeep" || c.VolumeMounts[0].MountPath != "/etc/labkeep" {
+			t.Errorf("%s: first mount %+v, want the session's Secret at /etc/labkeep", c.Name, c.VolumeMounts)
+		}
+	}
+	g.VolumeMounts = g.VolumeMounts[1:]
+	w.Image, w.Ports[0].ContainerPort, w.Resources = tw.Image, tw.Ports[0].ContainerPort, tw.Resources
+	if w.VolumeMounts = w.VolumeMounts[1:]; len(w.VolumeMounts) == 0 {
+		w.VolumeMounts = tw.VolumeMounts // the template has none of its own
+	}
+	if diff := cmp.Diff(&tmpl, pod); diff != "" {
+		t.Errorf("workspace Pod differs from infra/guardian/workspace-pod.yaml beyond the per-session fields (-template +built):\n%s", diff)
+	}
+	// The one env value filled in is guardian's SSH probe address.
+	built := mustWorkspace(t, b, &batchv1.Job{})
+	for i, e := range built.Spec.InitContainers[0].Env {
+		want := tmpl.Spec.InitContainers[0].Env[i]
+		if e.Name == "GUARDIAN_SSH_ADDR" {
+			want.Value = "127.0.0.1:2222"
+		}
+		if diff := cmp.Diff(want, e); diff != "" {
+			t.Errorf("guardian env %d (-want +got):\n%s", i, diff)
+		}
 	}
 }
