@@ -96,7 +96,7 @@ func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool
 	}
 }
 
-// Must show 1: a VM owned by a Job with a short activeDeadlineSeconds and
+// A VM owned by a Job with a short activeDeadlineSeconds and
 // ttlSecondsAfterFinished 0 is deleted by Kubernetes alone: the Job
 // controller fails the Job, the TTL controller deletes it, the garbage
 // collector deletes the VM. No labkeep code runs after the creates.
@@ -189,7 +189,7 @@ func TestDeadlineAnchorDeletesVM(t *testing.T) {
 		deadline, failed.Sub(created).Round(10*time.Millisecond), deleted.Sub(created).Round(10*time.Millisecond), vmGone.Round(100*time.Millisecond))
 }
 
-// Must show 2: a ResourceQuota on count/virtualmachines.kubevirt.io refuses
+// A ResourceQuota on count/virtualmachines.kubevirt.io refuses
 // the VM beyond the limit with a clear Forbidden error.
 func TestQuotaRefusesThirdVM(t *testing.T) {
 	cs, dyn := clients(t)

@@ -74,7 +74,7 @@ func tempRoot(t *testing.T) string {
 	return root
 }
 
-// Must show 4 and 5: starting and stopping the whole stack 10 times leaves
+// Starting and stopping the whole stack 10 times leaves
 // no process, listening port or temp dir behind; each time PostgreSQL
 // accepts a pgx connection and is gone after Stop.
 func TestStartStopTenTimesLeavesNothing(t *testing.T) {
