@@ -525,3 +525,57 @@ func TestEndReasonSentence(t *testing.T) {
 		t.Error("ErrorKind(ErrNoSession) ok, want no ending")
 	}
 }
+
+// End is the one way a session ends: deletes first, then the row, under
+// the row lock; a failed delete leaves the row live unless the ending says
+// the student must not be locked out.
+func TestEnd(t *testing.T) {
+	at := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	reason := EndReason{Kind: EndGhost, Actor: ActorReaper, Detail: "VirtualMachine lk-1-vm no longer exists"}
+	tests := []struct {
+		name         string
+		finished     bool // the row is already final
+		due          func(Session) bool
+		force        bool
+		teardownErr  error
+		wantEnded    bool
+		wantErr      error
+		wantTeardown bool
+		wantStatus   Status
+		wantDetail   string
+	}{
+		{name: "live and due: deleted, then marked", wantEnded: true, wantTeardown: true, wantStatus: StatusFailed, wantDetail: reason.Detail},
+		{name: "not due: nothing deleted, row live", due: func(Session) bool { return false }, wantStatus: StatusRunning},
+		{name: "already final: nothing deleted", finished: true, wantStatus: StatusClosed},
+		{name: "delete fails: row stays live for a retry", teardownErr: errors.New("api down"),
+			wantErr: ErrTeardown, wantTeardown: true, wantStatus: StatusRunning},
+		{name: "delete fails but the student must not be locked out: marked, leftovers noted", force: true,
+			teardownErr: errors.New("api down"), wantEnded: true, wantErr: ErrTeardown, wantTeardown: true, wantStatus: StatusFailed,
+			wantDetail: reason.Detail + "; cleanup incomplete, left for the reaper: api down"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &memStore{rows: map[string]Session{}}
+			row := Session{ID: "s1", Student: "ann", Status: StatusRunning, Nodes: []Node{{Name: "vm"}}}
+			if tc.finished {
+				row.Status, row.End = StatusClosed, EndReason{Kind: EndClosed, Actor: ActorStudent}
+			}
+			st.rows[row.ID] = row
+			c := &fakeCluster{teardownErr: tc.teardownErr}
+			got, ended, err := End(context.Background(), st, c, row.ID, Ending{Reason: reason, Due: tc.due, EvenIfTeardownFails: tc.force}, at)
+			if ended != tc.wantEnded || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+				t.Fatalf("End = ended %v, err %v; want ended %v, err %v", ended, err, tc.wantEnded, tc.wantErr)
+			}
+			if (len(c.tornDown) > 0) != tc.wantTeardown {
+				t.Errorf("torn down %v, want %v", c.tornDown, tc.wantTeardown)
+			}
+			stored := st.rows[row.ID]
+			if stored.Status != tc.wantStatus || got.Status != tc.wantStatus {
+				t.Errorf("status stored %s, returned %s; want %s", stored.Status, got.Status, tc.wantStatus)
+			}
+			if tc.wantEnded && (stored.End.Detail != tc.wantDetail || !stored.FinishedAt.Equal(at)) {
+				t.Errorf("stored reason %q at %s, want %q at %s", stored.End.Detail, stored.FinishedAt, tc.wantDetail, at)
+			}
+		})
+	}
+}
