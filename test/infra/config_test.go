@@ -31,29 +31,37 @@ var secretSettings = []string{"LABKEEP_DATABASE_URL", "LABKEEP_JWT_SECRET", "LAB
 
 // setting is one field of app.Config as envconfig reads it.
 type setting struct {
-	Field    string // Go field name
-	Key      string // environment variable
+	Field string // Go field name
+	Key   string // environment variable
+	// Required: app.DefaultConfig does not pass Validate for this
+	// setting, so a deployment must set it.
 	Required bool
 }
 
 // appSettings lists app.Config's settings with envconfig's own reflection
 // (its usage template), so names follow exactly the rules envconfig
-// applies (prefix, split_words, explicit envconfig tags).
+// applies (prefix, split_words, explicit envconfig tags). A setting is
+// required if Validate names it when run over the defaults, as every
+// binary starts from them.
 func appSettings(t *testing.T) []setting {
 	t.Helper()
 	var b strings.Builder
 	err := envconfig.Usagef(app.EnvPrefix, &app.Config{}, &b,
-		"{{range .}}{{.Name}}\t{{usage_key .}}\t{{usage_required .}}\n{{end}}")
+		"{{range .}}{{.Name}}\t{{usage_key .}}\n{{end}}")
 	if err != nil {
 		t.Fatalf("envconfig usage of app.Config: %v", err)
+	}
+	var missing string
+	if err := app.DefaultConfig().Validate(); err != nil {
+		missing = err.Error()
 	}
 	var out []setting
 	for _, line := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
 		f := strings.Split(line, "\t")
-		if len(f) != 3 {
+		if len(f) != 2 {
 			t.Fatalf("unexpected envconfig usage line %q", line)
 		}
-		out = append(out, setting{Field: f[0], Key: f[1], Required: f[2] == "true"})
+		out = append(out, setting{Field: f[0], Key: f[1], Required: strings.Contains(missing, f[1]+":")})
 	}
 	if len(out) < 5 {
 		t.Fatalf("envconfig found only %d settings in app.Config: %v", len(out), out)
@@ -124,11 +132,20 @@ func TestKnativeServiceConfiguresTheFunctions(t *testing.T) {
 	}
 
 	t.Run("every required setting is set", func(t *testing.T) {
+		var required []string
 		for _, s := range settings {
 			if s.Required {
+				required = append(required, s.Key)
 				if _, ok := env[s.Key]; !ok {
 					t.Errorf("app.Config.%s is required but knative-service.yaml does not set %s", s.Field, s.Key)
 				}
+			}
+		}
+		// The defaults lack at least the credentials; if nothing reads as
+		// required, the check above checked nothing.
+		for _, key := range secretSettings {
+			if !slices.Contains(required, key) {
+				t.Errorf("%s is not required by app.Config.Validate over the defaults (required: %v)", key, required)
 			}
 		}
 	})
@@ -184,7 +201,7 @@ func TestKnativeServiceConfiguresTheFunctions(t *testing.T) {
 				t.Fatalf("%s: no stand-in for %+v; extend this test", e.Name, e.ValueFrom)
 			}
 		}
-		var cfg app.Config
+		cfg := app.DefaultConfig() // as every binary starts
 		if err := envconfig.Process(app.EnvPrefix, &cfg); err != nil {
 			t.Fatalf("envconfig rejects knative-service.yaml's settings: %v", err)
 		}

@@ -20,8 +20,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 	appsv1 "k8s.io/api/apps/v1"
 
+	"labkeep/localrun/stacktest"
 	"labkeep/shared/httpapi"
-	"labkeep/shared/pgstore"
 	"labkeep/shared/reap"
 )
 
@@ -167,15 +167,15 @@ type recordingReaper struct {
 	busy atomic.Bool
 }
 
-func (r *recordingReaper) RunOnce(_ context.Context, trigger reap.Trigger) (pgstore.ReapRun, error) {
+func (r *recordingReaper) RunOnce(_ context.Context, trigger reap.Trigger) (reap.Report, error) {
 	if trigger != reap.TriggerSchedule {
-		return pgstore.ReapRun{}, fmt.Errorf("trigger %q, want the schedule's", trigger)
+		return reap.Report{}, fmt.Errorf("trigger %q, want the schedule's", trigger)
 	}
 	r.runs.Add(1)
 	if r.busy.Load() {
-		return pgstore.ReapRun{}, reap.ErrBusy
+		return reap.Report{}, reap.ErrBusy
 	}
-	return pgstore.ReapRun{ID: 1, Trigger: string(trigger)}, nil
+	return reap.Report{ID: 1, Trigger: trigger}, nil
 }
 
 var _ httpapi.ReaperRunner = (*recordingReaper)(nil)
@@ -261,26 +261,22 @@ http {
 		}
 	})
 	base := fmt.Sprintf("http://127.0.0.1:%d", port)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, base+"/healthz", nil)
-		if resp, err := http.DefaultClient.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return base
-			}
-		}
+	stacktest.Eventually(t, 10*time.Second, func() (bool, string) {
 		select {
 		case <-exited:
 			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
 			t.Fatalf("nginx exited: %v\n%s%s", waitErr, stderr.String(), log)
-		case <-ctx.Done():
-			log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
-			t.Fatalf("nginx not answering /healthz: %v\n%s", ctx.Err(), log)
-		case <-time.After(50 * time.Millisecond):
+		default:
 		}
-	}
+		resp, err := http.Get(base + "/healthz")
+		if err != nil {
+			return false, fmt.Sprintf("nginx not answering /healthz: %v", err)
+		}
+		resp.Body.Close()
+		log, _ := os.ReadFile(filepath.Join(dir, "error.log"))
+		return resp.StatusCode == http.StatusOK, fmt.Sprintf("nginx answers /healthz with %d\n%s", resp.StatusCode, log)
+	})
+	return base
 }
 
 func freePort(t *testing.T) int {

@@ -2,11 +2,13 @@ package reap_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	policyv1 "k8s.io/api/policy/v1"
@@ -15,7 +17,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"labkeep/localrun/stacktest"
 	"labkeep/shared/kube"
+	"labkeep/shared/reap"
 	"labkeep/shared/session"
 )
 
@@ -23,14 +27,13 @@ import (
 // Pod other than the Pods in old, and returns it.
 func (b *backend) anchorPod(id string, old ...types.UID) *corev1.Pod {
 	b.t.Helper()
-	cs, _ := admin(b.t)
-	deadline := time.Now().Add(60 * time.Second)
-	for {
-		list, err := cs.CoreV1().Pods(b.ns).List(context.Background(), metav1.ListOptions{LabelSelector: kube.LabelAnchorOf + "=" + id})
+	var live []*corev1.Pod
+	stacktest.Eventually(b.t, 60*time.Second, func() (bool, string) {
+		list, err := b.Kube.CoreV1().Pods(b.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: kube.LabelAnchorOf + "=" + id})
 		if err != nil {
 			b.t.Fatal(err)
 		}
-		var live []*corev1.Pod
+		live = nil
 		for i := range list.Items {
 			p := &list.Items[i]
 			if p.DeletionTimestamp == nil && !slices.Contains(old, p.UID) &&
@@ -39,20 +42,18 @@ func (b *backend) anchorPod(id string, old ...types.UID) *corev1.Pod {
 			}
 		}
 		if len(live) == 1 {
-			return live[0]
+			return true, ""
 		}
-		if time.Now().After(deadline) {
-			job := "gone"
-			if j, err := cs.BatchV1().Jobs(b.ns).Get(context.Background(), kube.AnchorName(id), metav1.GetOptions{}); err == nil {
-				job = "ended: " + jobEnded(j)
-			} else if !apierrors.IsNotFound(err) {
-				job = err.Error()
-			}
-			b.t.Fatalf("anchor of session %s: %d new live Pods after 60s, want 1 (all: %d); anchor Job %s; session objects left: %v",
-				id, len(live), len(list.Items), job, b.sessionObjects(id))
+		job := "gone"
+		if j, err := b.Kube.BatchV1().Jobs(b.Namespace).Get(context.Background(), session.AnchorName(id), metav1.GetOptions{}); err == nil {
+			job = "ended: " + jobEnded(j)
+		} else if !apierrors.IsNotFound(err) {
+			job = err.Error()
 		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return false, fmt.Sprintf("anchor of session %s: %d new live Pods, want 1 (all: %d); anchor Job %s; session objects left: %v",
+			id, len(live), len(list.Items), job, b.SessionObjects(id))
+	})
+	return live[0]
 }
 
 // endPod writes the terminal status the kubelet (or, for an unscheduled
@@ -114,18 +115,18 @@ func jobEnded(j *batchv1.Job) string {
 // collector took the student's VMs mid-lab. Now the Pod is replaced and
 // the session survives, whichever way the Pod ends.
 func TestAnchorSurvivesItsPodEnding(t *testing.T) {
-	b := newBackend(t, backendOptions{})
+	b := newBackend(t, stacktest.Options{})
 	ctx := context.Background()
-	cs, _ := admin(t)
+	cs := b.Kube
 	s := b.open("s-drained", "k8s-cluster")
-	t.Cleanup(func() { _ = b.cluster.Teardown(context.Background(), s) })
-	before := b.sessionObjects(s.ID)
+	t.Cleanup(func() { _ = b.App.Cluster.Teardown(context.Background(), s) })
+	before := b.SessionObjects(s.ID)
 	for _, kind := range []string{"VirtualMachine/", "Secret/", "Job/"} {
 		if !slices.ContainsFunc(before, func(o string) bool { return strings.HasPrefix(o, kind) }) {
 			t.Fatalf("session lacks a %s object: %v", kind, before)
 		}
 	}
-	jobName := kube.AnchorName(s.ID)
+	jobName := session.AnchorName(s.ID)
 
 	type ending struct {
 		name string
@@ -156,10 +157,10 @@ func TestAnchorSurvivesItsPodEnding(t *testing.T) {
 		start := time.Now()
 		switch e.stop {
 		case "evict":
-			if err := cs.CoreV1().Pods(b.ns).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: b.ns}}); err != nil {
+			if err := cs.CoreV1().Pods(b.Namespace).EvictV1(ctx, &policyv1.Eviction{ObjectMeta: metav1.ObjectMeta{Name: pod.Name, Namespace: b.Namespace}}); err != nil {
 				t.Fatalf("%s: evicting %s: %v", e.name, pod.Name, err)
 			}
-			got, err := cs.CoreV1().Pods(b.ns).Get(ctx, pod.Name, metav1.GetOptions{})
+			got, err := cs.CoreV1().Pods(b.Namespace).Get(ctx, pod.Name, metav1.GetOptions{})
 			if err != nil {
 				t.Fatalf("%s: the evicted Pod is gone before the Job controller saw it end: %v", e.name, err)
 			}
@@ -167,14 +168,14 @@ func TestAnchorSurvivesItsPodEnding(t *testing.T) {
 				t.Fatalf("%s: the eviction API did not mark the Pod DisruptionTarget: %+v", e.name, got.Status.Conditions)
 			}
 		case "delete":
-			if err := cs.CoreV1().Pods(b.ns).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
+			if err := cs.CoreV1().Pods(b.Namespace).Delete(ctx, pod.Name, metav1.DeleteOptions{}); err != nil {
 				t.Fatalf("%s: deleting %s: %v", e.name, pod.Name, err)
 			}
 		}
-		endPod(t, cs, b.ns, pod.Name, e.phase, e.exitCode, e.reason, e.disruption)
+		endPod(t, cs, b.Namespace, pod.Name, e.phase, e.exitCode, e.reason, e.disruption)
 		old = append(old, pod.UID)
 		pod = b.anchorPod(s.ID, old...)
-		job, err := cs.BatchV1().Jobs(b.ns).Get(ctx, jobName, metav1.GetOptions{})
+		job, err := cs.BatchV1().Jobs(b.Namespace).Get(ctx, jobName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("%s: anchor Job: %v", e.name, err)
 		}
@@ -187,18 +188,18 @@ func TestAnchorSurvivesItsPodEnding(t *testing.T) {
 	// Everything of the session is still there, and stays.
 	hold := 5 * time.Second
 	for end := time.Now().Add(hold); time.Now().Before(end); time.Sleep(250 * time.Millisecond) {
-		job, err := cs.BatchV1().Jobs(b.ns).Get(ctx, jobName, metav1.GetOptions{})
+		job, err := cs.BatchV1().Jobs(b.Namespace).Get(ctx, jobName, metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("anchor Job: %v", err)
 		}
 		if ended := jobEnded(job); ended != "" {
 			t.Fatalf("anchor Job ended: %s", ended)
 		}
-		if now := b.sessionObjects(s.ID); !slices.Equal(before, now) {
-			t.Fatalf("session objects changed:\nbefore %v\nnow    %v", before, now)
+		if diff := cmp.Diff(before, b.SessionObjects(s.ID)); diff != "" {
+			t.Fatalf("session objects changed (-before +now):\n%s", diff)
 		}
 	}
-	job, err := cs.BatchV1().Jobs(b.ns).Get(ctx, jobName, metav1.GetOptions{})
+	job, err := cs.BatchV1().Jobs(b.Namespace).Get(ctx, jobName, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,14 +219,13 @@ func TestAnchorSurvivesItsPodEnding(t *testing.T) {
 // reaper never deletes it directly — neither for a live session nor as
 // part of an orphan, whose launcher Pods go with their VMIs.
 func TestInventoryIgnoresVirtLauncherPods(t *testing.T) {
-	b := newBackend(t, backendOptions{})
+	b := newBackend(t, stacktest.Options{})
 	ctx := context.Background()
-	cs, _ := admin(t)
 	live := b.open("s-live", "linux-vm")
 	orphan := b.open("s-orphan", "linux-vm")
 	launchers := func(id string) []string {
 		t.Helper()
-		list, err := cs.CoreV1().Pods(b.ns).List(ctx, metav1.ListOptions{LabelSelector: "kubevirt.io=virt-launcher," + kube.LabelSession + "=" + id})
+		list, err := b.Kube.CoreV1().Pods(b.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "kubevirt.io=virt-launcher," + kube.LabelSession + "=" + id})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -242,17 +242,17 @@ func TestInventoryIgnoresVirtLauncherPods(t *testing.T) {
 		t.Fatalf("launcher Pods: %v and %v, want one per VMI", liveLauncher, orphanLauncher)
 	}
 
-	lists := b.faults.lists.Load()
-	inv, err := b.cluster.Inventory(ctx)
+	lists := b.Faults.Lists()
+	inv, err := b.App.Cluster.Inventory(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := b.faults.lists.Load() - lists; n != 6 {
+	if n := b.Faults.Lists() - lists; n != 6 {
 		t.Errorf("inventory made %d list calls, want 6 (no Secrets)", n)
 	}
 	var kinds []string
 	for _, o := range inv.Objects {
-		if o.Kind == kube.KindPod || o.Kind == kube.KindSecret {
+		if o.Kind == session.KindPod || o.Kind == session.KindSecret {
 			t.Errorf("inventory holds %s %s", o.Kind, o.Name)
 		}
 		if o.Session == live.ID {
@@ -264,13 +264,13 @@ func TestInventoryIgnoresVirtLauncherPods(t *testing.T) {
 		t.Errorf("live session's inventory objects = %v, want [Job VirtualMachine]", kinds)
 	}
 
-	b.forgetRow(orphan.ID)
+	b.ForgetRow(orphan.ID)
 	r := b.run()
-	if r.Counts["orphan"] != 1 || len(r.Failures) != 0 || r.Counts["ghost"] != 0 {
+	if r.Counts[reap.Orphan] != 1 || len(r.Failures) != 0 || r.Counts[reap.Ghost] != 0 {
 		t.Fatalf("run: counts %v failures %v, want the one orphan", r.Counts, r.Failures)
 	}
 	for _, it := range r.Items {
-		if !slices.Contains(it.Objects, "Job/"+kube.AnchorName(orphan.ID)) {
+		if !slices.Contains(it.Objects, "Job/"+session.AnchorName(orphan.ID)) {
 			t.Errorf("orphan item %+v does not delete the anchor", it)
 		}
 		for _, o := range it.Objects {
@@ -279,7 +279,7 @@ func TestInventoryIgnoresVirtLauncherPods(t *testing.T) {
 			}
 		}
 	}
-	b.waitGone(orphan.ID, 30*time.Second) // launcher Pod and Secret too, by the GC
+	b.WaitGone(orphan.ID, 30*time.Second) // launcher Pod and Secret too, by the GC
 	if got := launchers(live.ID); !slices.Equal(got, liveLauncher) {
 		t.Errorf("live session's launcher Pods %v, want %v untouched", got, liveLauncher)
 	}
@@ -292,22 +292,21 @@ func TestInventoryIgnoresVirtLauncherPods(t *testing.T) {
 // Pending, true once Running with condition Ready=True (as the kubelet
 // reports it; there is no kubelet in the local stack).
 func TestInventoryWorkspacePodReady(t *testing.T) {
-	b := newBackend(t, backendOptions{})
+	b := newBackend(t, stacktest.Options{})
 	ctx := context.Background()
-	cs, _ := admin(t)
-	s, err := b.svc.Open(ctx, "s-shell", "shell")
+	s, err := b.App.Sessions.Open(ctx, "s-shell", "shell")
 	if err != nil {
 		t.Fatal(err)
 	}
-	name := kube.NodeName(s.ID, s.Nodes[0].Name)
+	name := session.NodeName(s.ID, s.Nodes[0].Name)
 	ready := func() (bool, bool) {
 		t.Helper()
-		inv, err := b.cluster.Inventory(ctx)
+		inv, err := b.App.Cluster.Inventory(ctx)
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, o := range inv.Objects {
-			if o.Kind == kube.KindPod && o.Name == name {
+			if o.Kind == session.KindPod && o.Name == name {
 				return o.Ready, true
 			}
 		}
@@ -316,19 +315,19 @@ func TestInventoryWorkspacePodReady(t *testing.T) {
 	if r, found := ready(); !found || r {
 		t.Fatalf("pending workspace Pod: found=%v ready=%v, want found and not ready", found, r)
 	}
-	pod, err := cs.CoreV1().Pods(b.ns).Get(ctx, name, metav1.GetOptions{})
+	pod, err := b.Kube.CoreV1().Pods(b.Namespace).Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	pod.Status.Phase = corev1.PodRunning
 	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
-	if _, err := cs.CoreV1().Pods(b.ns).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+	if _, err := b.Kube.CoreV1().Pods(b.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	if r, found := ready(); !found || !r {
 		t.Fatalf("running, ready workspace Pod: found=%v ready=%v, want ready", found, r)
 	}
-	if err := b.cluster.Teardown(ctx, s); err != nil && !apierrors.IsNotFound(err) {
+	if err := b.App.Cluster.Teardown(ctx, s); err != nil && !apierrors.IsNotFound(err) {
 		t.Fatal(err)
 	}
 }

@@ -10,35 +10,42 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"labkeep/localrun/stacktest"
-	"labkeep/shared/kube"
 	"labkeep/shared/pgstore"
 	"labkeep/shared/reap"
 	"labkeep/shared/session"
 )
 
-// unlabelledVM creates a VM without any labkeep label in ns.
-func unlabelledVM(t *testing.T, ns, name string) {
-	t.Helper()
-	_, dyn := admin(t)
+// unlabelledVM creates a VM without any labkeep label in b's sessions
+// namespace.
+func (b *backend) unlabelledVM(name string) {
+	b.t.Helper()
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
 		"metadata": map[string]any{"name": name},
 		"spec":     map[string]any{"runStrategy": "Always", "template": map[string]any{"spec": map[string]any{}}},
 	}}
-	if _, err := dyn.Resource(gvrs["VirtualMachine"]).Namespace(ns).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
+	if _, err := b.Dyn.Resource(stacktest.Resource("VirtualMachine")).Namespace(b.Namespace).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
+		b.t.Fatal(err)
 	}
 }
 
-// forgetRow deletes a session's row, leaving its objects: what a backend
-// that crashed between creating objects and committing its row leaves.
-func (b *backend) forgetRow(id string) {
+// everything names every object in b's sessions namespace but the anchor
+// Pods, whoever made it.
+func (b *backend) everything() []string {
 	b.t.Helper()
-	if _, err := b.db.Exec(context.Background(), "DELETE FROM sessions WHERE id = $1", id); err != nil {
+	return stacktest.Names(b.List(stacktest.Listing{LeaveOutAnchorPods: true}))
+}
+
+// deleteVM deletes node's VM of session s behind labkeep's back.
+func (b *backend) deleteVM(s session.Session, node string) {
+	b.t.Helper()
+	if err := b.Dyn.Resource(stacktest.Resource("VirtualMachine")).Namespace(b.Namespace).Delete(context.Background(), session.NodeName(s.ID, node), metav1.DeleteOptions{}); err != nil {
 		b.t.Fatal(err)
 	}
 }
@@ -48,35 +55,35 @@ func (b *backend) forgetRow(id string) {
 // taking it for an orphan because it was not in dev's database.
 func TestDevReaperNeverTouchesProd(t *testing.T) {
 	shared := "shared-" + stacktest.Suffix()
-	prod := newBackend(t, backendOptions{env: "prod", namespace: shared})
-	dev := newBackend(t, backendOptions{env: "dev", namespace: shared})
+	prod := newBackend(t, stacktest.Options{Env: "prod", Namespace: shared})
+	dev := newBackend(t, stacktest.Options{Env: "dev", Namespace: shared})
 
 	student := prod.open("alice", "linux-vm")
-	unlabelledVM(t, shared, "hand-made-vm")
+	prod.unlabelledVM("hand-made-vm")
 	prodOrphan := prod.open("bob", "linux-vm")
-	prod.forgetRow(prodOrphan.ID) // prod's own orphan
-	before := objectsIn(t, shared, "")
+	prod.ForgetRow(prodOrphan.ID) // prod's own orphan
+	before := prod.everything()
 
 	for i := range 3 {
 		r := dev.run()
-		if n := r.Counts["orphan"] + r.Counts["expired"] + r.Counts["ghost"]; n != 0 || len(r.Failures) != 0 {
+		if n := r.Counts[reap.Orphan] + r.Counts[reap.Expired] + r.Counts[reap.Ghost]; n != 0 || len(r.Failures) != 0 {
 			t.Fatalf("dev run %d reaped %v with failures %v in a namespace holding only prod's and unlabelled objects", i, r.Counts, r.Failures)
 		}
 	}
-	if after := objectsIn(t, shared, ""); !slices.Equal(before, after) {
-		t.Fatalf("dev reaper changed the shared namespace:\nbefore %v\nafter  %v", before, after)
+	if diff := cmp.Diff(before, prod.everything()); diff != "" {
+		t.Fatalf("dev reaper changed the shared namespace (-before +after):\n%s", diff)
 	}
 
 	r := prod.run()
-	if r.Counts["orphan"] != 1 || len(r.Failures) != 0 {
+	if r.Counts[reap.Orphan] != 1 || len(r.Failures) != 0 {
 		t.Fatalf("prod run: counts %v failures %v, want exactly its one orphan", r.Counts, r.Failures)
 	}
-	prod.waitGone(prodOrphan.ID, 30*time.Second)
-	if got, _ := prod.store.Get(context.Background(), student.ID); got.Status != session.StatusRunning {
-		t.Fatalf("prod student's session is %s (%s) after both reapers ran; prod run %+v", got.Status, got.FailureReason, r)
+	prod.WaitGone(prodOrphan.ID, 30*time.Second)
+	if got := prod.Session(student.ID); got.Status != session.StatusRunning {
+		t.Fatalf("prod student's session is %s (%s) after both reapers ran; prod run %+v", got.Status, got.End, r)
 	}
-	left := objectsIn(t, shared, "")
-	for _, want := range []string{"VirtualMachine/hand-made-vm", "VirtualMachine/" + kube.NodeName(student.ID, student.Nodes[0].Name)} {
+	left := prod.everything()
+	for _, want := range []string{"VirtualMachine/hand-made-vm", "VirtualMachine/" + session.NodeName(student.ID, student.Nodes[0].Name)} {
 		if !slices.Contains(left, want) {
 			t.Fatalf("%s is gone; left: %v", want, left)
 		}
@@ -86,28 +93,25 @@ func TestDevReaperNeverTouchesProd(t *testing.T) {
 // Regression for the incident where one row whose delete
 // threw on every run stopped every run, so everything behind it piled up.
 func TestOneFailingDeleteDoesNotStallTheRun(t *testing.T) {
-	b := newBackend(t, backendOptions{})
+	b := newBackend(t, stacktest.Options{})
 	stuck := b.open("s-stuck", "linux-vm")
 	exp1 := b.open("s-exp1", "linux-vm")
 	exp2 := b.open("s-exp2", "k8s-cluster")
-	b.clock.Advance(61 * time.Minute) // the three above expire
+	b.Clock.Advance(61 * time.Minute) // the three above expire
 	ghost := b.open("s-ghost", "linux-vm")
 	orphan := b.open("s-orphan", "linux-vm")
-	b.forgetRow(orphan.ID)
-	_, dyn := admin(t)
-	if err := dyn.Resource(gvrs["VirtualMachine"]).Namespace(b.ns).Delete(context.Background(), kube.NodeName(ghost.ID, ghost.Nodes[0].Name), metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	b.faults.FailDeletesOf(stuck.ID)
+	b.ForgetRow(orphan.ID)
+	b.deleteVM(ghost, ghost.Nodes[0].Name)
+	b.Faults.FailDeletesOf(stuck.ID)
 
 	for run := range 2 { // fails on every run, not just once
 		r := b.run()
-		want := map[string]int{"expired": 2, "ghost": 1, "orphan": 1}
+		want := map[reap.ItemKind]int{reap.Expired: 2, reap.Ghost: 1, reap.Orphan: 1}
 		if run > 0 {
-			want = map[string]int{}
+			want = map[reap.ItemKind]int{}
 		}
-		if fmt.Sprint(r.Counts) != fmt.Sprint(want) {
-			t.Fatalf("run %d: counts %v, want %v (failures %v)", run, r.Counts, want, r.Failures)
+		if diff := cmp.Diff(want, r.Counts, cmpopts.EquateEmpty()); diff != "" {
+			t.Fatalf("run %d: counts (-want +got):\n%s(failures %v)", run, diff, r.Failures)
 		}
 		if len(r.Failures) == 0 || !allAbout(r.Failures, stuck.ID) {
 			t.Fatalf("run %d: failures %+v, want only session %s's", run, r.Failures, stuck.ID)
@@ -120,10 +124,10 @@ func TestOneFailingDeleteDoesNotStallTheRun(t *testing.T) {
 		if got := b.status(id); got != want {
 			t.Fatalf("session %s is %s, want %s", id, got, want)
 		}
-		b.waitGone(id, 30*time.Second)
+		b.WaitGone(id, 30*time.Second)
 	}
-	b.waitGone(orphan.ID, 30*time.Second)
-	runs, err := b.store.RecentRuns(context.Background(), 2)
+	b.WaitGone(orphan.ID, 30*time.Second)
+	runs, err := b.App.Store.RecentRuns(context.Background(), 2)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -131,18 +135,18 @@ func TestOneFailingDeleteDoesNotStallTheRun(t *testing.T) {
 		t.Fatalf("stored runs do not show the failures: %+v", runs)
 	}
 
-	b.faults.Heal()
+	b.Faults.Heal()
 	r := b.run()
-	if r.Counts["expired"] != 1 || len(r.Failures) != 0 {
+	if r.Counts[reap.Expired] != 1 || len(r.Failures) != 0 {
 		t.Fatalf("after the fault is gone: counts %v failures %v, want the stuck session expired", r.Counts, r.Failures)
 	}
 	if got := b.status(stuck.ID); got != session.StatusExpired {
 		t.Fatalf("stuck session is %s after healing", got)
 	}
-	b.waitGone(stuck.ID, 30*time.Second)
+	b.WaitGone(stuck.ID, 30*time.Second)
 }
 
-func allAbout(fs []pgstore.ReapFailure, id string) bool {
+func allAbout(fs []reap.Failure, id string) bool {
 	for _, f := range fs {
 		if f.Session != id {
 			return false
@@ -170,36 +174,36 @@ func (h *liveHook) ListLive(ctx context.Context) ([]session.Session, error) {
 // row: the next run reaps the orphan. A session created while a run is in
 // progress is not reaped.
 func TestCrashOrphanReapedButNewSessionSurvives(t *testing.T) {
-	b := newBackend(t, backendOptions{})
+	b := newBackend(t, stacktest.Options{})
 	ctx := context.Background()
-	lab, _ := b.svc.Labs.Get("linux-vm")
+	lab, _ := b.App.Labs.Get("linux-vm")
 	crashed := session.Session{ID: "0d5c9e4e-0000-4000-8000-00000000c0de", Student: "s-crash", Lab: lab.Name, Kind: lab.Kind,
-		Status: session.StatusProvisioning, Window: b.svc.Policy.Open(b.clock.Now()), Nodes: []session.Node{{Name: lab.Nodes[0].Name, Role: lab.Nodes[0].Role}}}
-	if err := b.cluster.Provision(ctx, crashed, lab); err != nil { // objects, no row
+		Status: session.StatusProvisioning, Window: b.App.Sessions.Policy.Open(b.Clock.Now()), Nodes: []session.Node{{Name: lab.Nodes[0].Name, Role: lab.Nodes[0].Role}}}
+	if err := b.App.Cluster.Provision(ctx, crashed, lab); err != nil { // objects, no row
 		t.Fatal(err)
 	}
-	if len(b.sessionObjects(crashed.ID)) == 0 {
+	if len(b.SessionObjects(crashed.ID)) == 0 {
 		t.Fatal("crashed provisioning created nothing")
 	}
 
 	var fresh session.Session
-	b.reaper.Store = &liveHook{Store: b.store, after: func() {
+	b.App.Reaper.Store = &liveHook{Store: b.App.Store, after: func() {
 		// Opened after the run read the rows, before it lists the cluster.
-		s, err := b.svc.Open(ctx, "s-fresh", "linux-vm")
+		s, err := b.App.Sessions.Open(ctx, "s-fresh", "linux-vm")
 		if err != nil {
 			t.Errorf("open during the run: %v", err)
 		}
 		fresh = s
 	}}
 	r := b.run()
-	if r.Counts["orphan"] != 1 || len(r.Failures) != 0 {
+	if r.Counts[reap.Orphan] != 1 || len(r.Failures) != 0 {
 		t.Fatalf("run: counts %v failures %v, want the crash orphan only", r.Counts, r.Failures)
 	}
-	b.waitGone(crashed.ID, 30*time.Second)
+	b.WaitGone(crashed.ID, 30*time.Second)
 	if got := b.status(fresh.ID); !got.Live() {
 		t.Fatalf("session opened during the run is %s", got)
 	}
-	if objs := b.sessionObjects(fresh.ID); !slices.Contains(objs, "VirtualMachine/"+kube.NodeName(fresh.ID, fresh.Nodes[0].Name)) {
+	if objs := b.SessionObjects(fresh.ID); !slices.Contains(objs, "VirtualMachine/"+session.NodeName(fresh.ID, fresh.Nodes[0].Name)) {
 		t.Fatalf("session opened during the run lost its VM: %v", objs)
 	}
 }
@@ -208,30 +212,24 @@ func TestCrashOrphanReapedButNewSessionSurvives(t *testing.T) {
 // session becomes a ghost, is marked failed with the reason, and the
 // student can open a new lab at once.
 func TestGhostMarkedFailedAndStudentCanReopen(t *testing.T) {
-	b := newBackend(t, backendOptions{})
+	b := newBackend(t, stacktest.Options{})
 	ctx := context.Background()
 	deleted := b.open("s-deleted", "linux-vm")
 	vanished := b.open("s-vanished", "linux-vm")
-	_, dyn := admin(t)
-	if err := dyn.Resource(gvrs["VirtualMachine"]).Namespace(b.ns).Delete(ctx, kube.NodeName(deleted.ID, deleted.Nodes[0].Name), metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	if err := st.Sim.Vanish(ctx, b.ns, kube.NodeName(vanished.ID, vanished.Nodes[0].Name)); err != nil {
+	b.deleteVM(deleted, deleted.Nodes[0].Name)
+	if err := st.Sim.Vanish(ctx, b.Namespace, session.NodeName(vanished.ID, vanished.Nodes[0].Name)); err != nil {
 		t.Fatal(err)
 	}
 	r := b.run()
-	if r.Counts["ghost"] != 2 || len(r.Failures) != 0 {
+	if r.Counts[reap.Ghost] != 2 || len(r.Failures) != 0 {
 		t.Fatalf("counts %v failures %v, want two ghosts", r.Counts, r.Failures)
 	}
 	for _, s := range []session.Session{deleted, vanished} {
-		got, err := b.store.Get(ctx, s.ID)
-		if err != nil {
-			t.Fatal(err)
+		got := b.Session(s.ID)
+		if got.Status != session.StatusFailed || got.End.Kind != session.EndGhost || got.End.Actor != session.ActorReaper || !strings.Contains(got.End.Detail, "no longer exists") {
+			t.Fatalf("ghost %s: status %s reason %q", s.ID, got.Status, got.End)
 		}
-		if got.Status != session.StatusFailed || !strings.Contains(got.FailureReason, "no longer exists") {
-			t.Fatalf("ghost %s: status %s reason %q", s.ID, got.Status, got.FailureReason)
-		}
-		b.waitGone(s.ID, 30*time.Second)
+		b.WaitGone(s.ID, 30*time.Second)
 		again := b.open(s.Student, "linux-vm")
 		if again.ID == s.ID {
 			t.Fatal("reopen returned the ghost")
@@ -243,17 +241,17 @@ func TestGhostMarkedFailedAndStudentCanReopen(t *testing.T) {
 // alone delete the VMs and Secrets at max lifetime + grace.
 func TestAnchorsAloneReclaimEverything(t *testing.T) {
 	// Max lifetime 3s + grace 2s: the anchor's activeDeadlineSeconds is 5.
-	b := newBackend(t, backendOptions{lifetime: time.Second, grace: 2 * time.Second})
+	b := newBackend(t, stacktest.Options{Lifetime: time.Second, DeadlineGrace: 2 * time.Second})
 	opened := time.Now()
 	s := b.open("s-anchor", "k8s-cluster")
-	objs := b.sessionObjects(s.ID)
+	objs := b.SessionObjects(s.ID)
 	for _, kind := range []string{"VirtualMachine/", "Secret/", "Job/", "Service/", "NetworkPolicy/"} {
 		if !slices.ContainsFunc(objs, func(o string) bool { return strings.HasPrefix(o, kind) }) {
 			t.Fatalf("3-node session lacks a %s object: %v", kind, objs)
 		}
 	}
 	// No reaper and no function runs from here on.
-	b.waitGone(s.ID, 60*time.Second)
+	b.WaitGone(s.ID, 60*time.Second)
 	took := time.Since(opened)
 	if took < 5*time.Second-500*time.Millisecond {
 		t.Fatalf("objects gone %s after open, before max lifetime + grace (5s)", took)
@@ -267,38 +265,38 @@ func TestAnchorsAloneReclaimEverything(t *testing.T) {
 // Two reapers (two replicas with their own connection pools)
 // running concurrently for 20 runs: no errors, each item reaped exactly once.
 func TestConcurrentReapersReapEachItemOnce(t *testing.T) {
-	a := newBackend(t, backendOptions{})
+	a := newBackend(t, stacktest.Options{})
 	ctx := context.Background()
 	const expiring, orphans = 6, 4
 	var ids []string
 	for i := range expiring {
 		ids = append(ids, a.open(fmt.Sprintf("s-exp-%d", i), "linux-vm").ID)
 	}
-	a.clock.Advance(61 * time.Minute)
+	a.Clock.Advance(61 * time.Minute)
 	for i := range orphans {
 		s := a.open(fmt.Sprintf("s-orphan-%d", i), "linux-vm")
-		a.forgetRow(s.ID)
+		a.ForgetRow(s.ID)
 		ids = append(ids, s.ID)
 	}
 	// Replica b: same database and environment, its own pool and clients.
-	second, err := pgstore.Open(ctx, a.store.Pool().Config().ConnString())
+	second, err := pgstore.Open(ctx, a.App.Store.Pool().Config().ConnString())
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer second.Close()
-	replica := *a.reaper
+	replica := *a.App.Reaper
 	replica.Store = second
 
 	var (
 		mu     sync.Mutex
-		counts = map[string]int{}
+		counts = map[reap.ItemKind]int{}
 		busy   int
 		items  = map[string]int{}
 	)
 	for run := range 20 {
 		var wg sync.WaitGroup
 		start := make(chan struct{})
-		for _, r := range []*reap.Reaper{a.reaper, &replica} {
+		for _, r := range []*reap.Reaper{a.App.Reaper, &replica} {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
@@ -327,14 +325,14 @@ func TestConcurrentReapersReapEachItemOnce(t *testing.T) {
 		close(start)
 		wg.Wait()
 	}
-	if counts["expired"] != expiring || counts["orphan"] != orphans {
+	if counts[reap.Expired] != expiring || counts[reap.Orphan] != orphans {
 		t.Fatalf("reaped %v over 40 runs, want %d expired and %d orphans exactly", counts, expiring, orphans)
 	}
 	for _, id := range ids {
 		if items[id] != 1 {
 			t.Fatalf("session %s reaped %d times", id, items[id])
 		}
-		a.waitGone(id, 30*time.Second)
+		a.WaitGone(id, 30*time.Second)
 	}
 	t.Logf("40 runs from two replicas: %d returned busy, every one of %d items reaped exactly once", busy, len(ids))
 }
@@ -347,8 +345,8 @@ func TestTwoHundredExpiredWithinDeadline(t *testing.T) {
 		t.Skip("opens 200 sessions")
 	}
 	const runDeadline = 50 * time.Second
-	listsFor := func(n int) (lists int64, took time.Duration, rep pgstore.ReapRun) {
-		b := newBackend(t, backendOptions{deadline: runDeadline})
+	listsFor := func(n int) (lists int64, took time.Duration, rep reap.Report) {
+		b := newBackend(t, stacktest.Options{RunDeadline: runDeadline})
 		ctx := context.Background()
 		var wg sync.WaitGroup
 		sem := make(chan struct{}, 8)
@@ -358,24 +356,24 @@ func TestTwoHundredExpiredWithinDeadline(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				if _, err := b.svc.Open(ctx, fmt.Sprintf("s-%04d", i), "linux-vm"); err != nil {
+				if _, err := b.App.Sessions.Open(ctx, fmt.Sprintf("s-%04d", i), "linux-vm"); err != nil {
 					t.Errorf("open %d: %v", i, err)
 				}
 			}()
 		}
 		wg.Wait()
-		b.clock.Advance(61 * time.Minute)
-		before := b.faults.lists.Load()
+		b.Clock.Advance(61 * time.Minute)
+		before := b.Faults.Lists()
 		start := time.Now()
 		rep = b.run()
 		took = time.Since(start)
-		if rep.Counts["expired"] != n || len(rep.Failures) != 0 {
+		if rep.Counts[reap.Expired] != n || len(rep.Failures) != 0 {
 			t.Fatalf("%d sessions: counts %v, %d failures (first %+v)", n, rep.Counts, len(rep.Failures), first(rep.Failures))
 		}
-		if left := b.count("SELECT count(*) FROM sessions WHERE status IN ('provisioning','running')"); left != 0 {
+		if left := b.Count("SELECT count(*) FROM sessions WHERE status IN ('provisioning','running')"); left != 0 {
 			t.Fatalf("%d sessions still live after the run", left)
 		}
-		return b.faults.lists.Load() - before, took, rep
+		return b.Faults.Lists() - before, took, rep
 	}
 	smallLists, smallTook, _ := listsFor(10)
 	bigLists, bigTook, rep := listsFor(200)
@@ -389,33 +387,33 @@ func TestTwoHundredExpiredWithinDeadline(t *testing.T) {
 		smallTook.Round(time.Millisecond), smallLists, bigTook.Round(time.Millisecond), bigLists, runDeadline)
 }
 
-func first(fs []pgstore.ReapFailure) pgstore.ReapFailure {
+func first(fs []reap.Failure) reap.Failure {
 	if len(fs) == 0 {
-		return pgstore.ReapFailure{}
+		return reap.Failure{}
 	}
 	return fs[0]
 }
 
 // A dry run reports what it would reap and changes nothing.
 func TestDryRunDeletesNothing(t *testing.T) {
-	b := newBackend(t, backendOptions{dryRun: true})
+	b := newBackend(t, stacktest.Options{DryRun: true})
 	s := b.open("s-dry", "linux-vm")
 	o := b.open("s-dry-orphan", "linux-vm")
-	b.forgetRow(o.ID)
-	b.clock.Advance(61 * time.Minute)
-	before := objectsIn(t, b.ns, "")
+	b.ForgetRow(o.ID)
+	b.Clock.Advance(61 * time.Minute)
+	before := b.everything()
 	rep := b.run()
-	if !rep.DryRun || rep.Counts["expired"] != 1 || rep.Counts["orphan"] != 1 || len(rep.Items) != 2 {
+	if !rep.DryRun || rep.Counts[reap.Expired] != 1 || rep.Counts[reap.Orphan] != 1 || len(rep.Items) != 2 {
 		t.Fatalf("dry run report: %+v", rep)
 	}
-	if after := objectsIn(t, b.ns, ""); !slices.Equal(before, after) {
-		t.Fatalf("dry run changed the namespace:\nbefore %v\nafter  %v", before, after)
+	if diff := cmp.Diff(before, b.everything()); diff != "" {
+		t.Fatalf("dry run changed the namespace (-before +after):\n%s", diff)
 	}
 	if got := b.status(s.ID); got != session.StatusRunning {
 		t.Fatalf("dry run marked the session %s", got)
 	}
-	if b.faults.deletes.Load() != 0 {
-		t.Fatalf("dry run sent %d DELETE requests", b.faults.deletes.Load())
+	if n := b.Faults.Deletes(); n != 0 {
+		t.Fatalf("dry run sent %d DELETE requests", n)
 	}
 }
 
@@ -424,28 +422,25 @@ func TestDryRunDeletesNothing(t *testing.T) {
 // new expiry and leaves the session alone (the plan alone would have torn
 // it down and marked it expired).
 func TestExtensionDuringRunIsHonoured(t *testing.T) {
-	b := newBackend(t, backendOptions{})
+	b := newBackend(t, stacktest.Options{})
 	ctx := context.Background()
 	s := b.open("s-extend", "linux-vm")
-	b.clock.Advance(time.Hour - time.Second) // one second before expiry
-	b.reaper.Store = &liveHook{Store: b.store, after: func() {
-		if _, err := b.svc.Extend(ctx, s.Student, s.ID); err != nil {
+	b.Clock.Advance(time.Hour - time.Second) // one second before expiry
+	b.App.Reaper.Store = &liveHook{Store: b.App.Store, after: func() {
+		if _, err := b.App.Sessions.Extend(ctx, s.Student, s.ID); err != nil {
 			t.Errorf("extend during the run: %v", err)
 		}
-		b.clock.Advance(2 * time.Second) // the old expiry has passed when the run plans
+		b.Clock.Advance(2 * time.Second) // the old expiry has passed when the run plans
 	}}
 	r := b.run()
-	if r.Counts["expired"] != 0 || len(r.Failures) != 0 {
+	if r.Counts[reap.Expired] != 0 || len(r.Failures) != 0 {
 		t.Fatalf("run after an extension: counts %v failures %v, want nothing reaped", r.Counts, r.Failures)
 	}
-	got, err := b.store.Get(ctx, s.ID)
-	if err != nil {
-		t.Fatal(err)
-	}
+	got := b.Session(s.ID)
 	if got.Status != session.StatusRunning || !got.ExpiresAt.After(s.ExpiresAt) {
 		t.Fatalf("extended session is %s, expires %s (was %s)", got.Status, got.ExpiresAt, s.ExpiresAt)
 	}
-	if objs := b.sessionObjects(s.ID); !slices.Contains(objs, "VirtualMachine/"+kube.NodeName(s.ID, s.Nodes[0].Name)) {
+	if objs := b.SessionObjects(s.ID); !slices.Contains(objs, "VirtualMachine/"+session.NodeName(s.ID, s.Nodes[0].Name)) {
 		t.Fatalf("extended session lost its VM: %v", objs)
 	}
 }

@@ -8,28 +8,29 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 	"github.com/google/go-cmp/cmp"
 
+	"labkeep/localrun/stacktest"
 	"labkeep/shared/httpapi"
 )
 
 // Bad input of every kind gets a clear error, and neither the
 // database nor the cluster changes.
 func TestBadInputChangesNothing(t *testing.T) {
-	e := newEnv(t, envOptions{})
+	e := newEnv(t, stacktest.Options{})
 	// Another student's live session, which the bad requests must not reach.
-	victim := e.open("victim", "linux-vm")
-	if victim.status != 201 {
-		t.Fatalf("open victim = %d %s", victim.status, victim.body)
+	victim := e.Open("victim", "linux-vm")
+	if victim.Status != 201 {
+		t.Fatalf("open victim = %d %s", victim.Status, victim.Body)
 	}
-	e.waitRunning("victim", 30*time.Second)
-	vid := victim.session.ID
+	e.WaitRunning("victim", 30*time.Second)
+	vid := victim.Session.ID
 
-	student := e.token("mallory", "student")
-	expired, _ := httpapi.Sign([]byte(jwtSecret), "mallory", "student", time.Now().Add(-time.Minute))
+	student := e.Token("mallory", "student")
+	expired, _ := httpapi.Sign([]byte(stacktest.JWTSecret), "mallory", "student", time.Now().Add(-time.Minute))
 	wrongKey, _ := httpapi.Sign([]byte("another-secret-0123456789abcdef-xyz"), "mallory", "student", time.Now().Add(time.Hour))
-	noExp, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "mallory", "role": "student"}).SignedString([]byte(jwtSecret))
-	noSub, _ := httpapi.Sign([]byte(jwtSecret), "", "student", time.Now().Add(time.Hour))
-	badRole, _ := httpapi.Sign([]byte(jwtSecret), "mallory", "root", time.Now().Add(time.Hour))
-	hs512, _ := jwt.NewWithClaims(jwt.SigningMethodHS512, jwt.MapClaims{"sub": "mallory", "role": "student", "exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte(jwtSecret))
+	noExp, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "mallory", "role": "student"}).SignedString([]byte(stacktest.JWTSecret))
+	noSub, _ := httpapi.Sign([]byte(stacktest.JWTSecret), "", "student", time.Now().Add(time.Hour))
+	badRole, _ := httpapi.Sign([]byte(stacktest.JWTSecret), "mallory", "root", time.Now().Add(time.Hour))
+	hs512, _ := jwt.NewWithClaims(jwt.SigningMethodHS512, jwt.MapClaims{"sub": "mallory", "role": "student", "exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte(stacktest.JWTSecret))
 	none, _ := jwt.NewWithClaims(jwt.SigningMethodNone, jwt.MapClaims{"sub": "mallory", "role": "admin", "exp": time.Now().Add(time.Hour).Unix()}).SignedString(jwt.UnsafeAllowNoneSignatureType)
 	huge := `{"lab":"` + strings.Repeat("x", httpapi.MaxBodyBytes) + `"}`
 
@@ -75,59 +76,59 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"extend with unknown field", "POST", "/extendSession", student, `{"hours":5}`, "", 400, "bad_request", "unknown field"},
 		{"close with wrong content type", "POST", "/closeSession", student, `{}`, "text/xml", 415, "unsupported_media_type", ""},
 	}
-	rowsBefore, objectsBefore := e.rows(), e.objects("")
+	rowsBefore, objectsBefore := e.Rows(), e.Objects("")
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			r := e.do(tc.method, tc.path, tc.token, tc.body, tc.ctype)
-			if r.status != tc.wantStatus || r.code != tc.wantCode || !strings.Contains(r.message, tc.wantMessage) {
-				t.Errorf("= %d %q %q, want %d %q containing %q", r.status, r.code, r.message, tc.wantStatus, tc.wantCode, tc.wantMessage)
+			r := e.Do(tc.method, tc.path, tc.token, tc.body, tc.ctype)
+			if r.Status != tc.wantStatus || r.Code != tc.wantCode || !strings.Contains(r.Message, tc.wantMessage) {
+				t.Errorf("= %d %q %q, want %d %q containing %q", r.Status, r.Code, r.Message, tc.wantStatus, tc.wantCode, tc.wantMessage)
 			}
-			if r.status == 401 && r.header.Get("WWW-Authenticate") == "" {
+			if r.Status == 401 && r.Header.Get("WWW-Authenticate") == "" {
 				t.Error("401 without WWW-Authenticate")
 			}
-			if r.status == 405 && r.header.Get("Allow") == "" {
+			if r.Status == 405 && r.Header.Get("Allow") == "" {
 				t.Error("405 without Allow")
 			}
 		})
 	}
-	if diff := cmp.Diff(rowsBefore, e.rows()); diff != "" {
+	if diff := cmp.Diff(rowsBefore, e.Rows()); diff != "" {
 		t.Errorf("database changed (-before +after):\n%s", diff)
 	}
-	if diff := cmp.Diff(objectsBefore, e.objects("")); diff != "" {
+	if diff := cmp.Diff(objectsBefore, e.Objects("")); diff != "" {
 		t.Errorf("cluster changed (-before +after):\n%s", diff)
 	}
 	// The victim's session is untouched and still theirs.
-	if g := e.do("GET", "/getSession", e.token("victim", "student"), "", ""); g.status != 200 || g.session.ID != vid || g.session.Status != "running" {
-		t.Errorf("victim's session = %d %s", g.status, g.body)
+	if g := e.Do("GET", "/getSession", e.Token("victim", "student"), "", ""); g.Status != 200 || g.Session.ID != vid || g.Session.Status != "running" {
+		t.Errorf("victim's session = %d %s", g.Status, g.Body)
 	}
 	// An admin may read it.
-	if g := e.do("GET", "/getSession?student=victim", e.token("teacher", "admin"), "", ""); g.status != 200 || g.session.ID != vid {
-		t.Errorf("admin get = %d %s", g.status, g.body)
+	if g := e.Do("GET", "/getSession?student=victim", e.Token("teacher", "admin"), "", ""); g.Status != 200 || g.Session.ID != vid {
+		t.Errorf("admin get = %d %s", g.Status, g.Body)
 	}
 }
 
 // A session whose VMs never boot stays provisioning: it cannot be
 // extended (409 not_running) and closing it still removes everything.
 func TestNeverReadySessionCannotBeExtended(t *testing.T) {
-	e := newEnv(t, envOptions{namePrefix: "neverready"})
-	tok := e.token("dave", "student")
-	if r := e.open("dave", "linux-vm"); r.status != 201 {
-		t.Fatalf("open = %d %s", r.status, r.body)
+	e := newEnv(t, stacktest.Options{EnvPrefix: neverReady})
+	tok := e.Token("dave", "student")
+	if r := e.Open("dave", "linux-vm"); r.Status != 201 {
+		t.Fatalf("open = %d %s", r.Status, r.Body)
 	}
 	time.Sleep(3 * bootDelay)
-	g := e.do("GET", "/getSession", tok, "", "")
-	if g.session.Status != "provisioning" || g.session.Nodes[0].Ready || g.session.Extendable {
-		t.Errorf("get = %s", g.body)
+	g := e.Do("GET", "/getSession", tok, "", "")
+	if g.Session.Status != "provisioning" || g.Session.Nodes[0].Ready || g.Session.Extendable {
+		t.Errorf("get = %s", g.Body)
 	}
-	r := e.do("POST", "/extendSession", tok, "", "")
-	if r.status != 409 || r.code != "not_running" || r.session.Status != "provisioning" {
-		t.Errorf("extend = %d %s", r.status, r.body)
+	r := e.Do("POST", "/extendSession", tok, "", "")
+	if r.Status != 409 || r.Code != "not_running" || r.Session.Status != "provisioning" {
+		t.Errorf("extend = %d %s", r.Status, r.Body)
 	}
-	if r := e.open("dave", "shell"); r.status != 409 || r.code != "session_exists" {
-		t.Errorf("second open = %d %s", r.status, r.body)
+	if r := e.Open("dave", "shell"); r.Status != 409 || r.Code != "session_exists" {
+		t.Errorf("second open = %d %s", r.Status, r.Body)
 	}
-	if c := e.do("POST", "/closeSession", tok, "", ""); c.status != 200 {
-		t.Fatalf("close = %d %s", c.status, c.body)
+	if c := e.Do("POST", "/closeSession", tok, "", ""); c.Status != 200 {
+		t.Fatalf("close = %d %s", c.Status, c.Body)
 	}
-	e.waitNoObjects(20 * time.Second)
+	e.WaitNoObjects(20 * time.Second)
 }

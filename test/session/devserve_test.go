@@ -3,9 +3,6 @@ package session_test
 import (
 	"bytes"
 	"context"
-	"encoding/json"
-	"io"
-	"net/http"
 	"os"
 	"strings"
 	"testing"
@@ -14,7 +11,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"labkeep/functions/devserve"
+	"labkeep/infra"
+	"labkeep/localrun/devserve"
 	"labkeep/localrun/stacktest"
 )
 
@@ -44,44 +42,26 @@ func TestMakeRunServesTheFunctions(t *testing.T) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
-	call := func(method, path, token, body string) (int, map[string]any) {
-		t.Helper()
-		req, _ := http.NewRequest(method, srv.URL+path, strings.NewReader(body))
-		req.Header.Set("Authorization", "Bearer "+token)
-		if body != "" {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer res.Body.Close()
-		b, _ := io.ReadAll(res.Body)
-		var m map[string]any
-		json.Unmarshal(b, &m)
-		return res.StatusCode, m
+	c := stacktest.NewClient(t, srv.URL)
+	r := c.Do("POST", "/openSession", srv.StudentToken, `{"lab":"linux-vm"}`, "")
+	if r.Status != 201 || r.Session.Student != devserve.SampleStudent {
+		t.Fatalf("open = %d %s", r.Status, r.Body)
 	}
-	code, s := call("POST", "/openSession", srv.StudentToken, `{"lab":"linux-vm"}`)
-	if code != 201 || s["student"] != devserve.SampleStudent {
-		t.Fatalf("open = %d %v", code, s)
+	if got := r.Session.ExpiresAt.Sub(r.Session.StartedAt); got != 2*time.Minute {
+		t.Errorf("lifetime = %s, want LABKEEP_SESSION_LIFETIME 2m", got)
 	}
-	start, _ := time.Parse(time.RFC3339Nano, s["startedAt"].(string))
-	expires, _ := time.Parse(time.RFC3339Nano, s["expiresAt"].(string))
-	if expires.Sub(start) != 2*time.Minute {
-		t.Errorf("lifetime = %s, want LABKEEP_SESSION_LIFETIME 2m", expires.Sub(start))
-	}
-	if code, s := call("GET", "/getSession?student="+devserve.SampleStudent, srv.AdminToken, ""); code != 200 || s["lab"] != "linux-vm" {
-		t.Errorf("admin get = %d %v", code, s)
+	if r := c.Do("GET", "/getSession?student="+devserve.SampleStudent, srv.AdminToken, "", ""); r.Status != 200 || r.Session.Lab != "linux-vm" {
+		t.Errorf("admin get = %d %s", r.Status, r.Body)
 	}
 	cs, _ := kubernetes.NewForConfig(st.Admin())
-	q, err := cs.CoreV1().ResourceQuotas(ns).Get(context.Background(), "labkeep-vms", metav1.GetOptions{})
+	q, err := cs.CoreV1().ResourceQuotas(ns).Get(context.Background(), infra.VMQuota, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if got := q.Spec.Hard["count/virtualmachines.kubevirt.io"]; got.String() != "3" {
 		t.Errorf("quota = %s, want 3 like LABKEEP_MAX_CONCURRENT_VMS", got.String())
 	}
-	if code, _ := call("POST", "/closeSession", srv.StudentToken, ""); code != 200 {
-		t.Errorf("close = %d", code)
+	if r := c.Do("POST", "/closeSession", srv.StudentToken, "", ""); r.Status != 200 {
+		t.Errorf("close = %d %s", r.Status, r.Body)
 	}
 }

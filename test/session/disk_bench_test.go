@@ -7,55 +7,57 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"labkeep/localrun/stacktest"
 )
 
 // A lab whose disk is a golden PVC gets one DataVolume per VM through
 // dataVolumeTemplates, owned by the VM, and closing removes it too.
 func TestGoldenPVCLabClonesThroughDataVolumeTemplates(t *testing.T) {
-	e := newEnv(t, envOptions{labsYAML: `labs:
+	e := newEnv(t, stacktest.Options{LabsYAML: `labs:
 - name: golden
   kind: vm
   nodes: [{role: vm, memory: 2Gi}]
   disk: {goldenPVC: {name: ubuntu-golden, namespace: labkeep-golden, size: 20Gi}}
 `})
-	r := e.open("gina", "golden")
-	if r.status != 201 {
-		t.Fatalf("open = %d %s", r.status, r.body)
+	r := e.Open("gina", "golden")
+	if r.Status != 201 {
+		t.Fatalf("open = %d %s", r.Status, r.Body)
 	}
-	e.waitRunning("gina", 30*time.Second)
-	vmName := "lk-" + r.session.ID + "-vm"
+	e.WaitRunning("gina", 30*time.Second)
+	vmName := "lk-" + r.Session.ID + "-vm"
 	var dv interface {
 		GetOwnerReferences() []metav1.OwnerReference
 	}
-	waitFor(t, 10*time.Second, "DataVolume", func() bool {
-		got, err := e.dyn.Resource(gvrDV).Namespace(e.ns).Get(context.Background(), vmName+"-root", metav1.GetOptions{})
+	stacktest.Eventually(t, 10*time.Second, func() (bool, string) {
+		got, err := e.Dyn.Resource(stacktest.Resource("DataVolume")).Namespace(e.Namespace).Get(context.Background(), vmName+"-root", metav1.GetOptions{})
 		if err == nil {
 			dv = got
 		}
-		return err == nil
+		return err == nil, fmt.Sprintf("DataVolume %s-root: %v", vmName, err)
 	})
 	if refs := dv.GetOwnerReferences(); len(refs) != 1 || refs[0].Name != vmName {
 		t.Errorf("DataVolume owners = %+v, want the VM %s", refs, vmName)
 	}
-	if c := e.do("POST", "/closeSession", e.token("gina", "student"), "", ""); c.status != 200 {
-		t.Fatalf("close = %d %s", c.status, c.body)
+	if c := e.Close("gina"); c.Status != 200 {
+		t.Fatalf("close = %d %s", c.Status, c.Body)
 	}
-	e.waitNoObjects(20 * time.Second)
+	e.WaitNoObjects(20 * time.Second)
 }
 
 // BenchmarkOpenClose measures one student's openSession + closeSession
 // round trip over HTTP against the real stack (1-node VM lab), as the
 // infra ServiceAccount.
 func BenchmarkOpenClose(b *testing.B) {
-	e := newEnv(b, envOptions{maxVMs: 1000})
+	e := newEnv(b, stacktest.Options{MaxVMs: 1000})
 	b.ResetTimer()
 	for i := 0; b.Loop(); i++ {
 		student := fmt.Sprintf("bench-%d", i)
-		if r := e.open(student, "linux-vm"); r.status != 201 {
-			b.Fatalf("open = %d %s", r.status, r.body)
+		if r := e.Open(student, "linux-vm"); r.Status != 201 {
+			b.Fatalf("open = %d %s", r.Status, r.Body)
 		}
-		if r := e.do("POST", "/closeSession", e.token(student, "student"), "", ""); r.status != 200 {
-			b.Fatalf("close = %d %s", r.status, r.body)
+		if r := e.Close(student); r.Status != 200 {
+			b.Fatalf("close = %d %s", r.Status, r.Body)
 		}
 	}
 }
@@ -63,21 +65,21 @@ func BenchmarkOpenClose(b *testing.B) {
 // BenchmarkOpenToRunning measures openSession until getSession reports
 // running (virtsim boot delay included), polling every 10ms.
 func BenchmarkOpenToRunning(b *testing.B) {
-	e := newEnv(b, envOptions{maxVMs: 1000})
+	e := newEnv(b, stacktest.Options{MaxVMs: 1000})
 	for i := 0; b.Loop(); i++ {
 		student := fmt.Sprintf("bench-%d", i)
-		if r := e.open(student, "linux-vm"); r.status != 201 {
-			b.Fatalf("open = %d %s", r.status, r.body)
+		if r := e.Open(student, "linux-vm"); r.Status != 201 {
+			b.Fatalf("open = %d %s", r.Status, r.Body)
 		}
-		tok := e.token(student, "student")
+		tok := e.Token(student, "student")
 		for {
-			if g := e.do("GET", "/getSession", tok, "", ""); g.session.Status == "running" {
+			if g := e.Do("GET", "/getSession", tok, "", ""); g.Session.Status == "running" {
 				break
 			}
 			time.Sleep(10 * time.Millisecond)
 		}
 		b.StopTimer()
-		e.do("POST", "/closeSession", tok, "", "")
+		e.Do("POST", "/closeSession", tok, "", "")
 		b.StartTimer()
 	}
 }

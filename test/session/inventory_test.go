@@ -10,19 +10,21 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
-	"labkeep/shared/kube"
+	"labkeep/localrun/stacktest"
+	"labkeep/shared/reap"
+	"labkeep/shared/session"
 )
 
 // The reaper's view of the namespace, read as the infra ServiceAccount:
 // only this environment's labelled objects, but every VM counted.
 func TestInventorySeesOnlyItsEnvironmentButCountsEveryVM(t *testing.T) {
-	e := newEnv(t, envOptions{})
+	e := newEnv(t, stacktest.Options{})
 	ctx := context.Background()
-	opened := e.open("inv", "k8s-cluster")
-	if opened.status != 201 {
-		t.Fatalf("open = %d %s", opened.status, opened.body)
+	opened := e.Open("inv", "k8s-cluster")
+	if opened.Status != 201 {
+		t.Fatalf("open = %d %s", opened.Status, opened.Body)
 	}
-	e.waitRunning("inv", 30*time.Second)
+	e.WaitRunning("inv", 30*time.Second)
 	for name, labels := range map[string]map[string]any{
 		"unlabelled": nil,
 		"other-env":  {"labkeep.io/env": "prod", "labkeep.io/session": "someone-else"},
@@ -35,11 +37,11 @@ func TestInventorySeesOnlyItsEnvironmentButCountsEveryVM(t *testing.T) {
 		if labels != nil {
 			vm.SetLabels(map[string]string{"labkeep.io/env": "prod", "labkeep.io/session": "someone-else"})
 		}
-		if _, err := e.dyn.Resource(gvrVM).Namespace(e.ns).Create(ctx, vm, metav1.CreateOptions{}); err != nil {
+		if _, err := e.Dyn.Resource(stacktest.Resource("VirtualMachine")).Namespace(e.Namespace).Create(ctx, vm, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 	}
-	inv, err := e.app.Cluster.Inventory(ctx)
+	inv, err := e.App.Cluster.Inventory(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,10 +50,10 @@ func TestInventorySeesOnlyItsEnvironmentButCountsEveryVM(t *testing.T) {
 	}
 	var got []string
 	for _, o := range inv.Objects {
-		if o.Env != e.name || o.Session != opened.session.ID || o.UID == "" {
+		if o.Env != e.Env || o.Session != opened.Session.ID || o.UID == "" {
 			t.Errorf("object %+v is not this environment's session's", o)
 		}
-		got = append(got, string(o.Kind)+"/"+strings.TrimPrefix(o.Name, "lk-"+opened.session.ID))
+		got = append(got, string(o.Kind)+"/"+strings.TrimPrefix(o.Name, "lk-"+opened.Session.ID))
 	}
 	sort.Strings(got)
 	// Secrets are not listed: list returns their data, and the functions may not read Secrets.
@@ -59,29 +61,29 @@ func TestInventorySeesOnlyItsEnvironmentButCountsEveryVM(t *testing.T) {
 	if strings.Join(got, " ") != want {
 		t.Errorf("objects = %v\nwant    %v", got, want)
 	}
-	if vmi, ok := inv.VMIs[kube.NodeName(opened.session.ID, "worker-2")]; !ok || !vmi.Ready {
+	if vmi, ok := inv.VMIs[session.NodeName(opened.Session.ID, "worker-2")]; !ok || !vmi.Ready {
 		t.Errorf("VMIs = %v", inv.VMIs)
 	}
 	// Delete with the UID seen: a stale UID (object replaced) is a no-op,
 	// the right one deletes.
-	var vm kube.Object
+	var vm reap.Object
 	for _, o := range inv.Objects {
-		if o.Kind == kube.KindVirtualMachine {
+		if o.Kind == session.KindVirtualMachine {
 			vm = o
 		}
 	}
 	stale := vm.ObjectRef
 	stale.UID = "00000000-0000-0000-0000-000000000000"
-	if err := e.app.Cluster.Delete(ctx, stale); err != nil {
+	if err := e.App.Cluster.Delete(ctx, stale); err != nil {
 		t.Errorf("Delete with a stale UID = %v", err)
 	}
-	if _, err := e.dyn.Resource(gvrVM).Namespace(e.ns).Get(ctx, vm.Name, metav1.GetOptions{}); err != nil {
+	if _, err := e.Dyn.Resource(stacktest.Resource("VirtualMachine")).Namespace(e.Namespace).Get(ctx, vm.Name, metav1.GetOptions{}); err != nil {
 		t.Errorf("stale-UID delete removed the VM: %v", err)
 	}
-	if err := e.app.Cluster.Delete(ctx, vm.ObjectRef); err != nil {
+	if err := e.App.Cluster.Delete(ctx, vm.ObjectRef); err != nil {
 		t.Fatal(err)
 	}
-	if err := e.app.Cluster.Delete(ctx, vm.ObjectRef); err != nil {
+	if err := e.App.Cluster.Delete(ctx, vm.ObjectRef); err != nil {
 		t.Errorf("second Delete of a gone object = %v", err)
 	}
 }

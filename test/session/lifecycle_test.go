@@ -2,27 +2,32 @@ package session_test
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"labkeep/localrun/stacktest"
+	"labkeep/shared/kube"
 )
 
 // Open → ready (virtsim) → the extend rules over time, at and
 // past the cap → close; every object is gone and the row is closed.
 func TestOpenReadyExtendClose(t *testing.T) {
-	e := newEnv(t, envOptions{})
+	e := newEnv(t, stacktest.Options{})
 	t0 := time.Now().UTC().Truncate(time.Microsecond)
-	e.clock.Set(t0)
+	e.Clock.Set(t0)
 	const student = "alice"
-	tok := e.token(student, "student")
+	tok := e.Token(student, "student")
 
-	opened := e.open(student, "linux-vm")
-	t.Logf("openSession answered in %s", opened.received.Sub(t0))
-	if opened.status != 201 {
-		t.Fatalf("open = %d %s", opened.status, opened.body)
+	opened := e.Open(student, "linux-vm")
+	t.Logf("openSession answered in %s", opened.Received.Sub(t0))
+	if opened.Status != 201 {
+		t.Fatalf("open = %d %s", opened.Status, opened.Body)
 	}
-	s := opened.session
+	s := opened.Session
 	if s.Status != "provisioning" || s.Student != student || s.Lab != "linux-vm" || s.Kind != "vm" {
 		t.Errorf("opened session = %+v", s)
 	}
@@ -35,7 +40,7 @@ func TestOpenReadyExtendClose(t *testing.T) {
 
 	// The objects exist, labelled and owned by the anchor.
 	sel := "labkeep.io/session=" + s.ID
-	got := e.objects(sel)
+	got := e.Objects(sel)
 	want := map[string]bool{
 		"Job/lk-" + s.ID + "-anchor": true, "Secret/lk-" + s.ID + "-vm-cloudinit": true,
 		"VirtualMachine/lk-" + s.ID + "-vm": true,
@@ -46,14 +51,14 @@ func TestOpenReadyExtendClose(t *testing.T) {
 	if len(want) > 0 {
 		t.Errorf("missing objects %v; have %v", want, got)
 	}
-	anchor, err := e.kube.BatchV1().Jobs(e.ns).Get(context.Background(), "lk-"+s.ID+"-anchor", metav1.GetOptions{})
+	anchor, err := e.Kube.BatchV1().Jobs(e.Namespace).Get(context.Background(), "lk-"+s.ID+"-anchor", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if d := anchor.Spec.ActiveDeadlineSeconds; d == nil || *d != int64((195*time.Minute).Seconds()) {
 		t.Errorf("anchor activeDeadlineSeconds = %v, want 11700 (max lifetime + grace)", d)
 	}
-	secret, err := e.kube.CoreV1().Secrets(e.ns).Get(context.Background(), "lk-"+s.ID+"-vm-cloudinit", metav1.GetOptions{})
+	secret, err := e.Kube.CoreV1().Secrets(e.Namespace).Get(context.Background(), "lk-"+s.ID+"-vm-cloudinit", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,14 +68,14 @@ func TestOpenReadyExtendClose(t *testing.T) {
 	if tok := string(secret.Data["grading-token"]); len(tok) != 64 {
 		t.Errorf("grading token %q is not 256 bits of hex", tok)
 	}
-	if secret.Labels["labkeep.io/env"] != e.name || secret.Labels["labkeep.io/student"] == "" || secret.Labels["labkeep.io/student"] == student {
+	if secret.Labels["labkeep.io/env"] != e.Env || secret.Labels["labkeep.io/student"] == "" || secret.Labels["labkeep.io/student"] == student {
 		t.Errorf("secret labels = %v", secret.Labels)
 	}
 
-	e.clock.Set(time.Time{}) // real time while the VM boots
-	running := e.waitRunning(student, 30*time.Second)
+	e.Clock.Set(time.Time{}) // real time while the VM boots
+	running := e.WaitRunning(student, 30*time.Second)
 	t.Logf("time to ready: %s recorded (readyAt-startedAt, condition time has 1s resolution), %s from open response to running seen by 50ms polling; virtsim boot delay %s",
-		running.ReadyAt.Sub(running.StartedAt), time.Since(opened.received), bootDelay)
+		running.ReadyAt.Sub(running.StartedAt), time.Since(opened.Received), bootDelay)
 	if running.ReadyAt == nil || running.ReadyAt.Before(running.StartedAt) {
 		t.Errorf("readyAt = %v", running.ReadyAt)
 	}
@@ -104,94 +109,84 @@ func TestOpenReadyExtendClose(t *testing.T) {
 		{"past max lifetime: not_running", 200 * time.Minute, 409, "not_running", 180 * time.Minute, 0, false, "expired"},
 	}
 	for _, step := range steps {
-		e.clock.Set(t0.Add(step.at))
-		r := e.do("POST", "/extendSession", tok, "", "")
-		if r.status != step.wantStatus || r.code != step.wantCode {
-			t.Errorf("%s: extend = %d %q (%s), want %d %q", step.name, r.status, r.code, r.message, step.wantStatus, step.wantCode)
+		e.Clock.Set(t0.Add(step.at))
+		r := e.Do("POST", "/extendSession", tok, "", "")
+		if r.Status != step.wantStatus || r.Code != step.wantCode {
+			t.Errorf("%s: extend = %d %q (%s), want %d %q", step.name, r.Status, r.Code, r.Message, step.wantStatus, step.wantCode)
 			continue
 		}
-		if !r.session.ExpiresAt.Equal(t0.Add(step.wantExpiry)) {
-			t.Errorf("%s: expiresAt = +%s, want +%s", step.name, r.session.ExpiresAt.Sub(t0), step.wantExpiry)
+		if !r.Session.ExpiresAt.Equal(t0.Add(step.wantExpiry)) {
+			t.Errorf("%s: expiresAt = +%s, want +%s", step.name, r.Session.ExpiresAt.Sub(t0), step.wantExpiry)
 		}
-		g := e.do("GET", "/getSession", tok, "", "")
-		if g.session.Status != step.wantShown {
-			t.Errorf("%s: getSession status %q, want %q", step.name, g.session.Status, step.wantShown)
+		g := e.Do("GET", "/getSession", tok, "", "")
+		if g.Session.Status != step.wantShown {
+			t.Errorf("%s: getSession status %q, want %q", step.name, g.Session.Status, step.wantShown)
 		}
-		if g.session.RemainingSeconds != step.wantLeft || g.session.Extendable != step.wantExtend || !g.session.ServerTime.Equal(t0.Add(step.at)) {
+		if g.Session.RemainingSeconds != step.wantLeft || g.Session.Extendable != step.wantExtend || !g.Session.ServerTime.Equal(t0.Add(step.at)) {
 			t.Errorf("%s: get remaining=%d extendable=%v serverTime=+%s, want %d %v +%s", step.name,
-				g.session.RemainingSeconds, g.session.Extendable, g.session.ServerTime.Sub(t0), step.wantLeft, step.wantExtend, step.at)
+				g.Session.RemainingSeconds, g.Session.Extendable, g.Session.ServerTime.Sub(t0), step.wantLeft, step.wantExtend, step.at)
 		}
 	}
 	// Closing works on a session the reaper has not yet collected: its
 	// resources go, and it is recorded expired — its time ran out, the
 	// student did not end it early — as getSession already showed.
-	closed := e.do("POST", "/closeSession", tok, "", "")
-	if closed.status != 200 || closed.session.Status != "expired" {
-		t.Fatalf("close after expiry = %d %s", closed.status, closed.body)
+	closed := e.Do("POST", "/closeSession", tok, "", "")
+	if closed.Status != 200 || closed.Session.Status != "expired" {
+		t.Fatalf("close after expiry = %d %s", closed.Status, closed.Body)
 	}
-	e.waitNoObjects(20 * time.Second)
-	if got := e.rows(); len(got) != 1 || !contains(got[0], " expired ") {
+	e.WaitNoObjects(20 * time.Second)
+	if got := e.Rows(); len(got) != 1 || !strings.Contains(got[0], " expired ") {
 		t.Errorf("rows after close = %v", got)
 	}
-	if n := e.count(`SELECT count(*) FROM sessions WHERE status = 'expired' AND failure_reason LIKE 'expired at %; closed by student alice after its expiry'`); n != 1 {
+	if n := e.Count(`SELECT count(*) FROM sessions WHERE status = 'expired' AND failure_reason LIKE 'expired at %; closed by student alice after its expiry'`); n != 1 {
 		t.Errorf("expired row's reason does not say who closed it")
 	}
-	if r := e.do("POST", "/closeSession", tok, "", ""); r.status != 404 || r.code != "no_session" {
-		t.Errorf("second close = %d %s", r.status, r.body)
+	if r := e.Do("POST", "/closeSession", tok, "", ""); r.Status != 404 || r.Code != "no_session" {
+		t.Errorf("second close = %d %s", r.Status, r.Body)
 	}
-	if r := e.do("GET", "/getSession", tok, "", ""); r.status != 200 || r.session.Status != "expired" || r.session.RemainingSeconds != 0 {
-		t.Errorf("get after close = %d %s", r.status, r.body)
+	if r := e.Do("GET", "/getSession", tok, "", ""); r.Status != 200 || r.Session.Status != "expired" || r.Session.RemainingSeconds != 0 {
+		t.Errorf("get after close = %d %s", r.Status, r.Body)
 	}
 	// Ended frees the student to open again at once; closing before the
 	// expiry records closed.
-	e.clock.Set(time.Time{})
-	again := e.open(student, "linux-vm")
-	if again.status != 201 {
-		t.Fatalf("reopen after close = %d %s", again.status, again.body)
+	e.Clock.Set(time.Time{})
+	again := e.Open(student, "linux-vm")
+	if again.Status != 201 {
+		t.Fatalf("reopen after close = %d %s", again.Status, again.Body)
 	}
-	if r := e.do("POST", "/closeSession", tok, "", ""); r.status != 200 || r.session.Status != "closed" {
-		t.Errorf("close before expiry = %d %s", r.status, r.body)
+	if r := e.Do("POST", "/closeSession", tok, "", ""); r.Status != 200 || r.Session.Status != "closed" {
+		t.Errorf("close before expiry = %d %s", r.Status, r.Body)
 	}
-	if n := e.count(`SELECT count(*) FROM sessions WHERE id = $1 AND status = 'closed' AND failure_reason = 'closed by student alice'`, again.session.ID); n != 1 {
+	if n := e.Count(`SELECT count(*) FROM sessions WHERE id = $1 AND status = 'closed' AND failure_reason = 'closed by student alice'`, again.Session.ID); n != 1 {
 		t.Errorf("session closed before its expiry is not recorded closed")
 	}
-	e.waitNoObjects(20 * time.Second)
-}
-
-func contains(s, sub string) bool { return len(s) >= len(sub) && (s == sub || indexOf(s, sub) >= 0) }
-
-func indexOf(s, sub string) int {
-	for i := 0; i+len(sub) <= len(s); i++ {
-		if s[i:i+len(sub)] == sub {
-			return i
-		}
-	}
-	return -1
+	e.WaitNoObjects(20 * time.Second)
 }
 
 // A student whose session expired can open a new lab at once: the expired
 // one is reclaimed (resources deleted, then the row marked expired) without
 // waiting for the reaper.
 func TestOpenAfterExpiryReclaimsTheOldSession(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	first := e.open("erin", "k8s-cluster")
-	if first.status != 201 {
-		t.Fatalf("open = %d %s", first.status, first.body)
+	e := newEnv(t, stacktest.Options{})
+	first := e.Open("erin", "k8s-cluster")
+	if first.Status != 201 {
+		t.Fatalf("open = %d %s", first.Status, first.Body)
 	}
-	e.waitRunning("erin", 30*time.Second)
-	e.clock.Set(first.session.ExpiresAt.Add(-time.Second))
-	if r := e.open("erin", "linux-vm"); r.status != 409 || r.code != "session_exists" {
-		t.Fatalf("open one second before expiry = %d %s", r.status, r.body)
+	e.WaitRunning("erin", 30*time.Second)
+	e.Clock.Set(first.Session.ExpiresAt.Add(-time.Second))
+	if r := e.Open("erin", "linux-vm"); r.Status != 409 || r.Code != "session_exists" {
+		t.Fatalf("open one second before expiry = %d %s", r.Status, r.Body)
 	}
-	e.clock.Set(first.session.ExpiresAt)
-	second := e.open("erin", "linux-vm")
-	if second.status != 201 || second.session.ID == first.session.ID {
-		t.Fatalf("open at expiry = %d %s", second.status, second.body)
+	e.Clock.Set(first.Session.ExpiresAt)
+	second := e.Open("erin", "linux-vm")
+	if second.Status != 201 || second.Session.ID == first.Session.ID {
+		t.Fatalf("open at expiry = %d %s", second.Status, second.Body)
 	}
-	waitFor(t, 20*time.Second, "the expired session's objects to go", func() bool {
-		return len(e.objects("labkeep.io/session="+first.session.ID)) == 0
+	stacktest.Eventually(t, 20*time.Second, func() (bool, string) {
+		left := e.Objects(kube.LabelSession + "=" + first.Session.ID)
+		return len(left) == 0, fmt.Sprintf("objects of the expired session left: %v", left)
 	})
-	if n := e.count(`SELECT count(*) FROM sessions WHERE id = $1 AND status = 'expired' AND finished_at IS NOT NULL`, first.session.ID); n != 1 {
+	if n := e.Count(`SELECT count(*) FROM sessions WHERE id = $1 AND status = 'expired' AND finished_at IS NOT NULL`, first.Session.ID); n != 1 {
 		t.Errorf("the old row is not expired")
 	}
 }

@@ -8,18 +8,19 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 
 	"labkeep/functions/lambda"
+	"labkeep/localrun/stacktest"
 )
 
 // The Lambda build runs the very same handler: an API Gateway HTTP API
 // event opens a real session and a second one gets the same 409 as over
 // plain HTTP.
 func TestLambdaAdapterOnTheRealStack(t *testing.T) {
-	e := newEnv(t, envOptions{})
-	a := lambda.Adapter{Handler: e.app.Handler(), ScheduledPath: "/reapTick"}
+	e := newEnv(t, stacktest.Options{})
+	a := lambda.Adapter{Handler: e.App.Handler(), ScheduledPath: "/reapTick"}
 	event := func(method, path, body string) json.RawMessage {
 		ev := events.APIGatewayV2HTTPRequest{
 			RawPath: path, Body: body,
-			Headers: map[string]string{"authorization": "Bearer " + e.token("lam", "student"), "content-type": "application/json"},
+			Headers: map[string]string{"authorization": "Bearer " + e.Token("lam", "student"), "content-type": "application/json"},
 		}
 		ev.RequestContext.HTTP.Method = method
 		b, _ := json.Marshal(ev)
@@ -29,9 +30,9 @@ func TestLambdaAdapterOnTheRealStack(t *testing.T) {
 	if err != nil || res.StatusCode != 201 {
 		t.Fatalf("open via Lambda = %d %s %v", res.StatusCode, res.Body, err)
 	}
-	var s sessionView
+	var s stacktest.SessionView
 	json.Unmarshal([]byte(res.Body), &s)
-	if got := e.objects("labkeep.io/session=" + s.ID); len(got) < 3 {
+	if got := e.Objects("labkeep.io/session=" + s.ID); len(got) < 3 {
 		t.Errorf("objects of the Lambda-opened session = %v", got)
 	}
 	res, _ = a.Invoke(context.Background(), event("POST", "/openSession", `{"lab":"shell"}`))

@@ -7,11 +7,11 @@ import (
 
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-
 	"labkeep/infra"
+	"labkeep/localrun/stacktest"
 )
 
 // The functions run as the ServiceAccount bound by
@@ -19,9 +19,9 @@ import (
 // functions need: create, read and delete, but never update or patch
 // (in particular not Secrets), and nothing outside the sessions namespace.
 func TestFunctionsRunUnderShippedRBAC(t *testing.T) {
-	e := newEnv(t, envOptions{})
+	e := newEnv(t, stacktest.Options{})
 	ctx := context.Background()
-	cs, err := kubernetes.NewForConfig(e.app.Kube) // the config the app really uses
+	cs, err := kubernetes.NewForConfig(e.App.Kube) // the config the app really uses
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +29,7 @@ func TestFunctionsRunUnderShippedRBAC(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wantUser := "system:serviceaccount:" + e.fnNS + ":" + infra.ServiceAccount
+	wantUser := "system:serviceaccount:" + e.FunctionsNamespace + ":" + infra.ServiceAccount
 	if who.Status.UserInfo.Username != wantUser {
 		t.Fatalf("functions run as %q, want %q", who.Status.UserInfo.Username, wantUser)
 	}
@@ -43,24 +43,24 @@ func TestFunctionsRunUnderShippedRBAC(t *testing.T) {
 		ns, group, res, verb string
 		want                 bool
 	}{
-		{"create VMs", e.ns, "kubevirt.io", "virtualmachines", "create", true},
-		{"list VMs (capacity)", e.ns, "kubevirt.io", "virtualmachines", "list", true},
-		{"delete VMs", e.ns, "kubevirt.io", "virtualmachines", "delete", true},
-		{"read VMIs", e.ns, "kubevirt.io", "virtualmachineinstances", "get", true},
-		{"create Secrets", e.ns, "", "secrets", "create", true},
-		{"delete Secrets", e.ns, "", "secrets", "delete", true},
-		{"create anchors", e.ns, "batch", "jobs", "create", true},
-		{"no patch on Secrets", e.ns, "", "secrets", "patch", false},
-		{"no update on Secrets", e.ns, "", "secrets", "update", false},
-		{"no get on single Secrets", e.ns, "", "secrets", "get", false},
-		{"no patch on VMs", e.ns, "kubevirt.io", "virtualmachines", "patch", false},
-		{"no update on VMs", e.ns, "kubevirt.io", "virtualmachines", "update", false},
-		{"no patch on anchors", e.ns, "batch", "jobs", "patch", false},
-		{"no deletecollection", e.ns, "kubevirt.io", "virtualmachines", "deletecollection", false},
-		{"no VMI delete", e.ns, "kubevirt.io", "virtualmachineinstances", "delete", false},
-		{"no roles", e.ns, "rbac.authorization.k8s.io", "roles", "create", false},
-		{"no quota edits", e.ns, "", "resourcequotas", "update", false},
-		{"nothing in its own namespace", e.fnNS, "kubevirt.io", "virtualmachines", "create", false},
+		{"create VMs", e.Namespace, "kubevirt.io", "virtualmachines", "create", true},
+		{"list VMs (capacity)", e.Namespace, "kubevirt.io", "virtualmachines", "list", true},
+		{"delete VMs", e.Namespace, "kubevirt.io", "virtualmachines", "delete", true},
+		{"read VMIs", e.Namespace, "kubevirt.io", "virtualmachineinstances", "get", true},
+		{"create Secrets", e.Namespace, "", "secrets", "create", true},
+		{"delete Secrets", e.Namespace, "", "secrets", "delete", true},
+		{"create anchors", e.Namespace, "batch", "jobs", "create", true},
+		{"no patch on Secrets", e.Namespace, "", "secrets", "patch", false},
+		{"no update on Secrets", e.Namespace, "", "secrets", "update", false},
+		{"no get on single Secrets", e.Namespace, "", "secrets", "get", false},
+		{"no patch on VMs", e.Namespace, "kubevirt.io", "virtualmachines", "patch", false},
+		{"no update on VMs", e.Namespace, "kubevirt.io", "virtualmachines", "update", false},
+		{"no patch on anchors", e.Namespace, "batch", "jobs", "patch", false},
+		{"no deletecollection", e.Namespace, "kubevirt.io", "virtualmachines", "deletecollection", false},
+		{"no VMI delete", e.Namespace, "kubevirt.io", "virtualmachineinstances", "delete", false},
+		{"no roles", e.Namespace, "rbac.authorization.k8s.io", "roles", "create", false},
+		{"no quota edits", e.Namespace, "", "resourcequotas", "update", false},
+		{"nothing in its own namespace", e.FunctionsNamespace, "kubevirt.io", "virtualmachines", "create", false},
 		{"nothing in default", "default", "", "secrets", "list", false},
 		{"no namespaces", "", "", "namespaces", "list", false},
 	}
@@ -82,12 +82,12 @@ func TestFunctionsRunUnderShippedRBAC(t *testing.T) {
 	// And the functions work end to end under it, for every lab kind.
 	for _, lab := range []string{"linux-vm", "k8s-cluster", "shell"} {
 		student := "rbac-" + lab
-		if r := e.open(student, lab); r.status != 201 {
-			t.Fatalf("open %s = %d %s", lab, r.status, r.body)
+		if r := e.Open(student, lab); r.Status != 201 {
+			t.Fatalf("open %s = %d %s", lab, r.Status, r.Body)
 		}
-		if r := e.do("POST", "/closeSession", e.token(student, "student"), "", ""); r.status != 200 {
-			t.Fatalf("close %s = %d %s", lab, r.status, r.body)
+		if r := e.Close(student); r.Status != 200 {
+			t.Fatalf("close %s = %d %s", lab, r.Status, r.Body)
 		}
 	}
-	e.waitNoObjects(20 * time.Second)
+	e.WaitNoObjects(20 * time.Second)
 }

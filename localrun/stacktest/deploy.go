@@ -1,0 +1,253 @@
+package stacktest
+
+import (
+	"context"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+
+	"labkeep/functions/app"
+	"labkeep/infra"
+	"labkeep/localrun/controlplane"
+	"labkeep/localrun/stack"
+)
+
+// JWTSecret signs the tokens of every Deployment (LABKEEP_JWT_SECRET).
+const JWTSecret = "stacktest-secret-0123456789abcdef-0123456789"
+
+// SchedulerToken is every Deployment's LABKEEP_SCHEDULER_TOKEN.
+const SchedulerToken = "stacktest-scheduler-token-0123456789"
+
+// Images the deployments run: the real pause image for the anchors (the
+// local node runs it) and a guardian tag no test pulls.
+const (
+	AnchorImage   = "registry.k8s.io/pause:3.10"
+	GuardianImage = "labkeep/guardian:test"
+)
+
+// Options are what tests vary between deployments. A zero field keeps
+// app.DefaultConfig's value, except where said otherwise.
+type Options struct {
+	// Env is the exact labkeep.io/env. Empty: EnvPrefix, a dash and a
+	// random suffix, so deployments sharing the stack never meet.
+	Env string
+	// EnvPrefix starts a generated Env ("test" if empty). The suite's
+	// virtsim may choose faults by it (e.g. VMs of "neverready-…" never
+	// boot).
+	EnvPrefix string
+	// Namespace is a sessions namespace to share with another deployment
+	// (created if missing, never deleted here): the shipped manifests are
+	// applied to it and this deployment's ServiceAccount gets its own
+	// RoleBinding to the shipped Role, as an operator adds for a second
+	// environment. Empty: a namespace of its own, deleted when the test ends.
+	Namespace string
+	// Quota applies infra/resourcequota.yaml to the sessions namespace.
+	Quota bool
+	// LabsYAML is the lab catalog; empty means infra/labs.yaml.
+	LabsYAML string
+	// MaxVMs is LABKEEP_MAX_CONCURRENT_VMS.
+	MaxVMs int
+	// Lifetime and MaxLifetime are LABKEEP_SESSION_LIFETIME and
+	// LABKEEP_SESSION_MAX_LIFETIME; with only Lifetime set, MaxLifetime is
+	// three times it (the default ratio).
+	Lifetime, MaxLifetime time.Duration
+	// DeadlineGrace is LABKEEP_DEADLINE_GRACE.
+	DeadlineGrace time.Duration
+	// CapacityWait is LABKEEP_CAPACITY_WAIT.
+	CapacityWait time.Duration
+	// DryRun is LABKEEP_REAP_DRY_RUN.
+	DryRun bool
+	// RunDeadline is LABKEEP_REAP_RUN_DEADLINE.
+	RunDeadline time.Duration
+	// KubeQPS and KubeBurst are LABKEEP_KUBE_QPS and LABKEEP_KUBE_BURST.
+	KubeQPS   float32
+	KubeBurst int
+	// PoolSize is the database pool's pool_max_conns (10 if zero).
+	PoolSize int
+	// Log is the functions' logger (Logger() if nil).
+	Log *slog.Logger
+}
+
+// Deployment is one environment's session functions and reaper on the
+// shared stack, wired by app.Build exactly as production (metrics
+// included): its own functions namespace and database, running as the
+// infra ServiceAccount through a kubeconfig file, served over HTTP.
+// Everything it creates goes when the test ends.
+type Deployment struct {
+	Client // the HTTP client for Server, with the deployment's clock
+
+	// Env is its labkeep.io/env; Namespace the sessions namespace;
+	// FunctionsNamespace where its ServiceAccount lives.
+	Env, Namespace, FunctionsNamespace string
+	// Kubeconfig is the file the functions read their credentials from.
+	Kubeconfig string
+	// App is the wired application: Sessions, Reaper, Store, Cluster.
+	App    *app.App
+	Server *httptest.Server
+	// Clock is the functions' and the reaper's clock.
+	Clock *Clock
+	// Faults sits in the functions' transport to the API server.
+	Faults *Faults
+	// DB is a pool of its own on the deployment's database, for
+	// assertions (it never competes with the functions' pool).
+	DB *pgxpool.Pool
+	// Kube and Dyn are admin clients, for assertions and set-up only.
+	Kube kubernetes.Interface
+	Dyn  dynamic.Interface
+}
+
+// Deploy sets up a Deployment on st with o.
+func Deploy(t testing.TB, st *stack.Stack, o Options) *Deployment {
+	t.Helper()
+	ctx := context.Background()
+	d := &Deployment{Env: o.Env, Namespace: o.Namespace, Clock: &Clock{}, Faults: &Faults{}}
+	base := d.Env
+	if d.Env == "" {
+		prefix := o.EnvPrefix
+		if prefix == "" {
+			prefix = "test"
+		}
+		d.Env = prefix + "-" + Suffix()
+		base = d.Env
+	} else {
+		base = d.Env + "-" + Suffix()
+	}
+	d.FunctionsNamespace = base + "-fn"
+	if d.Namespace == "" {
+		d.Namespace = base + "-sessions"
+	}
+	d.Kube, d.Dyn = AdminClients(t, st)
+
+	files := []string{"namespaces.yaml", "rbac.yaml"}
+	if o.Quota {
+		files = append(files, "resourcequota.yaml")
+	}
+	if err := infra.Apply(ctx, st.Admin(), infra.Placement{Functions: d.FunctionsNamespace, Sessions: d.Namespace}, files...); err != nil {
+		t.Fatal(err)
+	}
+	own := []string{d.FunctionsNamespace}
+	if o.Namespace == "" {
+		own = append(own, d.Namespace)
+	} else if err := d.bindRole(ctx); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, ns := range own {
+			_ = d.Kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{})
+		}
+	})
+
+	dir := t.TempDir()
+	sa, err := st.CP.ServiceAccountConfig(ctx, d.FunctionsNamespace, infra.ServiceAccount)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.Kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := controlplane.WriteKubeconfig(d.Kubeconfig, sa, "system:serviceaccount:"+d.FunctionsNamespace+":"+infra.ServiceAccount); err != nil {
+		t.Fatal(err)
+	}
+	labsYAML := []byte(o.LabsYAML)
+	if o.LabsYAML == "" {
+		if labsYAML, err = infra.File("labs.yaml"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	labsFile := filepath.Join(dir, "labs.yaml")
+	if err := os.WriteFile(labsFile, labsYAML, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	poolSize := o.PoolSize
+	if poolSize == 0 {
+		poolSize = 10
+	}
+	dsn := CreateDatabase(t, st, d.Env, poolSize)
+
+	cfg := o.config(app.DefaultConfig())
+	cfg.Env, cfg.DatabaseURL, cfg.Namespace, cfg.LabsFile, cfg.Kubeconfig = d.Env, dsn, d.Namespace, labsFile, d.Kubeconfig
+	cfg.JWTSecret, cfg.SchedulerToken = JWTSecret, SchedulerToken
+	log := o.Log
+	if log == nil {
+		log = Logger()
+	}
+	if d.App, err = app.Build(ctx, cfg, d.Clock.Now, log, app.WrapTransport(d.Faults.wrap)); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.App.Close)
+	d.Server = httptest.NewServer(d.App.Handler())
+	t.Cleanup(d.Server.Close)
+	if d.DB, err = pgxpool.New(ctx, dsn); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(d.DB.Close)
+	d.Client = Client{t: t, URL: d.Server.URL, Now: d.Clock.Now}
+	return d
+}
+
+// config sets the settings o names on cfg.
+func (o Options) config(cfg app.Config) app.Config {
+	cfg.AnchorImage, cfg.GuardianImage = AnchorImage, GuardianImage
+	set := func(dst *time.Duration, v time.Duration) {
+		if v != 0 {
+			*dst = v
+		}
+	}
+	set(&cfg.SessionLifetime, o.Lifetime)
+	set(&cfg.SessionMaxLifetime, o.MaxLifetime)
+	if o.Lifetime != 0 && o.MaxLifetime == 0 {
+		cfg.SessionMaxLifetime = 3 * o.Lifetime
+	}
+	set(&cfg.DeadlineGrace, o.DeadlineGrace)
+	set(&cfg.CapacityWait, o.CapacityWait)
+	set(&cfg.ReapRunDeadline, o.RunDeadline)
+	if o.MaxVMs != 0 {
+		cfg.MaxConcurrentVms = o.MaxVMs
+	}
+	if o.KubeQPS != 0 {
+		cfg.KubeQPS = o.KubeQPS
+	}
+	if o.KubeBurst != 0 {
+		cfg.KubeBurst = o.KubeBurst
+	}
+	cfg.ReapDryRun = o.DryRun
+	return cfg
+}
+
+// bindRole binds the shipped functions Role in the shared sessions
+// namespace to this deployment's ServiceAccount: the shipped RoleBinding
+// names one functions namespace, the last one applied.
+func (d *Deployment) bindRole(ctx context.Context) error {
+	_, err := d.Kube.RbacV1().RoleBindings(d.Namespace).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: infra.ServiceAccount + "-" + d.FunctionsNamespace},
+		RoleRef:    rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "Role", Name: infra.ServiceAccount},
+		Subjects:   []rbacv1.Subject{{Kind: rbacv1.ServiceAccountKind, Name: infra.ServiceAccount, Namespace: d.FunctionsNamespace}},
+	}, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
+
+// AdminClients are typed and dynamic clients with st's admin credentials,
+// for set-up and assertions (never for the code under test).
+func AdminClients(t testing.TB, st *stack.Stack) (kubernetes.Interface, dynamic.Interface) {
+	t.Helper()
+	cs, err := kubernetes.NewForConfig(st.Admin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	dyn, err := dynamic.NewForConfig(st.Admin())
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cs, dyn
+}

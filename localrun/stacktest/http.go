@@ -1,0 +1,178 @@
+package stacktest
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"labkeep/shared/httpapi"
+)
+
+// Client calls a Deployment's functions over HTTP as the portal, the
+// scheduler and admins do. Every failure to talk to the server fails the
+// test; answers are returned whatever their status.
+type Client struct {
+	t   testing.TB
+	URL string
+	// Now is the functions' clock, which judges token expiry.
+	Now func() time.Time
+}
+
+// NewClient is a Client for functions served at url whose clock is the
+// wall clock (a server this package did not deploy, e.g. `make run`'s).
+func NewClient(t testing.TB, url string) Client {
+	return Client{t: t, URL: url, Now: time.Now}
+}
+
+// TokenLifetime is how long Token's tokens are valid, by the functions'
+// clock: longer than any clock a test sets forward.
+const TokenLifetime = 365 * 24 * time.Hour
+
+// Token is a JWT for sub in role ("student" or "admin"), signed with
+// JWTSecret.
+func (c Client) Token(sub, role string) string {
+	c.t.Helper()
+	return c.Sign(sub, role, c.Now().Add(TokenLifetime))
+}
+
+// Sign is a JWT for sub in role expiring at exp, signed with JWTSecret.
+func (c Client) Sign(sub, role string, exp time.Time) string {
+	c.t.Helper()
+	tok, err := httpapi.Sign([]byte(JWTSecret), sub, role, exp)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return tok
+}
+
+// SessionView is a session's JSON as a portal reads it. It is written
+// here, not taken from httpapi, on purpose: a change to the wire format
+// must break these tests as it would break a portal.
+type SessionView struct {
+	ID               string     `json:"id"`
+	Student          string     `json:"student"`
+	Lab              string     `json:"lab"`
+	Kind             string     `json:"kind"`
+	Status           string     `json:"status"`
+	StartedAt        time.Time  `json:"startedAt"`
+	ExpiresAt        time.Time  `json:"expiresAt"`
+	MaxExpiresAt     time.Time  `json:"maxExpiresAt"`
+	ReadyAt          *time.Time `json:"readyAt"`
+	FinishedAt       *time.Time `json:"finishedAt"`
+	RemainingSeconds int64      `json:"remainingSeconds"`
+	Extendable       bool       `json:"extendable"`
+	ServerTime       time.Time  `json:"serverTime"`
+	Nodes            []NodeView `json:"nodes"`
+	FailureReason    string     `json:"failureReason"`
+}
+
+// NodeView is one node of a SessionView.
+type NodeView struct {
+	Name  string `json:"name"`
+	Role  string `json:"role"`
+	Ready bool   `json:"ready"`
+	SSH   struct {
+		Host string `json:"host"`
+		Port int    `json:"port"`
+	} `json:"ssh"`
+}
+
+// Response is one answer of the functions.
+type Response struct {
+	// Received is when the answer arrived (wall clock).
+	Received time.Time
+	Status   int
+	Header   http.Header
+	Body     []byte
+	// Session is the session of a session endpoint's success body, or the
+	// one an error body carries (e.g. the live session of a 409).
+	Session SessionView
+	// Code and Message are an error body's.
+	Code, Message string
+}
+
+// sessionPaths are the endpoints whose success body is a session.
+var sessionPaths = map[string]bool{"/openSession": true, "/getSession": true, "/extendSession": true, "/closeSession": true}
+
+// Do sends one request; token "" sends no Authorization, body "" none, and
+// ctype "" means application/json when there is a body. Every error answer
+// must be labkeep's JSON error body, and every success answer of a session
+// endpoint a session; anything else fails the test.
+func (c Client) Do(method, path, token, body, ctype string) Response {
+	c.t.Helper()
+	req, err := http.NewRequest(method, c.URL+path, strings.NewReader(body))
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	if body != "" && ctype == "" {
+		ctype = "application/json"
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer res.Body.Close()
+	r := Response{Status: res.StatusCode, Header: res.Header, Received: time.Now()}
+	if r.Body, err = io.ReadAll(res.Body); err != nil {
+		c.t.Fatalf("%s %s: reading the body: %v", method, path, err)
+	}
+	if res.StatusCode < 300 {
+		endpoint, _, _ := strings.Cut(path, "?")
+		if sessionPaths[endpoint] {
+			if err := json.Unmarshal(r.Body, &r.Session); err != nil {
+				c.t.Fatalf("%s %s: %d with undecodable body %q", method, path, res.StatusCode, r.Body)
+			}
+		}
+		return r
+	}
+	var eb struct {
+		Error struct {
+			Code    string `json:"code"`
+			Message string `json:"message"`
+		} `json:"error"`
+		Session *SessionView `json:"session"`
+	}
+	if err := json.Unmarshal(r.Body, &eb); err != nil || eb.Error.Code == "" {
+		c.t.Fatalf("%s %s: %d without a JSON error body: %q", method, path, res.StatusCode, r.Body)
+	}
+	r.Code, r.Message = eb.Error.Code, eb.Error.Message
+	if eb.Session != nil {
+		r.Session = *eb.Session
+	}
+	return r
+}
+
+// Open is student's openSession of lab.
+func (c Client) Open(student, lab string) Response {
+	c.t.Helper()
+	return c.Do("POST", "/openSession", c.Token(student, "student"), fmt.Sprintf(`{"lab":%q}`, lab), "")
+}
+
+// Close is student's closeSession of their live session.
+func (c Client) Close(student string) Response {
+	c.t.Helper()
+	return c.Do("POST", "/closeSession", c.Token(student, "student"), "", "")
+}
+
+// WaitRunning polls student's getSession until it reads running, and
+// fails the test if it does not within timeout.
+func (c Client) WaitRunning(student string, timeout time.Duration) SessionView {
+	c.t.Helper()
+	var r Response
+	Eventually(c.t, timeout, func() (bool, string) {
+		r = c.Do("GET", "/getSession", c.Token(student, "student"), "", "")
+		return r.Status == http.StatusOK && r.Session.Status == "running",
+			fmt.Sprintf("session of %s: %d %s", student, r.Status, r.Body)
+	})
+	return r.Session
+}
