@@ -158,6 +158,17 @@ func (c Client) Open(student, lab string) Response {
 	return c.Do("POST", "/openSession", c.Token(student, "student"), fmt.Sprintf(`{"lab":%q}`, lab), "")
 }
 
+// Opened opens lab for student, fails the test unless the answer is 201
+// Created, and returns the new session.
+func (c Client) Opened(student, lab string) SessionView {
+	c.t.Helper()
+	r := c.Open(student, lab)
+	if r.Status != http.StatusCreated {
+		c.t.Fatalf("open %s for %s = %d %s", lab, student, r.Status, r.Body)
+	}
+	return r.Session
+}
+
 // Close is student's closeSession of their live session.
 func (c Client) Close(student string) Response {
 	c.t.Helper()

@@ -1,11 +1,13 @@
 package stacktest
 
 import (
+	"context"
+	"fmt"
 	"testing"
 	"time"
 )
 
-// PollInterval is how often Eventually asks again.
+// PollInterval is how often Eventually and Until ask again.
 const PollInterval = 50 * time.Millisecond
 
 // Eventually calls cond until it reports done, and fails the test with
@@ -15,15 +17,27 @@ const PollInterval = 50 * time.Millisecond
 // generously. cond runs on the test's goroutine and may use t.
 func Eventually(t testing.TB, timeout time.Duration, cond func() (done bool, why string)) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := Until(ctx, cond); err != nil {
+		t.Fatalf("not within %s: %v", timeout, err)
+	}
+}
+
+// Until calls cond until it reports done and returns nil, or returns an
+// error with cond's last why once ctx ends: Eventually for set-up code
+// that has no test to fail (TestMain). cond is always called at least
+// once.
+func Until(ctx context.Context, cond func() (done bool, why string)) error {
 	for {
 		done, why := cond()
 		if done {
-			return
+			return nil
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("not within %s: %s", timeout, why)
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%s (%w)", why, ctx.Err())
+		case <-time.After(PollInterval):
 		}
-		time.Sleep(PollInterval)
 	}
 }

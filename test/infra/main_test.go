@@ -31,6 +31,7 @@ import (
 	"k8s.io/client-go/restmapper"
 
 	"labkeep/localrun/controlplane"
+	"labkeep/localrun/stacktest"
 )
 
 // fieldManager owns everything this package applies.
@@ -140,17 +141,14 @@ func setUpCluster(ctx context.Context, cp *controlplane.ControlPlane) (*cluster,
 	// Pods are admitted only once their namespace's default ServiceAccount
 	// exists (the serviceaccount controller creates it).
 	saRes := schema.GroupVersionResource{Version: "v1", Resource: "serviceaccounts"}
-	for {
+	err = stacktest.Until(ctx, func() (bool, string) {
 		_, err := dyn.Resource(saRes).Namespace(restrictedNamespace).Get(ctx, "default", metav1.GetOptions{})
-		if err == nil {
-			return c, nil
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("no default ServiceAccount in %s: %w (last error: %v)", restrictedNamespace, ctx.Err(), err)
-		case <-time.After(50 * time.Millisecond):
-		}
+		return err == nil, fmt.Sprintf("no default ServiceAccount in %s: %v", restrictedNamespace, err)
+	})
+	if err != nil {
+		return nil, err
 	}
+	return c, nil
 }
 
 // restrictedNamespace enforces Pod Security "restricted"; Pods made from
@@ -209,16 +207,12 @@ func installCRDs(ctx context.Context, dyn dynamic.Interface, dir string) ([]sche
 		return nil, fmt.Errorf("no CustomResourceDefinition under %s", dir)
 	}
 	for _, name := range names {
-		for {
+		err := stacktest.Until(ctx, func() (bool, string) {
 			crd, err := dyn.Resource(crdRes).Get(ctx, name, metav1.GetOptions{})
-			if err == nil && established(crd) {
-				break
-			}
-			select {
-			case <-ctx.Done():
-				return nil, fmt.Errorf("CRD %s not Established: %w (last error: %v)", name, ctx.Err(), err)
-			case <-time.After(50 * time.Millisecond):
-			}
+			return err == nil && established(crd), fmt.Sprintf("CRD %s not Established (last error: %v)", name, err)
+		})
+		if err != nil {
+			return nil, err
 		}
 	}
 	return kinds, nil
@@ -238,32 +232,23 @@ func established(crd *unstructured.Unstructured) bool {
 // discover builds the REST mapper once every kind in want is served
 // (discovery lags a little behind Established).
 func (c *cluster) discover(ctx context.Context, dc discovery.DiscoveryInterface, want []schema.GroupVersionKind) error {
-	for {
+	return stacktest.Until(ctx, func() (bool, string) {
 		resources, err := restmapper.GetAPIGroupResources(dc)
-		if err == nil {
-			c.mapper = restmapper.NewDiscoveryRESTMapper(resources)
-			c.groups = map[string]bool{}
-			for _, g := range resources {
-				c.groups[g.Group.Name] = true
-			}
-			missing := ""
-			for _, gvk := range want {
-				if _, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
-					missing = gvk.String()
-					break
-				}
-			}
-			if missing == "" {
-				return nil
-			}
-			err = fmt.Errorf("%s not discoverable", missing)
+		if err != nil {
+			return false, fmt.Sprintf("discovery: %v", err)
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("discovery: %w (last error: %v)", ctx.Err(), err)
-		case <-time.After(100 * time.Millisecond):
+		c.mapper = restmapper.NewDiscoveryRESTMapper(resources)
+		c.groups = map[string]bool{}
+		for _, g := range resources {
+			c.groups[g.Group.Name] = true
 		}
-	}
+		for _, gvk := range want {
+			if _, err := c.mapper.RESTMapping(gvk.GroupKind(), gvk.Version); err != nil {
+				return false, fmt.Sprintf("discovery: %s not discoverable", gvk)
+			}
+		}
+		return true, ""
+	})
 }
 
 // notServedError says the server serves no API group of the object's

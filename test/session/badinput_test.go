@@ -17,12 +17,8 @@ import (
 func TestBadInputChangesNothing(t *testing.T) {
 	e := newEnv(t, stacktest.Options{})
 	// Another student's live session, which the bad requests must not reach.
-	victim := e.Open("victim", "linux-vm")
-	if victim.Status != 201 {
-		t.Fatalf("open victim = %d %s", victim.Status, victim.Body)
-	}
+	vid := e.Opened("victim", "linux-vm").ID
 	e.WaitRunning("victim", 30*time.Second)
-	vid := victim.Session.ID
 
 	student := e.Token("mallory", "student")
 	expired, _ := httpapi.Sign([]byte(stacktest.JWTSecret), "mallory", "student", time.Now().Add(-time.Minute))
@@ -112,9 +108,7 @@ func TestBadInputChangesNothing(t *testing.T) {
 func TestNeverReadySessionCannotBeExtended(t *testing.T) {
 	e := newEnv(t, stacktest.Options{EnvPrefix: neverReady})
 	tok := e.Token("dave", "student")
-	if r := e.Open("dave", "linux-vm"); r.Status != 201 {
-		t.Fatalf("open = %d %s", r.Status, r.Body)
-	}
+	e.Opened("dave", "linux-vm")
 	time.Sleep(3 * bootDelay)
 	g := e.Do("GET", "/getSession", tok, "", "")
 	if g.Session.Status != "provisioning" || g.Session.Nodes[0].Ready || g.Session.Extendable {

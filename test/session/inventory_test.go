@@ -20,10 +20,7 @@ import (
 func TestInventorySeesOnlyItsEnvironmentButCountsEveryVM(t *testing.T) {
 	e := newEnv(t, stacktest.Options{})
 	ctx := context.Background()
-	opened := e.Open("inv", "k8s-cluster")
-	if opened.Status != 201 {
-		t.Fatalf("open = %d %s", opened.Status, opened.Body)
-	}
+	opened := e.Opened("inv", "k8s-cluster")
 	e.WaitRunning("inv", 30*time.Second)
 	for name, labels := range map[string]map[string]any{
 		"unlabelled": nil,
@@ -50,10 +47,10 @@ func TestInventorySeesOnlyItsEnvironmentButCountsEveryVM(t *testing.T) {
 	}
 	var got []string
 	for _, o := range inv.Objects {
-		if o.Env != e.Env || o.Session != opened.Session.ID || o.UID == "" {
+		if o.Env != e.Env || o.Session != opened.ID || o.UID == "" {
 			t.Errorf("object %+v is not this environment's session's", o)
 		}
-		got = append(got, string(o.Kind)+"/"+strings.TrimPrefix(o.Name, "lk-"+opened.Session.ID))
+		got = append(got, string(o.Kind)+"/"+strings.TrimPrefix(o.Name, "lk-"+opened.ID))
 	}
 	sort.Strings(got)
 	// Secrets are not listed: list returns their data, and the functions may not read Secrets.
@@ -61,7 +58,7 @@ func TestInventorySeesOnlyItsEnvironmentButCountsEveryVM(t *testing.T) {
 	if strings.Join(got, " ") != want {
 		t.Errorf("objects = %v\nwant    %v", got, want)
 	}
-	if vmi, ok := inv.VMIs[session.NodeName(opened.Session.ID, "worker-2")]; !ok || !vmi.Ready {
+	if vmi, ok := inv.VMIs[session.NodeName(opened.ID, "worker-2")]; !ok || !vmi.Ready {
 		t.Errorf("VMIs = %v", inv.VMIs)
 	}
 	// Delete with the UID seen: a stale UID (object replaced) is a no-op,

@@ -150,14 +150,11 @@ func TestOpenReadyExtendClose(t *testing.T) {
 	// Ended frees the student to open again at once; closing before the
 	// expiry records closed.
 	e.Clock.Set(time.Time{})
-	again := e.Open(student, "linux-vm")
-	if again.Status != 201 {
-		t.Fatalf("reopen after close = %d %s", again.Status, again.Body)
-	}
+	again := e.Opened(student, "linux-vm")
 	if r := e.Do("POST", "/closeSession", tok, "", ""); r.Status != 200 || r.Session.Status != "closed" {
 		t.Errorf("close before expiry = %d %s", r.Status, r.Body)
 	}
-	if n := e.Count(`SELECT count(*) FROM sessions WHERE id = $1 AND status = 'closed' AND failure_reason = 'closed by student alice'`, again.Session.ID); n != 1 {
+	if n := e.Count(`SELECT count(*) FROM sessions WHERE id = $1 AND status = 'closed' AND failure_reason = 'closed by student alice'`, again.ID); n != 1 {
 		t.Errorf("session closed before its expiry is not recorded closed")
 	}
 	e.WaitNoObjects(20 * time.Second)
@@ -168,25 +165,22 @@ func TestOpenReadyExtendClose(t *testing.T) {
 // waiting for the reaper.
 func TestOpenAfterExpiryReclaimsTheOldSession(t *testing.T) {
 	e := newEnv(t, stacktest.Options{})
-	first := e.Open("erin", "k8s-cluster")
-	if first.Status != 201 {
-		t.Fatalf("open = %d %s", first.Status, first.Body)
-	}
+	first := e.Opened("erin", "k8s-cluster")
 	e.WaitRunning("erin", 30*time.Second)
-	e.Clock.Set(first.Session.ExpiresAt.Add(-time.Second))
+	e.Clock.Set(first.ExpiresAt.Add(-time.Second))
 	if r := e.Open("erin", "linux-vm"); r.Status != 409 || r.Code != "session_exists" {
 		t.Fatalf("open one second before expiry = %d %s", r.Status, r.Body)
 	}
-	e.Clock.Set(first.Session.ExpiresAt)
+	e.Clock.Set(first.ExpiresAt)
 	second := e.Open("erin", "linux-vm")
-	if second.Status != 201 || second.Session.ID == first.Session.ID {
+	if second.Status != 201 || second.Session.ID == first.ID {
 		t.Fatalf("open at expiry = %d %s", second.Status, second.Body)
 	}
 	stacktest.Eventually(t, 20*time.Second, func() (bool, string) {
-		left := e.Objects(kube.LabelSession + "=" + first.Session.ID)
+		left := e.Objects(kube.LabelSession + "=" + first.ID)
 		return len(left) == 0, fmt.Sprintf("objects of the expired session left: %v", left)
 	})
-	if n := e.Count(`SELECT count(*) FROM sessions WHERE id = $1 AND status = 'expired' AND finished_at IS NOT NULL`, first.Session.ID); n != 1 {
+	if n := e.Count(`SELECT count(*) FROM sessions WHERE id = $1 AND status = 'expired' AND finished_at IS NOT NULL`, first.ID); n != 1 {
 		t.Errorf("the old row is not expired")
 	}
 }
