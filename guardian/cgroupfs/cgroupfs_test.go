@@ -373,46 +373,23 @@ func TestMountsV1(t *testing.T) {
 	}
 }
 
-func TestDiscovery(t *testing.T) {
+func TestFindPod(t *testing.T) {
 	const uid = "0f3c2a51-6b7e-4c1d-9a8b-1234567890ab"
 	layouts := []struct {
-		name, pod  string
-		containers []string
+		name, pod string
 	}{
-		{"cgroupfs driver", "kubepods/burstable/pod" + uid, []string{"aaaa", "bbbb", "cccc"}},
-		{"systemd driver", "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice",
-			[]string{"cri-containerd-aaaa.scope", "cri-containerd-bbbb.scope", "cri-containerd-cccc.scope", "crio-conmon-dddd.scope"}},
-		{"guaranteed QoS, cgroupfs driver", "kubepods/pod" + uid, []string{"aaaa", "bbbb", "cccc"}},
+		{"cgroupfs driver", "kubepods/burstable/pod" + uid},
+		{"systemd driver", "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice"},
+		{"guaranteed QoS, cgroupfs driver", "kubepods/pod" + uid},
 	}
 	for _, l := range layouts {
 		t.Run(l.name, func(t *testing.T) {
 			mount := t.TempDir()
-			for _, c := range l.containers {
-				mkfile(t, filepath.Join(mount, l.pod, c, "cgroup.procs"), "")
-			}
+			mkfile(t, filepath.Join(mount, l.pod, "aaaa", "cgroup.procs"), "")
 			mkfile(t, filepath.Join(mount, "kubepods/burstable/podother/x/cgroup.procs"), "")
 			pod, err := FindPod(mount, uid)
 			if err != nil || pod != "/"+l.pod {
 				t.Fatalf("FindPod() = %q,%v; want /%s", pod, err, l.pod)
-			}
-			self := filepath.Join(pod, l.containers[2])
-			cands, err := ContainerCandidates(mount, pod, self)
-			if err != nil || len(cands) != 2 {
-				t.Fatalf("ContainerCandidates() = %v,%v", cands, err)
-			}
-			pause := filepath.Join(pod, l.containers[0])
-			isPause := func(rel string) bool { return rel == pause }
-			never := func(string) bool { return false }
-			got, err := PickContainer(cands, never, isPause)
-			if want := filepath.Join(pod, l.containers[1]); err != nil || got != want {
-				t.Errorf("PickContainer() = %q,%v; want %q", got, err, want)
-			}
-			if _, err := PickContainer(cands, never, never); !errors.Is(err, ErrNotFound) {
-				t.Errorf("ambiguous PickContainer() error = %v; want ErrNotFound", err)
-			}
-			byEnv := func(rel string) bool { return rel == pause }
-			if got, _ := PickContainer(cands, byEnv, never); got != pause {
-				t.Errorf("PickContainer() by environment = %q; want %q", got, pause)
 			}
 		})
 	}
@@ -428,14 +405,167 @@ func TestDiscovery(t *testing.T) {
 	})
 }
 
-func TestOwnCgroup(t *testing.T) {
-	content := "9:name=systemd:/\n4:memory:/process_api/x\n1:cpu,cpuacct:/a\n0::/unified/b\n"
-	for ctrl, want := range map[string]string{"memory": "/process_api/x", "cpuacct": "/a", "": "/unified/b"} {
-		if got, err := OwnCgroup(content, ctrl); err != nil || got != want {
-			t.Errorf("OwnCgroup(%q) = %q,%v; want %q", ctrl, got, err, want)
-		}
+func TestClassify(t *testing.T) {
+	const self, sandbox = 40, 1
+	marked := map[int]bool{20: true, 40: true}
+	tests := []struct {
+		name string
+		pids []int
+		want Role
+	}{
+		{"no process: not started, gone, or another PID namespace", nil, RoleEmpty},
+		{"guardian's own cgroup, even when something in it carries the marker", []int{40, 41}, RoleSelf},
+		{"the sandbox holds PID 1", []int{1}, RoleSandbox},
+		{"a process with the marker", []int{21, 20}, RoleWorkspace},
+		{"processes without the marker (another container, or the runtime's init before exec)", []int{30, 31}, RoleOther},
 	}
-	if _, err := OwnCgroup(content, "pids"); !errors.Is(err, ErrNotFound) {
-		t.Errorf("OwnCgroup(pids) error = %v", err)
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Classify(tt.pids, self, sandbox, func(pid int) bool { return marked[pid] }); got != tt.want {
+				t.Errorf("Classify(%v) = %q; want %q", tt.pids, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestPickWorkspace(t *testing.T) {
+	tests := []struct {
+		name        string
+		cs          []Container
+		want        string
+		wantErr     bool
+		wantMissing bool
+	}{
+		{"the one marked container", []Container{{"/p/a", RoleSandbox}, {"/p/b", RoleSelf}, {"/p/c", RoleWorkspace}}, "/p/c", false, false},
+		{"none yet: guardian started first", []Container{{"/p/a", RoleSandbox}, {"/p/b", RoleSelf}}, "", true, true},
+		{"an unmarked container is never guessed to be the workspace", []Container{{"/p/b", RoleSelf}, {"/p/c", RoleOther}}, "", true, true},
+		{"two marked containers are refused", []Container{{"/p/c", RoleWorkspace}, {"/p/d", RoleWorkspace}}, "", true, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := PickWorkspace(tt.cs)
+			if got != tt.want || (err != nil) != tt.wantErr || errors.Is(err, ErrNotFound) != tt.wantMissing {
+				t.Errorf("PickWorkspace() = %q,%v; want %q, error %v, ErrNotFound %v", got, err, tt.want, tt.wantErr, tt.wantMissing)
+			}
+		})
+	}
+}
+
+// podFixture lays out a Pod's container cgroups under mount (knob files
+// included, as Open needs) and the processes in them under proc.
+type podFixture struct {
+	mount, proc, pod string
+}
+
+func newPodFixture(t *testing.T, pod string) *podFixture {
+	t.Helper()
+	f := &podFixture{mount: t.TempDir(), proc: t.TempDir(), pod: pod}
+	mkfile(t, filepath.Join(f.mount, "kubepods/burstable/podother/x/cgroup.procs"), "")
+	return f
+}
+
+// container creates the container's cgroup with its processes, each
+// given by pid → environment.
+func (f *podFixture) container(t *testing.T, id string, procs map[string][]string) string {
+	t.Helper()
+	var pids []string
+	for pid, env := range procs {
+		pids = append(pids, pid)
+		fakeProc(t, f.proc, pid, "/bin/x", env...)
+	}
+	mkfile(t, filepath.Join(f.mount, f.pod, id, "cgroup.procs"), strings.Join(pids, "\n"))
+	for _, knob := range []string{"memory.max", "memory.high", "pids.max"} {
+		mkfile(t, filepath.Join(f.mount, f.pod, id, knob), "max\n")
+	}
+	return "/" + filepath.Join(f.pod, id)
+}
+
+// A Pod as the kubelet lays it out on cgroup v2 (systemd driver and
+// cgroupfs driver) and v1 (cgroupfs driver): the sandbox, guardian (its
+// own cgroup known only by its PID: under a private cgroup namespace
+// /proc/self/cgroup says "0::/"), and the workspace once it runs.
+func TestPodWorkspaceFixtures(t *testing.T) {
+	const uid = "0f3c2a51-6b7e-4c1d-9a8b-1234567890ab"
+	layouts := []struct {
+		name, pod, sandbox, guardian, workspace string
+	}{
+		{"v2 systemd driver", "kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod" + strings.ReplaceAll(uid, "-", "_") + ".slice",
+			"cri-containerd-5a4d.scope", "cri-containerd-9e1f.scope", "cri-containerd-c0de.scope"},
+		{"v2 cgroupfs driver", "kubepods/pod" + uid, "5a4d", "9e1f", "c0de"},
+		{"v1 cgroupfs driver", "kubepods/burstable/pod" + uid, "5a4d", "9e1f", "c0de"},
+	}
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) {
+			f := newPodFixture(t, l.pod)
+			f.container(t, l.sandbox, map[string][]string{"1": nil})
+			f.container(t, l.guardian, map[string][]string{"7": {"CONTAINER_NAME=workspace"}})
+			w := &PodWorkspace{Layout: Layout{V2: f.mount}, ProcRoot: f.proc, PodUID: uid, ContainerName: "workspace", SelfPID: 7, SandboxPID: 1}
+			if strings.HasPrefix(l.name, "v1") {
+				w.Layout = Layout{V1: map[string]string{"memory": f.mount}}
+			}
+			_, _, seen, err := w.Locate()
+			if !errors.Is(err, ErrNotFound) {
+				t.Fatalf("Locate() before the workspace started = %v; want ErrNotFound", err)
+			}
+			wantSeen := []Container{{"/" + l.pod + "/" + l.sandbox, RoleSandbox}, {"/" + l.pod + "/" + l.guardian, RoleSelf}}
+			if diff := cmp.Diff(wantSeen, seen); diff != "" {
+				t.Errorf("containers before the workspace started (-want +got):\n%s", diff)
+			}
+			// The runtime's init runs in the new cgroup before it execs the
+			// workspace's process: not yet the workspace.
+			ws := f.container(t, l.workspace, map[string][]string{"30": {"_LIBCONTAINER_INITPIPE=3"}})
+			if _, _, _, err := w.Locate(); !errors.Is(err, ErrNotFound) {
+				t.Fatalf("Locate() during the runtime's init = %v; want ErrNotFound", err)
+			}
+			f.container(t, l.workspace, map[string][]string{"30": {"PATH=/bin", "LABKEEP_CONTAINER_NAME=workspace"}, "31": nil})
+			got, pod, _, err := w.Locate()
+			if err != nil || got != ws || pod != "/"+l.pod {
+				t.Fatalf("Locate() = %q, %q, %v; want %q in /%s", got, pod, err, ws, l.pod)
+			}
+			if strings.HasPrefix(l.name, "v1") {
+				return // Open on v1 needs every controller: the real-cgroup tests cover it
+			}
+			cg, err := w.Find()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cg.SetPidsMax(4096); err != nil {
+				t.Fatal(err)
+			}
+			if got := readFile(t, filepath.Join(f.mount, ws, "pids.max")); got != "4096" {
+				t.Errorf("pids.max = %s", got)
+			}
+			other := &PodWorkspace{Layout: w.Layout, ProcRoot: f.proc, PodUID: uid, ContainerName: "nosuch", SelfPID: 7, SandboxPID: 1}
+			if _, err := other.Find(); !errors.Is(err, ErrNotFound) {
+				t.Errorf("Find(unknown container) error = %v; want ErrNotFound", err)
+			}
+		})
+	}
+}
+
+func TestExplicitFind(t *testing.T) {
+	mount := t.TempDir()
+	mkfile(t, filepath.Join(mount, "pod/ws/pids.max"), "max\n")
+	layout := Layout{V2: mount}
+	tests := []struct {
+		name          string
+		subtree, path string
+		wantErr       error
+	}{
+		{"relative to the mount", "/pod", "/pod/ws", nil},
+		{"absolute under the mount", "/pod", filepath.Join(mount, "pod/ws"), nil},
+		{"outside the subtree", "/pod", "/", ErrOutsideSubtree},
+		{"not there (yet)", "/pod", "/pod/later", ErrNotFound},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := Explicit{Layout: layout, Subtree: tt.subtree, Path: tt.path}.Find()
+			if !errors.Is(err, tt.wantErr) || (tt.wantErr == nil && err != nil) {
+				t.Errorf("Find() = %v; want %v", err, tt.wantErr)
+			}
+		})
+	}
+	if _, err := Open(layout, "", ""); err == nil {
+		t.Error("Open(\"\") accepted no cgroup")
 	}
 }

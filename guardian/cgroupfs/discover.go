@@ -1,12 +1,14 @@
 package cgroupfs
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 )
 
@@ -65,63 +67,189 @@ func FindPod(mount, podUID string) (string, error) {
 	return "/" + found, nil
 }
 
-// ContainerCandidates lists the container cgroups of a Pod (relative to
-// mount), leaving out exclude (guardian's own cgroup) and conmon scopes.
-func ContainerCandidates(mount, podRel, exclude string) ([]string, error) {
-	entries, err := os.ReadDir(filepath.Join(mount, podRel))
+// Role is what discovery makes of one container cgroup of the Pod.
+type Role string
+
+// Roles of a Pod's container cgroups.
+const (
+	RoleSelf      Role = "guardian"  // holds guardian's own process
+	RoleSandbox   Role = "sandbox"   // holds the Pod's sandbox (pause) process
+	RoleEmpty     Role = "empty"     // no visible process: not started yet, gone, or outside guardian's PID namespace
+	RoleWorkspace Role = "workspace" // a process carries the workspace marker in its environment
+	RoleOther     Role = "other"     // anything else (another container, an ephemeral debug container)
+)
+
+// WorkspaceMarker is the environment variable the Pod spec sets on the
+// workspace container, with the container's name as its value.
+const WorkspaceMarker = "LABKEEP_CONTAINER_NAME"
+
+// Classify gives a container cgroup its role from the PIDs in it (as
+// guardian's PID namespace shows them). The roles are structural wherever
+// possible: guardian's own cgroup is the one holding selfPID, the sandbox's
+// the one holding sandboxPID (PID 1 of the shared PID namespace); only the
+// workspace is recognised by hasMarker, which looks at a process's
+// environment.
+func Classify(pids []int, selfPID, sandboxPID int, hasMarker func(pid int) bool) Role {
+	if len(pids) == 0 {
+		return RoleEmpty
+	}
+	for _, p := range pids {
+		switch p {
+		case selfPID:
+			return RoleSelf
+		case sandboxPID:
+			return RoleSandbox
+		}
+	}
+	for _, p := range pids {
+		if hasMarker(p) {
+			return RoleWorkspace
+		}
+	}
+	return RoleOther
+}
+
+// Container is one container cgroup of a Pod, relative to the mount.
+type Container struct {
+	Rel  string
+	Role Role
+}
+
+// PickWorkspace returns the one container with RoleWorkspace. None is
+// ErrNotFound (the workspace has not started yet or is restarting); two
+// are refused rather than guessed.
+func PickWorkspace(cs []Container) (string, error) {
+	var found []string
+	for _, c := range cs {
+		if c.Role == RoleWorkspace {
+			found = append(found, c.Rel)
+		}
+	}
+	switch len(found) {
+	case 1:
+		return found[0], nil
+	case 0:
+		return "", fmt.Errorf("no workspace container among %v: %w", cs, ErrNotFound)
+	default:
+		return "", fmt.Errorf("%d containers carry the workspace marker (%v); refusing to guess", len(found), found)
+	}
+}
+
+// PodWorkspace locates the workspace container's cgroup of one Pod from
+// guardian's place in it, as a native sidecar sees the Pod: started before
+// the workspace container exists, in the Pod's shared PID namespace
+// (shareProcessNamespace: true, so PID 1 is the sandbox), with the host's
+// cgroup hierarchy mounted and possibly a private cgroup namespace (on v2
+// /proc/self/cgroup then reads "0::/", so guardian's own path cannot be
+// read from it).
+//
+// How the workspace is told apart, and why:
+//   - the Pod's directory comes from POD_UID (cgroupfs or systemd naming);
+//   - guardian's own cgroup and the sandbox's are found by the PIDs in them
+//     (guardian's own PID, PID 1), which works on v1 and v2, with or without
+//     a cgroup namespace, and needs no name;
+//   - the workspace is the container whose processes carry
+//     LABKEEP_CONTAINER_NAME=<name> in their environment. The runtime sets
+//     it from the Pod spec; a process's environment is fixed at exec, and
+//     the runtime execs the container's process only after writing the
+//     container's own limits, so guardian never races the runtime's writes.
+//     Other ways were weighed: the container ID in the cgroup path needs
+//     the API or CRI to learn the ID; HOSTNAME is the same in every
+//     container of a Pod; a shared file needs the workspace image's help
+//     and is writable by the user; process names can be chosen by anyone.
+//
+// Discovery only picks which cgroup to guard. It never grants protection:
+// the protected set is decided by package victim from process identity,
+// and the user, confined to the workspace cgroup, can at most hide the
+// marker from a later rediscovery (guardian then reports no workspace).
+type PodWorkspace struct {
+	Layout        Layout
+	ProcRoot      string // guardian's /proc, showing the Pod's shared PID namespace
+	PodUID        string
+	ContainerName string // the marker's value
+	SelfPID       int    // guardian's PID as ProcRoot shows it
+	SandboxPID    int    // the sandbox's PID; 1 in a shared PID namespace
+
+	pod string // the Pod's directory once found; it lives as long as the Pod
+}
+
+// Locate returns the workspace container's cgroup and the Pod's directory
+// (both relative to the mount), or an error wrapping ErrNotFound while the
+// workspace has no live cgroup. It also returns what it made of every
+// container cgroup, for logs.
+func (w *PodWorkspace) Locate() (cgroup, pod string, seen []Container, err error) {
+	mount := w.Layout.Mount()
+	if w.pod == "" {
+		if w.pod, err = FindPod(mount, w.PodUID); err != nil {
+			return "", "", nil, err
+		}
+	}
+	entries, err := os.ReadDir(filepath.Join(mount, w.pod))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			err = fmt.Errorf("pod %s: %w", w.PodUID, ErrNotFound)
+		}
+		return "", w.pod, nil, err
+	}
+	marker := []byte(WorkspaceMarker + "=" + w.ContainerName + "\x00")
+	hasMarker := func(pid int) bool {
+		env, err := os.ReadFile(filepath.Join(w.ProcRoot, strconv.Itoa(pid), "environ"))
+		return err == nil && w.ContainerName != "" && bytes.Contains(append([]byte("\x00"), env...), append([]byte("\x00"), marker...))
+	}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		rel := filepath.Join(w.pod, e.Name())
+		pids, _ := readProcs(filepath.Join(mount, rel)) // a cgroup removed meanwhile reads as empty
+		seen = append(seen, Container{Rel: rel, Role: Classify(pids, w.SelfPID, w.SandboxPID, hasMarker)})
+	}
+	cgroup, err = PickWorkspace(seen)
+	if err != nil {
+		return "", w.pod, seen, fmt.Errorf("pod %s container %q: %w", w.PodUID, w.ContainerName, err)
+	}
+	return cgroup, w.pod, seen, nil
+}
+
+// Find implements guard.Workspace: it locates the workspace and opens its
+// cgroup confined to the Pod's directory.
+func (w *PodWorkspace) Find() (Cgroup, error) {
+	rel, pod, _, err := w.Locate()
 	if err != nil {
 		return nil, err
 	}
-	var out []string
-	for _, e := range entries {
-		if !e.IsDir() || strings.Contains(e.Name(), "conmon") {
-			continue
+	return Open(w.Layout, pod, rel)
+}
+
+// Explicit is a cgroup given by path (GUARDIAN_CGROUP), for use outside
+// Kubernetes; Find opens it again each time, so a cgroup removed and
+// created anew is picked up.
+type Explicit struct {
+	Layout  Layout
+	Subtree string // the subtree that may be touched; "": the cgroup itself
+	Path    string
+}
+
+// Find implements guard.Workspace.
+func (e Explicit) Find() (Cgroup, error) {
+	c, err := Open(e.Layout, e.Subtree, e.Path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, fmt.Errorf("%v: %w", err, ErrNotFound)
+	}
+	return c, err
+}
+
+// readProcs reads one cgroup.procs file (this cgroup only, not children).
+func readProcs(dir string) ([]int, error) {
+	b, err := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+	if err != nil {
+		return nil, err
+	}
+	var out []int
+	for _, f := range strings.Fields(string(b)) {
+		if p, err := strconv.Atoi(f); err == nil {
+			out = append(out, p)
 		}
-		rel := filepath.Join(podRel, e.Name())
-		if filepath.Clean(exclude) == rel {
-			continue
-		}
-		out = append(out, rel)
 	}
 	return out, nil
-}
-
-// PickContainer chooses the workspace container among candidates: the one
-// isWorkspace accepts (it looks at the processes, e.g. their environment),
-// else the only candidate that is not the Pod's pause (sandbox) container.
-// Returns ErrNotFound when none or more than one qualifies.
-func PickContainer(candidates []string, isWorkspace, isPause func(rel string) bool) (string, error) {
-	var others []string
-	for _, c := range candidates {
-		if isWorkspace(c) {
-			return c, nil
-		}
-		if !isPause(c) {
-			others = append(others, c)
-		}
-	}
-	if len(others) == 1 {
-		return others[0], nil
-	}
-	return "", fmt.Errorf("workspace container among %v: %w", candidates, ErrNotFound)
-}
-
-// OwnCgroup returns this process's cgroup path for a v1 controller (or the
-// v2 path when controller is "") from /proc/self/cgroup content.
-func OwnCgroup(procSelfCgroup, controller string) (string, error) {
-	for _, line := range strings.Split(procSelfCgroup, "\n") {
-		f := strings.SplitN(line, ":", 3)
-		if len(f) != 3 {
-			continue
-		}
-		if controller == "" && f[0] == "0" && f[1] == "" {
-			return f[2], nil
-		}
-		for _, c := range strings.Split(f[1], ",") {
-			if controller != "" && c == controller {
-				return f[2], nil
-			}
-		}
-	}
-	return "", fmt.Errorf("controller %q in /proc/self/cgroup: %w", controller, ErrNotFound)
 }

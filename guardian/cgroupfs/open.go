@@ -1,12 +1,10 @@
 package cgroupfs
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
 )
 
@@ -80,63 +78,4 @@ func Open(l Layout, subtree, cgroup string) (Cgroup, error) {
 		subtree = strings.TrimPrefix(filepath.Clean(subtree), filepath.Clean(l.V2))
 	}
 	return OpenV2(l.V2, subtree, rel)
-}
-
-// Discover finds the workspace container's cgroup of Pod podUID: the Pod's
-// directory (cgroupfs or systemd driver naming), then among its container
-// cgroups, other than guardian's own (ownRel), the one whose processes carry
-// LABKEEP_CONTAINER_NAME=containerName in their environment (the Pod spec
-// sets it), else the only one that is not the pause container. It returns
-// the cgroup and the Pod's directory as the subtree guardian may touch.
-func Discover(l Layout, procRoot, podUID, containerName, ownRel string) (cgroup, subtree string, err error) {
-	mount := l.Mount()
-	pod, err := FindPod(mount, podUID)
-	if err != nil {
-		return "", "", err
-	}
-	cands, err := ContainerCandidates(mount, pod, ownRel)
-	if err != nil {
-		return "", "", err
-	}
-	procsOf := func(rel string) []int {
-		b, _ := os.ReadFile(filepath.Join(mount, rel, "cgroup.procs"))
-		var out []int
-		for _, f := range strings.Fields(string(b)) {
-			if p, err := strconv.Atoi(f); err == nil {
-				out = append(out, p)
-			}
-		}
-		return out
-	}
-	marker := []byte("LABKEEP_CONTAINER_NAME=" + containerName + "\x00")
-	isWorkspace := func(rel string) bool {
-		if containerName == "" {
-			return false
-		}
-		for _, p := range procsOf(rel) {
-			env, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(p), "environ"))
-			if err == nil && bytes.Contains(append([]byte("\x00"), env...), append([]byte("\x00"), marker...)) {
-				return true
-			}
-		}
-		return false
-	}
-	isPause := func(rel string) bool {
-		ps := procsOf(rel)
-		if len(ps) == 0 {
-			return true // an empty cgroup cannot be the running workspace
-		}
-		for _, p := range ps {
-			exe, _ := os.Readlink(filepath.Join(procRoot, strconv.Itoa(p), "exe"))
-			if filepath.Base(exe) != "pause" {
-				return false
-			}
-		}
-		return true
-	}
-	c, err := PickContainer(cands, isWorkspace, isPause)
-	if err != nil {
-		return "", "", fmt.Errorf("pod %s container %q: %w", podUID, containerName, err)
-	}
-	return c, pod, nil
 }

@@ -12,6 +12,10 @@ import (
 // kill, containment, hang kills, cleanup) runs.
 var ErrBusy = errors.New("another emergency action is running")
 
+// ErrNoWorkspace is returned by Cleanup while no workspace cgroup is
+// guarded (the container has not started or is restarting).
+var ErrNoWorkspace = errors.New("no workspace cgroup guarded")
+
 // CleanupResult reports a cleanup.
 type CleanupResult struct {
 	Killed []int  // PIDs killed
@@ -27,6 +31,9 @@ func (g *Guardian) Cleanup(ctx context.Context) (CleanupResult, error) {
 		return CleanupResult{}, ErrBusy
 	}
 	defer g.emergency.Unlock()
+	if g.cg == nil {
+		return CleanupResult{}, ErrNoWorkspace
+	}
 	res := g.containLocked(ctx, "cleanup")
 	out := CleanupResult{Killed: res.killed}
 	if !res.contained {

@@ -47,12 +47,19 @@ type Config struct {
 	Hang     victim.HangPolicy
 
 	ProbeEvery time.Duration
+
+	// WatchEvery is how often guardian looks for the workspace container
+	// while it has none, and checks that the guarded cgroup still has
+	// processes: a restarted container (new cgroup) is guarded within about
+	// this long after its process starts.
+	WatchEvery time.Duration
 }
 
 // Defaults returns guardian's standard tuning: limits at 90 %/98 % of M,
 // alert at 95 %, kill at 97 %, 4096 processes, a fork bomb at 500 births
 // in 10 s, 3 kills in 30 s pause kills for 60 s, and the hang escalation
-// 30 s/90 s/180 s/300 s at 95 % CPU. cmd/guardian starts from these and
+// 30 s/90 s/180 s/300 s at 95 % CPU, and a look at the workspace's
+// cgroup every second. cmd/guardian starts from these and
 // lets each be overridden by a GUARDIAN_* variable.
 func Defaults() Config {
 	return Config{
@@ -70,6 +77,7 @@ func Defaults() Config {
 		Hang: victim.HangPolicy{CPUFraction: 0.95, AlertAfter: 30 * time.Second, KillOne: 90 * time.Second,
 			KillThree: 180 * time.Second, KillAll: 300 * time.Second, Recovery: 10 * time.Second},
 		ProbeEvery: 30 * time.Second,
+		WatchEvery: time.Second,
 	}
 }
 
@@ -95,7 +103,7 @@ func (c Config) Validate() error {
 	}
 	for name, d := range map[string]time.Duration{"memory poll": c.MemoryPoll, "fork window": c.ForkWindow, "fork scan": c.ForkScan,
 		"freeze timeout": c.FreezeTimeout, "protect interval": c.ProtectEvery, "kill wait": c.KillWait, "kill window": c.KillWindow,
-		"CPU interval": c.CPUEvery, "probe interval": c.ProbeEvery} {
+		"CPU interval": c.CPUEvery, "probe interval": c.ProbeEvery, "watch interval": c.WatchEvery} {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %v", name, d))
 		}

@@ -55,19 +55,20 @@ type Prober interface {
 
 // Guardian protects one workspace cgroup.
 type Guardian struct {
-	cfg     Config
-	cg      cgroupfs.Cgroup
-	procs   ProcessTable
-	killer  Killer
-	sched   Scheduler
-	probe   Prober
-	alerts  *alert.Aggregator
-	metrics *Metrics
-	log     *slog.Logger
-	store   StateStore
-	now     func() time.Time
-	self    victim.Key
-	cpus    float64 // capacity when the cgroup has no CPU quota
+	cfg       Config
+	cg        cgroupfs.Cgroup // the guarded cgroup; nil while none. Set by Attach and detach under emergency and mu, read freely by the loops, which run only in between
+	workspace Workspace
+	procs     ProcessTable
+	killer    Killer
+	sched     Scheduler
+	probe     Prober
+	alerts    *alert.Aggregator
+	metrics   *Metrics
+	log       *slog.Logger
+	store     StateStore
+	now       func() time.Time
+	self      victim.Key
+	cpus      float64 // capacity when the cgroup has no CPU quota
 
 	emergency sync.Mutex // one emergency action at a time: memory kill, containment, hang kills, cleanup
 
@@ -80,12 +81,13 @@ type Guardian struct {
 	heartbeats map[string]time.Time
 	crossedAt  time.Time // when usage was first seen at the kill threshold
 
-	limitsPending bool // the kernel limits could not be applied yet
+	limitsPending bool  // the kernel limits could not be applied yet
+	waiting       error // why no workspace cgroup is guarded, for Healthy
 }
 
 // Deps are the adapters a Guardian uses.
 type Deps struct {
-	Cgroup    cgroupfs.Cgroup
+	Workspace Workspace
 	Procs     ProcessTable
 	Killer    Killer
 	Scheduler Scheduler
@@ -111,7 +113,7 @@ func New(cfg Config, d Deps) (*Guardian, error) {
 	if d.OnlineCPUs <= 0 {
 		d.OnlineCPUs = float64(runtime.NumCPU())
 	}
-	g := &Guardian{cfg: cfg, cg: d.Cgroup, procs: d.Procs, killer: d.Killer, sched: d.Scheduler, probe: d.Prober,
+	g := &Guardian{cfg: cfg, workspace: d.Workspace, procs: d.Procs, killer: d.Killer, sched: d.Scheduler, probe: d.Prober,
 		alerts: d.Alerts, metrics: d.Metrics, log: d.Log, store: d.State, now: d.Now, cpus: d.OnlineCPUs,
 		sshOK: true, heartbeats: map[string]time.Time{}}
 	g.st.Budget = victim.KillBudget{Max: cfg.KillMax, Window: cfg.KillWindow, Pause: cfg.KillPause}

@@ -42,13 +42,26 @@ type fakeCgroup struct {
 	handleOOM   bool
 	rtErr       error
 	freedOnKill uint64
+	gone        bool // the container ended: the cgroup lists no process
+	name        string
 }
 
 var _ cgroupfs.Cgroup = (*fakeCgroup)(nil)
 
-func (c *fakeCgroup) Version() int   { return 2 }
-func (c *fakeCgroup) String() string { return "fake" }
+func (c *fakeCgroup) Version() int { return 2 }
+func (c *fakeCgroup) String() string {
+	if c.name == "" {
+		return "fake"
+	}
+	return c.name
+}
 func (c *fakeCgroup) Procs() ([]int, error) {
+	c.mu.Lock()
+	gone := c.gone
+	c.mu.Unlock()
+	if gone {
+		return nil, nil
+	}
 	return c.table.pids(), nil
 }
 func (c *fakeCgroup) MemoryUsage() (uint64, uint64, error) {
@@ -71,7 +84,12 @@ func (c *fakeCgroup) SetMemory(high, max uint64) error {
 	c.limit = max / 4096 * 4096
 	return nil
 }
-func (c *fakeCgroup) HandleOOM() error { c.handleOOM = true; return nil }
+func (c *fakeCgroup) HandleOOM() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.handleOOM = true
+	return nil
+}
 func (c *fakeCgroup) MemoryEvents() (cgroupfs.MemoryEvents, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -80,8 +98,17 @@ func (c *fakeCgroup) MemoryEvents() (cgroupfs.MemoryEvents, error) {
 func (c *fakeCgroup) WatchMemory(ctx context.Context, _ []uint64) (<-chan struct{}, error) {
 	return nil, errors.New("fake: no notifications")
 }
-func (c *fakeCgroup) SetPidsMax(n int) error       { c.pidsMax = n; return nil }
-func (c *fakeCgroup) PidsLimit() (int, error)      { return c.pidsMax, nil }
+func (c *fakeCgroup) SetPidsMax(n int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pidsMax = n
+	return nil
+}
+func (c *fakeCgroup) PidsLimit() (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.pidsMax, nil
+}
 func (c *fakeCgroup) PidsRefused() (uint64, error) { return 0, nil }
 func (c *fakeCgroup) Freeze(context.Context) error {
 	c.mu.Lock()
@@ -94,6 +121,29 @@ func (c *fakeCgroup) Thaw() error                      { c.mu.Lock(); defer c.mu
 func (c *fakeCgroup) CPUUsage() (time.Duration, error) { return 0, nil }
 func (c *fakeCgroup) CPUs() (float64, error)           { return 1, nil }
 func (c *fakeCgroup) GrantRT(int) error                { return c.rtErr }
+
+// fakeWorkspace hands out the cgroup it holds; none (nil) is "not found".
+type fakeWorkspace struct {
+	mu    sync.Mutex
+	cg    *fakeCgroup
+	finds int
+}
+
+func (w *fakeWorkspace) Find() (cgroupfs.Cgroup, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.finds++
+	if w.cg == nil {
+		return nil, cgroupfs.ErrNotFound
+	}
+	return w.cg, nil
+}
+
+func (w *fakeWorkspace) set(cg *fakeCgroup) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.cg = cg
+}
 
 type fakeProcs struct {
 	mu        sync.Mutex
@@ -257,6 +307,7 @@ type rig struct {
 	clock  *clock
 	alerts *alert.Aggregator
 	store  FileStore
+	ws     *fakeWorkspace
 }
 
 // workspaceProcs is a workspace of init (oldest), the sshd listener, a
@@ -283,17 +334,28 @@ func newRig(t *testing.T, cfg Config) *rig { return newRigWith(t, cfg, func(*rig
 // newRigWith is newRig with a hook that adjusts the fakes before Start.
 func newRigWith(t *testing.T, cfg Config, hook func(*rig)) *rig {
 	t.Helper()
+	r := newStartedRig(t, cfg, hook)
+	if err := r.g.Attach(context.Background(), r.cg); err != nil {
+		t.Fatal(err)
+	}
+	return r
+}
+
+// newStartedRig builds and starts a guardian whose workspace has no
+// cgroup yet (r.ws hands out none until set).
+func newStartedRig(t *testing.T, cfg Config, hook func(*rig)) *rig {
+	t.Helper()
 	clk := &clock{time.Unix(1_000_000, 0)}
 	table := &fakeProcs{oom: map[int]int{}, listener: 20, procs: workspaceProcs()}
 	cg := &fakeCgroup{table: table, limit: 1024 * mib, usage: 500 * mib}
 	table.cgroup = cg
-	r := &rig{cg: cg, procs: table, killer: &fakeKiller{table: table}, sched: &fakeSched{attrs: map[int]sched.Attr{}}, clock: clk}
+	r := &rig{cg: cg, procs: table, killer: &fakeKiller{table: table}, sched: &fakeSched{attrs: map[int]sched.Attr{}}, clock: clk, ws: &fakeWorkspace{}}
 	r.alerts = alert.New(alert.Config{Window: time.Second}, clk.now, nil, nil)
 	hook(r)
 	if r.store.Path == "" {
 		r.store.Path = filepath.Join(t.TempDir(), "state.json")
 	}
-	g, err := New(cfg, Deps{Cgroup: cg, Procs: table, Killer: r.killer, Scheduler: r.sched, Prober: fakeProber{},
+	g, err := New(cfg, Deps{Workspace: r.ws, Procs: table, Killer: r.killer, Scheduler: r.sched, Prober: fakeProber{},
 		Alerts: r.alerts, Metrics: NewMetrics(prometheus.NewRegistry()), Log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 		State: r.store, Now: clk.now})
 	if err != nil {
@@ -439,13 +501,16 @@ func TestStateSurvivesRestart(t *testing.T) {
 
 	// A second guardian on the same state: the lowered limit must not
 	// become the new M, and the pause and the alerts carry over.
-	g2, err := New(cfg, Deps{Cgroup: r.cg, Procs: r.procs, Killer: r.killer, Scheduler: r.sched, Prober: fakeProber{},
+	g2, err := New(cfg, Deps{Workspace: &fakeWorkspace{cg: r.cg}, Procs: r.procs, Killer: r.killer, Scheduler: r.sched, Prober: fakeProber{},
 		Alerts: alert.New(alert.Config{}, r.clock.now, nil, nil), Metrics: NewMetrics(prometheus.NewRegistry()),
 		Log: slog.New(slog.NewTextHandler(io.Discard, nil)), State: r.store, Now: r.clock.now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := g2.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := g2.Attach(context.Background(), r.cg); err != nil {
 		t.Fatal(err)
 	}
 	if g2.memLimit() != 1024*mib {
@@ -476,13 +541,16 @@ func TestStartSurvivesLimitsThatCannotBeApplied(t *testing.T) {
 	cg := &fakeCgroup{table: table, limit: 1024 * mib, setMemErr: unix.EBUSY}
 	table.cgroup = cg
 	alerts := alert.New(alert.Config{}, clk.now, nil, nil)
-	g, err := New(testConfig(), Deps{Cgroup: cg, Procs: table, Killer: &fakeKiller{table: table}, Scheduler: &fakeSched{attrs: map[int]sched.Attr{}},
+	g, err := New(testConfig(), Deps{Workspace: &fakeWorkspace{cg: cg}, Procs: table, Killer: &fakeKiller{table: table}, Scheduler: &fakeSched{attrs: map[int]sched.Attr{}},
 		Prober: fakeProber{}, Alerts: alerts, Metrics: NewMetrics(prometheus.NewRegistry()), Log: slog.New(slog.NewTextHandler(io.Discard, nil)), Now: clk.now})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if err := g.Start(context.Background()); err != nil {
-		t.Fatalf("Start() = %v; a limit that cannot be set yet must not stop guardian", err)
+		t.Fatal(err)
+	}
+	if err := g.Attach(context.Background(), cg); err != nil {
+		t.Fatalf("Attach() = %v; a limit that cannot be set yet must not stop guardian", err)
 	}
 	if !g.limitsPending {
 		t.Error("limits not marked for retry")

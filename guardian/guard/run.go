@@ -8,17 +8,109 @@ import (
 	"time"
 
 	"labkeep/guardian/alert"
+	"labkeep/guardian/cgroupfs"
 	"labkeep/guardian/victim"
 )
 
-// Run runs the loops until ctx ends.
-func (g *Guardian) Run(ctx context.Context) {
+// Workspace locates the workspace container's cgroup
+// (cgroupfs.PodWorkspace and cgroupfs.Explicit implement it). The
+// container may not exist yet (guardian starts first, as a native sidecar)
+// and gets a new cgroup each time it restarts.
+type Workspace interface {
+	// Find returns the workspace's current cgroup, or an error while it
+	// has none.
+	Find() (cgroupfs.Cgroup, error)
+}
+
+// Run guards the workspace until ctx ends: it waits for the workspace's
+// cgroup, attaches to it, runs the loops while the cgroup has processes,
+// and when it has none (the container ended; a restarted one has a new
+// cgroup) goes back to waiting. Each check happens every WatchEvery. It
+// returns an error only when guardian cannot work at all
+// (ErrNoMemoryLimit).
+func (g *Guardian) Run(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	var alerts sync.WaitGroup
+	alerts.Add(1)
+	go func() {
+		defer alerts.Done()
+		g.alerts.Run(ctx)
+	}()
+	defer alerts.Wait()
+	defer cancel()
+	defer g.saveLogged()
+	for {
+		cg, ok := g.awaitWorkspace(ctx)
+		if !ok {
+			return nil
+		}
+		if err := g.Attach(ctx, cg); err != nil {
+			g.detach()
+			return err
+		}
+		g.guard(ctx, cg)
+		g.detach()
+		if ctx.Err() != nil {
+			return nil
+		}
+		g.raise("workspace-gone", "", alert.Warning,
+			fmt.Sprintf("the workspace's cgroup %s has no process left (container ended or restarting); waiting for the new one", cg), nil)
+	}
+}
+
+// awaitWorkspace asks for the workspace's cgroup every WatchEvery until it
+// has one with processes in it; false when ctx ended first.
+func (g *Guardian) awaitWorkspace(ctx context.Context) (cgroupfs.Cgroup, bool) {
+	t := time.NewTicker(g.cfg.WatchEvery)
+	defer t.Stop()
+	logged := ""
+	for {
+		cg, err := g.workspace.Find()
+		if err == nil && live(cg) {
+			return cg, true
+		}
+		if err == nil {
+			err = fmt.Errorf("%s has no process", cg)
+		}
+		g.mu.Lock()
+		g.waiting = err
+		g.mu.Unlock()
+		if err.Error() != logged {
+			g.log.Info("waiting for the workspace container", "err", err)
+			logged = err.Error()
+		}
+		g.beat("watch")
+		select {
+		case <-ctx.Done():
+			return nil, false
+		case <-t.C:
+		}
+	}
+}
+
+// live reports whether cg still exists and holds a process.
+func live(cg cgroupfs.Cgroup) bool {
+	pids, err := cg.Procs()
+	return err == nil && len(pids) > 0
+}
+
+// guard runs the loops over cg until ctx ends or cg has no process left.
+func (g *Guardian) guard(ctx context.Context, cg cgroupfs.Cgroup) {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
 	var wg sync.WaitGroup
 	loops := []struct {
 		name string
 		run  func(context.Context)
 	}{
-		{"alerts", g.alerts.Run},
+		{"watch", func(ctx context.Context) {
+			g.every(ctx, "watch", g.cfg.WatchEvery, func(context.Context) {
+				if !live(cg) {
+					g.log.Warn("workspace cgroup gone", "cgroup", cg.String())
+					cancel()
+				}
+			})
+		}},
 		{"protect", g.protectLoop},
 		{"memory", g.memoryLoop},
 		{"fork", g.forkLoop},
@@ -33,9 +125,6 @@ func (g *Guardian) Run(ctx context.Context) {
 		}()
 	}
 	wg.Wait()
-	if err := g.save(); err != nil {
-		g.log.Error("save state", "err", err)
-	}
 }
 
 // every runs f at once and then every d until ctx ends, recording a
@@ -60,17 +149,40 @@ func (g *Guardian) beat(name string) {
 	g.mu.Unlock()
 }
 
-// ErrUnhealthy is wrapped by Healthy's error: guardian is not protecting
-// the workspace as it should.
+// ErrUnhealthy is wrapped by Healthy's and Live's errors: guardian is not
+// protecting the workspace as it should.
 var ErrUnhealthy = errors.New("guardian is not healthy")
 
-// Healthy returns nil when every loop has run within three of its periods
-// (emergency actions may hold a loop for a while), else an error wrapping
-// ErrUnhealthy that names the stalled loop.
+// Healthy returns nil when guardian guards a live workspace cgroup and
+// every loop has run within three of its periods (emergency actions may
+// hold a loop for a while), else an error wrapping ErrUnhealthy that says
+// what is missing. It answers readiness: not ready while the workspace
+// container has not started or is restarting.
 func (g *Guardian) Healthy() error {
-	periods := map[string]time.Duration{"protect": g.cfg.ProtectEvery, "memory": g.cfg.MemoryPoll, "fork": g.cfg.ForkScan, "cpu": g.cfg.CPUEvery, "probe": g.cfg.ProbeEvery}
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.cg == nil {
+		return fmt.Errorf("no live workspace cgroup guarded (%v): %w", g.waiting, ErrUnhealthy)
+	}
+	return g.stalled(map[string]time.Duration{"watch": g.cfg.WatchEvery, "protect": g.cfg.ProtectEvery, "memory": g.cfg.MemoryPoll,
+		"fork": g.cfg.ForkScan, "cpu": g.cfg.CPUEvery, "probe": g.cfg.ProbeEvery})
+}
+
+// Live returns nil while guardian's watch on the workspace runs, whether
+// or not the workspace exists, else an error wrapping ErrUnhealthy. It
+// answers start-up and liveness: guardian must count as started before
+// the workspace container exists, since the kubelet starts that container
+// only after its native sidecars.
+func (g *Guardian) Live() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.stalled(map[string]time.Duration{"watch": g.cfg.WatchEvery})
+}
+
+// stalled reports the first loop of periods without a heartbeat within
+// three periods plus the time an emergency action may hold it. The caller
+// holds g.mu.
+func (g *Guardian) stalled(periods map[string]time.Duration) error {
 	now := g.now()
 	for name, p := range periods {
 		last, ok := g.heartbeats[name]

@@ -5,40 +5,59 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"time"
 
 	"labkeep/guardian/alert"
+	"labkeep/guardian/cgroupfs"
+	"labkeep/guardian/victim"
 )
 
-// Start loads saved state, applies the kernel settings (limits first: they
-// stay when guardian is killed) and protects processes once. An error here
-// means guardian cannot protect the workspace and should exit non-zero.
+// Start takes up the saved state (the limit M, kill history, hang
+// escalation, alerts) and counts this start. It touches no cgroup: the
+// workspace container may not exist yet.
 func (g *Guardian) Start(ctx context.Context) error {
 	if err := g.load(); err != nil {
 		return err
 	}
 	g.mu.Lock()
 	g.st.Starts++
-	restarted := g.st.Starts > 1
-	m := g.cfg.MemoryLimit
-	if m == 0 {
-		m = g.st.MemoryLimit
-	}
-	g.mu.Unlock()
-	if m == 0 {
-		cur, err := g.cg.MemoryLimit()
-		if err != nil {
-			return fmt.Errorf("read memory limit: %w", err)
-		}
-		if cur == 0 {
-			return errors.New("the workspace cgroup has no memory limit and none is configured (GUARDIAN_MEMORY_LIMIT)")
-		}
-		m = cur
-	}
-	g.mu.Lock()
-	g.st.MemoryLimit = m
+	starts := g.st.Starts
 	g.mu.Unlock()
 	g.alerts.Restore(g.st.Alerts)
+	g.log.Info("started", "restarted", starts > 1, "starts", starts)
+	return g.save()
+}
 
+// ErrNoMemoryLimit is returned by Attach when M is neither configured,
+// nor saved, nor readable from the cgroup: guardian cannot work without it.
+var ErrNoMemoryLimit = errors.New("the workspace cgroup has no memory limit and none is configured (GUARDIAN_MEMORY_LIMIT)")
+
+// Attach makes cg the guarded cgroup and applies the kernel settings
+// (limits first: they stay when guardian is killed), then protects
+// processes once. It first thaws cg: guardian is the only one to freeze
+// the workspace, so a frozen cgroup means a guardian died between freeze
+// and thaw, and sshd must not stay frozen. Only ErrNoMemoryLimit (or
+// failing to read the limit) is an error; settings the kernel refuses are
+// alerted and retried by the protector.
+func (g *Guardian) Attach(ctx context.Context, cg cgroupfs.Cgroup) error {
+	g.emergency.Lock()
+	g.mu.Lock()
+	g.cg = cg
+	g.listener, g.hadSSHD, g.rtRefused, g.limitsPending = victim.Identity{}, false, false, false
+	g.crossedAt = time.Time{}
+	// The loops' heartbeats start afresh with this cgroup; the watch keeps
+	// beating across, so liveness never lapses.
+	g.heartbeats = map[string]time.Time{"watch": g.heartbeats["watch"]}
+	g.mu.Unlock()
+	g.emergency.Unlock()
+
+	if err := cg.Thaw(); err != nil {
+		g.log.Warn("thaw at attach", "cgroup", cg.String(), "err", err)
+	}
+	m, err := g.memoryLimitFor(cg)
+	if err != nil {
+		return err
+	}
 	if err := g.applyLimits(); err != nil {
 		// Not fatal: a guardian that exits protects nothing. The protector
 		// retries, and the memory loop can free memory meanwhile (setting a
@@ -46,11 +65,11 @@ func (g *Guardian) Start(ctx context.Context) error {
 		g.raise("limits-not-applied", "", alert.Critical, fmt.Sprintf("kernel limits not applied yet, retrying: %v", err), nil)
 	}
 	if g.cfg.HandleOOM {
-		if err := g.cg.HandleOOM(); err != nil {
+		if err := cg.HandleOOM(); err != nil {
 			g.raise("oom-handling-unavailable", "", alert.Warning, fmt.Sprintf("cannot take over OOM handling: %v", err), nil)
 		}
 	}
-	if err := g.cg.GrantRT(g.cfg.RTRuntimeUS); err != nil {
+	if err := cg.GrantRT(g.cfg.RTRuntimeUS); err != nil {
 		g.mu.Lock()
 		g.rtRefused = true
 		g.mu.Unlock()
@@ -58,9 +77,44 @@ func (g *Guardian) Start(ctx context.Context) error {
 			fmt.Sprintf("no real-time budget for the workspace cgroup (%v); sshd gets nice %d instead of SCHED_RR", err, g.cfg.FallbackNice), nil)
 	}
 	g.metrics.memoryLimit.Set(float64(m))
-	g.log.Info("started", "cgroup", g.cg.String(), "memory_limit", m, "restarted", restarted, "starts", g.st.Starts)
+	g.log.Info("guarding", "cgroup", cg.String(), "memory_limit", m)
 	g.protect(ctx)
 	return g.save()
+}
+
+// memoryLimitFor settles M: configured, else remembered from an earlier
+// start (a restart must not take the lowered limit for M), else the
+// cgroup's hard limit, which the kubelet set to the container's limit.
+func (g *Guardian) memoryLimitFor(cg cgroupfs.Cgroup) (uint64, error) {
+	g.mu.Lock()
+	m := g.cfg.MemoryLimit
+	if m == 0 {
+		m = g.st.MemoryLimit
+	}
+	g.mu.Unlock()
+	if m == 0 {
+		cur, err := cg.MemoryLimit()
+		if err != nil {
+			return 0, fmt.Errorf("read memory limit: %w", err)
+		}
+		if cur == 0 {
+			return 0, ErrNoMemoryLimit
+		}
+		m = cur
+	}
+	g.mu.Lock()
+	g.st.MemoryLimit = m
+	g.mu.Unlock()
+	return m, nil
+}
+
+// detach forgets the guarded cgroup (its container is gone).
+func (g *Guardian) detach() {
+	g.emergency.Lock()
+	defer g.emergency.Unlock()
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.cg = nil
 }
 
 // applyLimits sets memory.high/max and pids.max unless they already have

@@ -1,6 +1,8 @@
 // Package httpapi serves guardian's HTTP API: GET /alerts (recent alerts),
 // POST /cleanup (kill every unprotected process; bearer token), GET
-// /healthz and GET /metrics (Prometheus). It is an adapter over the loops
+// /healthz (200 only while a live workspace cgroup is guarded: readiness),
+// GET /livez (200 while guardian's watch runs, workspace or not: start-up
+// and liveness) and GET /metrics (Prometheus). It is an adapter over the loops
 // of package guard: it uses guard's types and errors, and guard knows
 // nothing of HTTP.
 package httpapi
@@ -36,6 +38,7 @@ var statusOf = []struct {
 	{ErrCleanupDisabled, http.StatusForbidden},
 	{guard.ErrBusy, http.StatusConflict},
 	{guard.ErrUnhealthy, http.StatusServiceUnavailable},
+	{guard.ErrNoWorkspace, http.StatusServiceUnavailable},
 }
 
 func status(err error) int {
@@ -62,9 +65,13 @@ type Backend interface {
 	// Cleanup kills every unprotected process. Returns guard.ErrBusy when
 	// an emergency action is already running.
 	Cleanup(ctx context.Context) (guard.CleanupResult, error)
-	// Healthy returns nil when guardian's loops are running, else an error
-	// wrapping guard.ErrUnhealthy.
+	// Healthy returns nil when guardian guards a live workspace cgroup
+	// and its loops are running, else an error wrapping
+	// guard.ErrUnhealthy.
 	Healthy() error
+	// Live returns nil while guardian watches for the workspace, whether
+	// or not it exists, else an error wrapping guard.ErrUnhealthy.
+	Live() error
 }
 
 var _ Backend = (*guard.Guardian)(nil)
@@ -95,13 +102,17 @@ func New(b Backend, token string, gatherer prometheus.Gatherer, log *slog.Logger
 		}
 		writeJSON(w, http.StatusOK, cleanupResponse{Killed: killed, Failed: res.Failed, Note: res.Note})
 	})
-	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, r *http.Request) {
-		if err := b.Healthy(); err != nil {
-			writeError(w, err)
-			return
+	probe := func(check func() error) http.HandlerFunc {
+		return func(w http.ResponseWriter, r *http.Request) {
+			if err := check(); err != nil {
+				writeError(w, err)
+				return
+			}
+			writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
-	})
+	}
+	mux.HandleFunc("GET /healthz", probe(b.Healthy))
+	mux.HandleFunc("GET /livez", probe(b.Live))
 	mux.Handle("GET /metrics", promhttp.HandlerFor(gatherer, promhttp.HandlerOpts{}))
 	return mux
 }

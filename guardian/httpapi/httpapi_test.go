@@ -22,6 +22,8 @@ type backend struct {
 	busy     bool
 	health   error
 	killed   []int // what a cleanup kills
+	live     error
+	noWS     bool // no workspace cgroup guarded
 }
 
 func (b *backend) Alerts() []alert.Alert {
@@ -32,11 +34,15 @@ func (b *backend) Cleanup(context.Context) (guard.CleanupResult, error) {
 	if b.busy {
 		return guard.CleanupResult{}, guard.ErrBusy
 	}
+	if b.noWS {
+		return guard.CleanupResult{}, guard.ErrNoWorkspace
+	}
 	b.cleanups++
 	return guard.CleanupResult{Killed: b.killed}, nil
 }
 
 func (b *backend) Healthy() error { return b.health }
+func (b *backend) Live() error    { return b.live }
 
 func TestAPI(t *testing.T) {
 	reg := prometheus.NewRegistry()
@@ -60,6 +66,10 @@ func TestAPI(t *testing.T) {
 		{"GET cleanup is not allowed", "GET", "/cleanup", "s3cret", "s3cret", &backend{}, 405, "", 0},
 		{"healthy", "GET", "/healthz", "", "", &backend{}, 200, "ok", 0},
 		{"unhealthy", "GET", "/healthz", "", "", &backend{health: fmt.Errorf("memory loop stalled: %w", guard.ErrUnhealthy)}, 503, "stalled", 0},
+		{"cleanup with no workspace guarded", "POST", "/cleanup", "s3cret", "s3cret", &backend{noWS: true}, 503, "no workspace", 0},
+		{"not ready while no workspace is guarded", "GET", "/healthz", "", "", &backend{health: fmt.Errorf("no live workspace cgroup guarded: %w", guard.ErrUnhealthy)}, 503, "no live workspace", 0},
+		{"live while waiting for the workspace", "GET", "/livez", "", "", &backend{health: fmt.Errorf("no live workspace cgroup guarded: %w", guard.ErrUnhealthy)}, 200, "ok", 0},
+		{"not live when the watch stalled", "GET", "/livez", "", "", &backend{live: fmt.Errorf("watch loop stalled: %w", guard.ErrUnhealthy)}, 503, "stalled", 0},
 		{"metrics", "GET", "/metrics", "", "", &backend{}, 200, "guardian_test_total 1", 0},
 	}
 	for _, tt := range tests {

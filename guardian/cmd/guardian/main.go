@@ -123,6 +123,7 @@ type variables struct {
 
 	ProbeEvery   *time.Duration `envconfig:"PROBE_EVERY"`
 	ProbeTimeout *time.Duration `envconfig:"PROBE_TIMEOUT"`
+	WatchEvery   *time.Duration `envconfig:"WATCH_EVERY"`
 
 	Listen       *string        `envconfig:"LISTEN"`
 	CleanupToken *string        `envconfig:"CLEANUP_TOKEN"`
@@ -156,7 +157,7 @@ func bind(o *options) variables {
 		CPUEvery: &g.CPUEvery, HangCPU: &h.CPUFraction, HangAlert: &h.AlertAfter, HangKillOne: &h.KillOne,
 		HangKillThree: &h.KillThree, HangKillAll: &h.KillAll, HangRecovery: &h.Recovery,
 
-		ProbeEvery: &g.ProbeEvery, ProbeTimeout: &o.ProbeTimeout,
+		ProbeEvery: &g.ProbeEvery, ProbeTimeout: &o.ProbeTimeout, WatchEvery: &g.WatchEvery,
 
 		Listen: &o.Listen, CleanupToken: &o.CleanupToken, WebhookURL: &a.WebhookURL, AlertWindow: &a.Window,
 		AlertRate: &a.RatePerMin, AlertBurst: &a.Burst, StatePath: &o.StatePath, LogLevel: &o.LogLevel,
@@ -202,44 +203,20 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	cgPath, subtree := c.Cgroup, c.CgroupSubtree
-	if cgPath == "" {
-		if c.PodUID == "" {
-			return errors.New("set GUARDIAN_CGROUP, or POD_UID (and CONTAINER_NAME) to discover the workspace container")
-		}
-		self, _ := os.ReadFile("/proc/self/cgroup")
-		ctrl := ""
-		if layout.IsV1() {
-			ctrl = "memory"
-		}
-		own, _ := cgroupfs.OwnCgroup(string(self), ctrl)
-		var pod string
-		cgPath, pod, err = cgroupfs.Discover(layout, c.ProcRoot, c.PodUID, c.ContainerName, own)
-		if err != nil {
-			return fmt.Errorf("discover the workspace cgroup: %w", err)
-		}
-		if subtree == "" {
-			subtree = pod
-		}
-	}
-	cg, err := cgroupfs.Open(layout, subtree, cgPath)
+	workspace, name, err := locator(c, layout)
 	if err != nil {
 		return err
 	}
 	ctrl := ""
-	if cg.Version() == 1 {
+	if layout.IsV1() {
 		ctrl = "memory"
 	}
 	procs := procfs.New(c.ProcRoot, ctrl)
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	workspace := c.PodName
-	if workspace == "" {
-		workspace = cgPath
-	}
 	alertCfg := c.Alert
-	alertCfg.Workspace = workspace
+	alertCfg.Workspace = name
 	alerts := alert.New(alertCfg, time.Now, &http.Client{Timeout: 10 * time.Second}, log)
 
 	var store guard.StateStore
@@ -251,7 +228,7 @@ func run() error {
 		}
 	}
 	g, err := guard.New(c.Guard, guard.Deps{
-		Cgroup: cg, Procs: procs,
+		Workspace: workspace, Procs: procs,
 		Killer:    &killer.Killer{Procs: procs, Gone: func(err error) bool { return errors.Is(err, procfs.ErrGone) }},
 		Scheduler: sched.OS{}, Prober: sshprobe.Prober{Addr: c.SSHAddr, Timeout: c.ProbeTimeout},
 		Alerts: alerts, Metrics: guard.NewMetrics(reg), Log: log, State: store,
@@ -275,13 +252,48 @@ func run() error {
 			log.Error("http server", "err", err)
 		}
 	}()
-	log.Info("guardian running", "cgroup", cg.String(), "api", ln.Addr().String(), "ssh", c.SSHAddr)
-	g.Run(ctx)
+	log.Info("guardian running", "workspace", name, "api", ln.Addr().String(), "ssh", c.SSHAddr)
+	runErr := g.Run(ctx)
 	shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	srv.Shutdown(shutdown)
+	if runErr != nil {
+		return runErr
+	}
 	log.Info("guardian stopped; kernel limits stay in place")
 	return nil
+}
+
+// locator returns how guardian finds the workspace's cgroup, and a name
+// for it in alerts: the cgroup given by GUARDIAN_CGROUP, or the Pod's
+// workspace container, found from POD_UID and CONTAINER_NAME from inside
+// the Pod's shared PID namespace (see cgroupfs.PodWorkspace).
+func locator(c options, layout cgroupfs.Layout) (guard.Workspace, string, error) {
+	if c.Cgroup != "" {
+		name := c.PodName
+		if name == "" {
+			name = c.Cgroup
+		}
+		return cgroupfs.Explicit{Layout: layout, Subtree: c.CgroupSubtree, Path: c.Cgroup}, name, nil
+	}
+	if c.PodUID == "" {
+		return nil, "", errors.New("set GUARDIAN_CGROUP, or POD_UID (and CONTAINER_NAME) to discover the workspace container")
+	}
+	if _, _, err := cgroupfs.PodDirNames(c.PodUID); err != nil {
+		return nil, "", err
+	}
+	// In the Pod's shared PID namespace PID 1 is the sandbox; guardian
+	// being PID 1 means it has a namespace of its own and can neither see
+	// nor signal the workspace's processes.
+	if os.Getpid() == 1 {
+		return nil, "", errors.New("guardian runs as PID 1: the Pod must set shareProcessNamespace: true")
+	}
+	name := c.PodName
+	if name == "" {
+		name = "pod " + c.PodUID
+	}
+	return &cgroupfs.PodWorkspace{Layout: layout, ProcRoot: c.ProcRoot, PodUID: c.PodUID, ContainerName: c.ContainerName,
+		SelfPID: os.Getpid(), SandboxPID: 1}, name, nil
 }
 
 // byteSize is a byte count read from the environment (envconfig.Decoder).

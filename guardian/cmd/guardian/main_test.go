@@ -97,7 +97,7 @@ var nonDefault = map[string]string{
 	"KILL_GRACE":    "2s", "KILL_WAIT": "3s", "KILL_MAX": "4", "KILL_WINDOW": "20s", "KILL_PAUSE": "2m",
 	"CPU_EVERY": "1s", "HANG_CPU_FRACTION": "0.9", "HANG_ALERT_AFTER": "20s", "HANG_KILL_ONE_AFTER": "60s",
 	"HANG_KILL_THREE_AFTER": "120s", "HANG_KILL_ALL_AFTER": "240s", "HANG_RECOVERY": "5s",
-	"PROBE_EVERY": "15s", "PROBE_TIMEOUT": "2s",
+	"PROBE_EVERY": "15s", "PROBE_TIMEOUT": "2s", "WATCH_EVERY": "2s",
 	"LISTEN": ":9191", "CLEANUP_TOKEN": "t0ken", "WEBHOOK_URL": "http://alerts.example/hook", "ALERT_WINDOW": "30s",
 	"ALERT_RATE_PER_MIN": "10", "ALERT_BURST": "2", "STATE_PATH": "/state/s.json", "LOG_LEVEL": "DEBUG",
 }
