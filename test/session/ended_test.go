@@ -36,9 +36,14 @@ func openQueued(t *testing.T, e *stacktest.Deployment, student, lab string) (str
 			`SELECT id::text FROM sessions WHERE student = $1 AND status = 'provisioning'`, student).Scan(&id)
 		return err == nil, fmt.Sprintf("no provisioning row of %s (%v)", student, err)
 	})
-	// The row is written before the lock is requested; give the open a
-	// moment to be queued on it (nothing can be created while we hold it).
-	time.Sleep(200 * time.Millisecond)
+	// The row is written before the lock is requested: wait until the
+	// open's session waits on an advisory lock in this database (nothing
+	// can be created while we hold it).
+	stacktest.Eventually(t, 20*time.Second, func() (bool, string) {
+		n := e.Count(`SELECT count(*) FROM pg_locks WHERE locktype = 'advisory' AND NOT granted
+			AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`)
+		return n > 0, "the open is not waiting for the capacity lock"
+	})
 	select {
 	case r := <-answer:
 		t.Fatalf("open answered %d %s while the capacity lock was held", r.Status, r.Body)
