@@ -67,7 +67,14 @@ type Config struct {
 	AnchorCompletions  int32 `split_words:"true"`
 	// GuardianImage is the workspace Pod's sidecar.
 	GuardianImage string `split_words:"true"`
-	// SSHAuthorizedKeys (comma-separated) are installed on every node.
+	// PlatformSSHKeys (comma-separated authorized_keys lines) are the
+	// platform's own keys (grader, operator), authorized on every node of
+	// every session beside the session's own student key. Never give one to
+	// a student: it enters every lab.
+	PlatformSSHKeys []string `envconfig:"PLATFORM_SSH_KEYS"`
+	// SSHAuthorizedKeys is the old name of PlatformSSHKeys; Validate
+	// refuses it, so a deployment that still sets it stops with a message
+	// instead of silently losing its grader key.
 	SSHAuthorizedKeys []string `split_words:"true"`
 	// RetryAfter is sent with 503 no_capacity.
 	RetryAfter time.Duration `split_words:"true"`
@@ -136,7 +143,7 @@ func (c Config) Kube() kube.Config {
 	return kube.Config{
 		Namespace: c.Namespace, Env: c.Env, MaxLifetime: c.SessionMaxLifetime, DeadlineGrace: c.DeadlineGrace,
 		AnchorImage: c.AnchorImage, AnchorBackoffLimit: c.AnchorBackoffLimit, AnchorCompletions: c.AnchorCompletions,
-		GuardianImage: c.GuardianImage, SSHAuthorizedKeys: c.SSHAuthorizedKeys, CallTimeout: c.KubeTimeout,
+		GuardianImage: c.GuardianImage, PlatformSSHKeys: c.PlatformSSHKeys, CallTimeout: c.KubeTimeout,
 		QPS: c.KubeQPS, Burst: c.KubeBurst,
 	}
 }
@@ -188,6 +195,9 @@ func (c Config) Validate() error {
 		if err = setting.Rename(err, variable); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if len(c.SSHAuthorizedKeys) > 0 {
+		bad("SSH_AUTHORIZED_KEYS", "was renamed LABKEEP_PLATFORM_SSH_KEYS (platform keys, authorized on every session; students get keys of their own)")
 	}
 	if c.DatabaseURL == "" {
 		bad("DATABASE_URL", "is required")

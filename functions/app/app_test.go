@@ -63,6 +63,7 @@ func TestInvalidConfigNamesTheVariable(t *testing.T) {
 		{"grace beyond the provision timeout", "LABKEEP_REAP_PROVISION_GRACE", "11m"},
 		{"capacity wait beyond the provision grace", "LABKEEP_CAPACITY_WAIT", "2m"},
 		{"bad namespace", "LABKEEP_NAMESPACE", "Not_A_Namespace"},
+		{"the old name of the platform keys", "LABKEEP_SSH_AUTHORIZED_KEYS", "ssh-ed25519 AAA grader"},
 		{"zero kube timeout", "LABKEEP_KUBE_TIMEOUT", "0s"},
 	}
 	for _, tc := range tests {
@@ -109,7 +110,7 @@ func TestEveryVariableIsRead(t *testing.T) {
 		"LABKEEP_ENV": "prod", "LABKEEP_DATABASE_URL": "postgres://db/x", "LABKEEP_NAMESPACE": "vms",
 		"LABKEEP_SESSION_LIFETIME": "2m", "LABKEEP_SESSION_MAX_LIFETIME": "5m", "LABKEEP_DEADLINE_GRACE": "1m",
 		"LABKEEP_MAX_CONCURRENT_VMS": "3", "LABKEEP_LABS_FILE": "/labs.yaml", "LABKEEP_JWT_SECRET": strings.Repeat("k", 40),
-		"LABKEEP_HTTP_ADDR": "127.0.0.1:9", "LABKEEP_SSH_AUTHORIZED_KEYS": "ssh-ed25519 AAA a,ssh-ed25519 BBB b",
+		"LABKEEP_HTTP_ADDR": "127.0.0.1:9", "LABKEEP_PLATFORM_SSH_KEYS": "ssh-ed25519 AAA a,ssh-ed25519 BBB b",
 	}
 	for k, v := range vars {
 		t.Setenv(k, v)
@@ -119,7 +120,7 @@ func TestEveryVariableIsRead(t *testing.T) {
 		t.Fatal(err)
 	}
 	got := []any{c.Env, c.DatabaseURL, c.Namespace, c.SessionLifetime, c.SessionMaxLifetime, c.DeadlineGrace,
-		c.MaxConcurrentVms, c.LabsFile, len(c.JWTSecret), c.HTTPAddr, len(c.SSHAuthorizedKeys), c.Kubeconfig}
+		c.MaxConcurrentVms, c.LabsFile, len(c.JWTSecret), c.HTTPAddr, len(c.PlatformSSHKeys), c.Kubeconfig}
 	want := []any{"prod", "postgres://db/x", "vms", 2 * time.Minute, 5 * time.Minute, time.Minute,
 		3, "/labs.yaml", 40, "127.0.0.1:9", 2, ""}
 	for i := range want {
@@ -235,7 +236,7 @@ func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
 		"LABKEEP_MAX_CONCURRENT_VMS": "3", "LABKEEP_LABS_FILE": "/labs.yaml", "LABKEEP_JWT_SECRET": strings.Repeat("k", 40),
 		"LABKEEP_HTTP_ADDR": "127.0.0.1:9", "LABKEEP_KUBECONFIG": "/kubeconfig", "LABKEEP_KUBE_TIMEOUT": "3s",
 		"LABKEEP_ANCHOR_IMAGE": "pause:x", "LABKEEP_ANCHOR_BACKOFF_LIMIT": "2", "LABKEEP_ANCHOR_COMPLETIONS": "7",
-		"LABKEEP_GUARDIAN_IMAGE": "guardian:x", "LABKEEP_SSH_AUTHORIZED_KEYS": "ssh-ed25519 AAA a",
+		"LABKEEP_GUARDIAN_IMAGE": "guardian:x", "LABKEEP_PLATFORM_SSH_KEYS": "ssh-ed25519 AAA a",
 		"LABKEEP_RETRY_AFTER": "9s", "LABKEEP_SCHEDULER_TOKEN": strings.Repeat("t", 20), "LABKEEP_CAPACITY_WAIT": "20s",
 		"LABKEEP_CLEANUP_TIMEOUT": "7s",
 		"LABKEEP_REAP_DRY_RUN":    "true", "LABKEEP_REAP_RUN_DEADLINE": "40s", "LABKEEP_REAP_PROVISION_TIMEOUT": "9m",
@@ -252,6 +253,9 @@ func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
+	// SSHAuthorizedKeys is the old name Validate refuses (see
+	// TestInvalidConfigNamesTheVariable); it feeds nothing.
+	c.SSHAuthorizedKeys = []string{"set"}
 	unchanged(t, "Config", Config{}, c)
 	unchanged(t, "kube.Config", kube.DefaultConfig(), c.Kube())
 	unchanged(t, "reap.Config", reap.DefaultConfig(), c.Reap())

@@ -40,6 +40,10 @@ type Options struct {
 	RetryAfter time.Duration
 }
 
+// SSHUser is who a student logs in as on every node: root, the whole
+// point of a lab.
+const SSHUser = "root"
+
 // DefaultRetryAfter is the Retry-After of a 503 no_capacity unless told
 // otherwise.
 const DefaultRetryAfter = 30 * time.Second
@@ -128,6 +132,10 @@ func (a *API) WriteError(w http.ResponseWriter, r *http.Request, err error) {
 
 type openRequest struct {
 	Lab string `json:"lab"`
+	// PublicKey is the student's own SSH public key (one authorized_keys
+	// line). Without it labkeep generates a key pair and returns the
+	// private key in this one response.
+	PublicKey string `json:"publicKey,omitempty"`
 	// Student lets an admin act for a student; students may not set it.
 	Student string `json:"student,omitempty"`
 }
@@ -157,7 +165,7 @@ func (a *API) open(w http.ResponseWriter, r *http.Request) {
 		a.writeErrorFor(w, r, p, fmt.Errorf("%w: \"lab\" is required", ErrBadRequest), nil)
 		return
 	}
-	sess, err := a.svc.Open(r.Context(), student, req.Lab)
+	sess, err := a.svc.Open(r.Context(), student, req.Lab, req.PublicKey)
 	if err != nil {
 		a.writeErrorFor(w, r, p, err, &sess)
 		return
@@ -291,6 +299,11 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any, required bool) er
 type sshJSON struct {
 	Host string `json:"host"`
 	Port int32  `json:"port"`
+	// User is who the student logs in as.
+	User string `json:"user"`
+	// KnownHosts is the known_hosts line that verifies this node's host
+	// key at host:port; empty until the host is known.
+	KnownHosts string `json:"knownHosts,omitempty"`
 }
 
 type nodeJSON struct {
@@ -316,6 +329,14 @@ type sessionJSON struct {
 	ServerTime       time.Time  `json:"serverTime"`
 	Nodes            []nodeJSON `json:"nodes"`
 	FailureReason    string     `json:"failureReason"`
+	// HostKey is the session's SSH host public key, which every node presents.
+	HostKey string `json:"hostKey,omitempty"`
+	// StudentKey is the public key that logs the student in.
+	StudentKey string `json:"studentKey,omitempty"`
+	// PrivateKey is the generated private key, in the openSession response
+	// only, and only when the student sent no public key: labkeep keeps no
+	// copy and can never show it again.
+	PrivateKey string `json:"privateKey,omitempty"`
 }
 
 // view renders a session at the server's now for caller p.
@@ -332,6 +353,7 @@ func (a *API) view(s session.Session, p Principal) sessionJSON {
 		ID: s.ID, Student: s.Student, Lab: s.Lab, Kind: string(s.Kind), Status: string(s.StatusAt(now)),
 		StartedAt: s.StartedAt, ExpiresAt: s.ExpiresAt, MaxExpiresAt: s.MaxExpiresAt,
 		ServerTime: now, FailureReason: s.End.Sentence(), Nodes: []nodeJSON{},
+		HostKey: s.HostKey, StudentKey: s.StudentKey, PrivateKey: s.Issued.StudentPrivateKey,
 	}
 	if p.Admin() {
 		v.FailureReason = s.End.String()
@@ -352,7 +374,9 @@ func (a *API) view(s session.Session, p Principal) sessionJSON {
 		v.FinishedAt = &t
 	}
 	for _, n := range s.Nodes {
-		v.Nodes = append(v.Nodes, nodeJSON{Name: n.Name, Role: n.Role, Ready: n.Ready, SSH: sshJSON{Host: n.SSHHost, Port: n.SSHPort}})
+		v.Nodes = append(v.Nodes, nodeJSON{Name: n.Name, Role: n.Role, Ready: n.Ready, SSH: sshJSON{
+			Host: n.SSHHost, Port: n.SSHPort, User: SSHUser, KnownHosts: s.KnownHostsLine(n.SSHHost, n.SSHPort),
+		}})
 	}
 	return v
 }

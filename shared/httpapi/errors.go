@@ -35,6 +35,7 @@ var statusTable = []struct {
 	{ErrMethodNotAllowed, http.StatusMethodNotAllowed},
 	{ErrNotFound, http.StatusNotFound},
 	{session.ErrUnknownLab, http.StatusBadRequest},
+	{session.ErrInvalidKey, http.StatusBadRequest},
 	{session.ErrSessionExists, http.StatusConflict},
 	{session.ErrExtensionCap, http.StatusConflict},
 	{session.ErrNotRunning, http.StatusConflict},

@@ -57,8 +57,11 @@ type Config struct {
 	AnchorCompletions int32
 	// GuardianImage is the sidecar of workspace Pods.
 	GuardianImage string
-	// SSHAuthorizedKeys go into every node's cloud-init.
-	SSHAuthorizedKeys []string
+	// PlatformSSHKeys are the platform's own keys (a grader's, an
+	// operator's), authorized on every node of every session next to the
+	// session's student key. Whoever holds one enters every student's lab:
+	// they are for the platform, never for students.
+	PlatformSSHKeys []string
 	// CallTimeout bounds every single API call.
 	CallTimeout time.Duration
 	// QPS and Burst are the client-side rate limits towards the API server

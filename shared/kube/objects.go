@@ -5,6 +5,7 @@ import (
 	"errors"
 	"encoding/hex"
 	"fmt"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -158,16 +159,19 @@ func (b builder) owned(name, role, node string, anchor *batchv1.Job) metav1.Obje
 }
 
 func (b builder) cloudInit(n labs.Node, anchor *batchv1.Job) *corev1.Secret {
+	keys := append([]string{b.sess.StudentKey}, b.cfg.PlatformSSHKeys...)
 	var ud strings.Builder
 	ud.WriteString("#cloud-config\n")
 	fmt.Fprintf(&ud, "hostname: %s\n", n.Name)
 	ud.WriteString("disable_root: false\nssh_pwauth: false\n")
-	if len(b.cfg.SSHAuthorizedKeys) > 0 {
-		ud.WriteString("ssh_authorized_keys:\n")
-		for _, k := range b.cfg.SSHAuthorizedKeys {
-			fmt.Fprintf(&ud, "  - %q\n", k)
-		}
+	ud.WriteString("ssh_authorized_keys:\n")
+	for _, k := range keys {
+		fmt.Fprintf(&ud, "  - %q\n", k)
 	}
+	// The session's own host key replaces the image's, so the student's
+	// first connection can be verified against the session's hostKey.
+	ud.WriteString("ssh_deletekeys: true\nssh_keys:\n")
+	fmt.Fprintf(&ud, "  ed25519_private: %q\n  ed25519_public: %q\n", b.sess.Issued.HostPrivateKey, b.sess.HostKey)
 	ud.WriteString("write_files:\n")
 	fmt.Fprintf(&ud, "  - path: /etc/labkeep/grading-token\n    permissions: '0600'\n    content: %q\n", b.sess.GradingToken)
 	fmt.Fprintf(&ud, "  - path: /etc/labkeep/session\n    permissions: '0644'\n    content: %q\n", b.sess.ID+"\n")
@@ -175,10 +179,14 @@ func (b builder) cloudInit(n labs.Node, anchor *batchv1.Job) *corev1.Secret {
 		ObjectMeta: b.owned(session.CloudInitName(b.sess.ID, n.Name), n.Role, n.Name, anchor),
 		Immutable:  ptr(true),
 		Type:       corev1.SecretTypeOpaque,
+		// A workspace Pod mounts these keys at /etc/labkeep: its image
+		// runs sshd with ssh-host-key and ssh-authorized-keys.
 		StringData: map[string]string{
 			"userdata":            ud.String(),
 			"grading-token":       b.sess.GradingToken,
-			"ssh-authorized-keys": strings.Join(b.cfg.SSHAuthorizedKeys, "\n"),
+			"ssh-authorized-keys": strings.Join(keys, "\n") + "\n",
+			"ssh-host-key":        b.sess.Issued.HostPrivateKey,
+			"ssh-host-key.pub":    b.sess.HostKey + "\n",
 		},
 	}
 }
@@ -338,6 +346,11 @@ func (b builder) workspace(anchor *batchv1.Job) (*corev1.Pod, error) {
 	w := &pod.Spec.Containers[0]
 	w.Image = b.lab.Image
 	w.Ports[0].ContainerPort = b.lab.SSHPort
+	for i := range w.Env {
+		if w.Env[i].Name == "LABKEEP_SSH_PORT" {
+			w.Env[i].Value = strconv.Itoa(int(b.lab.SSHPort))
+		}
+	}
 	w.Resources = corev1.ResourceRequirements{Requests: b.resources(n), Limits: b.resources(n)}
 	w.VolumeMounts = append([]corev1.VolumeMount{labkeepMount}, w.VolumeMounts...)
 	return pod, nil

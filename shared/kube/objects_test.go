@@ -282,7 +282,10 @@ func TestWorkspacePodIsTheInfraDefinition(t *testing.T) {
 		}
 	}
 	g.VolumeMounts = g.VolumeMounts[1:]
-	w.Image, w.Ports[0].ContainerPort, w.Resources = tw.Image, tw.Ports[0].ContainerPort, tw.Resources
+	w.Image, w.Ports[0].ContainerPort, w.Resources, w.Env = tw.Image, tw.Ports[0].ContainerPort, tw.Resources, tw.Env
+	if got := built(t, b).Spec.Containers[0].Env; !hasEnv(got, "LABKEEP_SSH_PORT", "2222") {
+		t.Errorf("workspace env %+v, want LABKEEP_SSH_PORT=2222", got)
+	}
 	if w.VolumeMounts = w.VolumeMounts[1:]; len(w.VolumeMounts) == 0 {
 		w.VolumeMounts = tw.VolumeMounts // the template has none of its own
 	}
@@ -300,4 +303,51 @@ func TestWorkspacePodIsTheInfraDefinition(t *testing.T) {
 			t.Errorf("guardian env %d (-want +got):\n%s", i, diff)
 		}
 	}
+}
+
+// Each node gets the session's own credentials: the student's key and the
+// platform's keys authorized, the session's host key installed (cloud-init
+// for VMs; files of the mounted Secret for a workspace Pod); no other
+// session's key appears.
+func TestNodeCredentials(t *testing.T) {
+	for _, lab := range []string{"cluster", "shell"} {
+		t.Run(lab, func(t *testing.T) {
+			b := testBuilder(t, lab)
+			b.cfg.PlatformSSHKeys = []string{"ssh-ed25519 AAAAgrader grader"}
+			b.sess.StudentKey, b.sess.HostKey = "ssh-ed25519 AAAAstudent", "ssh-ed25519 AAAAhost"
+			b.sess.Issued.HostPrivateKey = "-----BEGIN OPENSSH PRIVATE KEY-----\nhost\n-----END OPENSSH PRIVATE KEY-----\n"
+			s := b.cloudInit(b.lab.Nodes[0], &batchv1.Job{})
+			want := map[string]string{
+				"ssh-authorized-keys": "ssh-ed25519 AAAAstudent\nssh-ed25519 AAAAgrader grader\n",
+				"ssh-host-key":        b.sess.Issued.HostPrivateKey,
+				"ssh-host-key.pub":    "ssh-ed25519 AAAAhost\n",
+			}
+			for k, v := range want {
+				if s.StringData[k] != v {
+					t.Errorf("Secret %s = %q, want %q", k, s.StringData[k], v)
+				}
+			}
+			ud := s.StringData["userdata"]
+			for _, frag := range []string{`- "ssh-ed25519 AAAAstudent"`, `- "ssh-ed25519 AAAAgrader grader"`, "ssh_deletekeys: true",
+				`ed25519_public: "ssh-ed25519 AAAAhost"`, `ed25519_private: "-----BEGIN OPENSSH PRIVATE KEY-----\nhost\n`} {
+				if !strings.Contains(ud, frag) {
+					t.Errorf("cloud-init lacks %q:\n%s", frag, ud)
+				}
+			}
+		})
+	}
+}
+
+func built(t *testing.T, b builder) *corev1.Pod {
+	t.Helper()
+	return mustWorkspace(t, b, &batchv1.Job{})
+}
+
+func hasEnv(env []corev1.EnvVar, name, value string) bool {
+	for _, e := range env {
+		if e.Name == name && e.Value == value {
+			return true
+		}
+	}
+	return false
 }

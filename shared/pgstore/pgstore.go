@@ -96,7 +96,7 @@ func (p *PG) Close() {
 func (p *PG) Pool() *pgxpool.Pool { return p.pool }
 
 const columns = `id, student, lab, kind, status, started_at, expires_at, max_expires_at,
-	ready_at, finished_at, nodes, failure_reason, grading_token, end_kind, end_actor`
+	ready_at, finished_at, nodes, failure_reason, grading_token, end_kind, end_actor, student_key, host_key`
 
 const liveStatuses = `('provisioning', 'running')`
 
@@ -107,9 +107,10 @@ func (p *PG) Create(ctx context.Context, s session.Session) error {
 		return err
 	}
 	_, err = p.pool.Exec(ctx, `INSERT INTO sessions (`+columns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15)`,
+		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`,
 		s.ID, s.Student, s.Lab, string(s.Kind), string(s.Status), s.StartedAt, s.ExpiresAt, s.MaxExpiresAt,
-		nullTime(s.ReadyAt), nullTime(s.FinishedAt), nodes, s.End.Detail, s.GradingToken, string(s.End.Kind), string(s.End.Actor))
+		nullTime(s.ReadyAt), nullTime(s.FinishedAt), nodes, s.End.Detail, s.GradingToken, string(s.End.Kind), string(s.End.Actor),
+		s.StudentKey, s.HostKey)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "sessions_one_live_per_student" {
 		return fmt.Errorf("%w: student %q already has a live session", session.ErrSessionExists, s.Student)
@@ -359,7 +360,7 @@ func scanSession(row pgx.CollectableRow) (session.Session, error) {
 	var nodes []byte
 	var id [16]byte
 	err := row.Scan(&id, &s.Student, &s.Lab, &kind, &status, &s.StartedAt, &s.ExpiresAt, &s.MaxExpiresAt,
-		&readyAt, &finishedAt, &nodes, &s.End.Detail, &s.GradingToken, &endKind, &endActor)
+		&readyAt, &finishedAt, &nodes, &s.End.Detail, &s.GradingToken, &endKind, &endActor, &s.StudentKey, &s.HostKey)
 	if err != nil {
 		return s, err
 	}

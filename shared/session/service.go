@@ -75,7 +75,11 @@ var ErrEndedWhileProvisioning = fmt.Errorf("%w: session was ended while it was b
 func (s *Service) now() time.Time { return s.Now().UTC().Truncate(time.Microsecond) }
 
 // Open starts a session of lab for student and returns it (provisioning;
-// poll Get until running). Returns:
+// poll Get until running). The session gets its own SSH host key, and the
+// student logs in with publicKey (one authorized_keys line) or, if it is
+// empty, with a key pair generated here: its private half is in the
+// returned session's Issued, the only time anyone sees it. Returns:
+//   - ErrInvalidKey, saying what is wrong with publicKey;
 //   - ErrUnknownLab, listing the valid labs;
 //   - ErrSessionExists together with the student's live session (unless
 //     that session has expired: then it is reclaimed and the open goes on);
@@ -92,10 +96,17 @@ func (s *Service) now() time.Time { return s.Now().UTC().Truncate(time.Microseco
 // status its finisher gave it (closed, failed, expired). The row is
 // written before any object exists, so a crash mid-way leaves a live row
 // the reaper will find, never an object without a row.
-func (s *Service) Open(ctx context.Context, student, labName string) (Session, error) {
+func (s *Service) Open(ctx context.Context, student, labName, publicKey string) (Session, error) {
 	lab, ok := s.Labs.Get(labName)
 	if !ok {
 		return Session{}, fmt.Errorf("%w %q; valid labs: %s", ErrUnknownLab, labName, strings.Join(s.Labs.Names(), ", "))
+	}
+	var studentKey string
+	if publicKey != "" {
+		var err error
+		if studentKey, err = NormalizeStudentKey(publicKey); err != nil {
+			return Session{}, err
+		}
 	}
 	if live, err := s.Store.LiveFor(ctx, student); err == nil {
 		if !s.reclaimExpired(ctx, live) {
@@ -119,6 +130,9 @@ func (s *Service) Open(ctx context.Context, student, labName string) (Session, e
 	}
 	for _, n := range lab.Nodes {
 		sess.Nodes = append(sess.Nodes, Node{Name: n.Name, Role: n.Role, SSHPort: lab.SSHPort})
+	}
+	if err := issueKeys(&sess, studentKey); err != nil {
+		return Session{}, err
 	}
 	if err := s.Store.Create(ctx, sess); err != nil {
 		if errors.Is(err, ErrSessionExists) {
@@ -147,7 +161,30 @@ func (s *Service) Open(ctx context.Context, student, labName string) (Session, e
 		return s.abandon(ctx, log, sess, err, true)
 	}
 	log.Info("session provisioned", "nodes", len(sess.Nodes))
+	// The host private key stays in the cluster's Secret; only the
+	// student's generated key is handed back, this once.
+	cur.Issued = Issued{StudentPrivateKey: sess.Issued.StudentPrivateKey}
 	return cur, nil
+}
+
+// issueKeys gives a new session its own SSH host key and, when the student
+// brought no public key (studentKey empty), a key pair of its own whose
+// private half only the Open's caller ever sees.
+func issueKeys(sess *Session, studentKey string) error {
+	hostPub, hostPriv, err := newKeyPair("labkeep session " + sess.ID + " host key")
+	if err != nil {
+		return err
+	}
+	sess.HostKey, sess.Issued.HostPrivateKey = hostPub, hostPriv
+	if studentKey == "" {
+		pub, priv, err := newKeyPair("labkeep session " + sess.ID)
+		if err != nil {
+			return err
+		}
+		studentKey, sess.Issued.StudentPrivateKey = pub, priv
+	}
+	sess.StudentKey = studentKey
+	return nil
 }
 
 // confirmLive re-reads the row once any Close or reaper holding its row

@@ -37,6 +37,7 @@ func (m *memStore) Create(_ context.Context, s Session) error {
 			return ErrSessionExists
 		}
 	}
+	s.Issued = Issued{} // a store keeps no secrets (test/pgstore shows PostgreSQL's doesn't)
 	m.rows[s.ID] = s
 	return nil
 }
@@ -233,7 +234,7 @@ func TestOpenDecisions(t *testing.T) {
 			now := t0
 			c := tc.cluster
 			svc, store := newService(t, &c, &now)
-			s, err := svc.Open(context.Background(), "ann", tc.lab)
+			s, err := svc.Open(context.Background(), "ann", tc.lab, "")
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("Open error = %v, want %v", err, tc.wantErr)
 			}
@@ -246,7 +247,7 @@ func TestOpenDecisions(t *testing.T) {
 			}
 			if tc.wantStatus == StatusFailed {
 				c.provisionErr, c.countErr, c.vms = nil, nil, 0
-				if _, err := svc.Open(context.Background(), "ann", tc.lab); err != nil {
+				if _, err := svc.Open(context.Background(), "ann", tc.lab, ""); err != nil {
 					t.Errorf("retry after failure = %v", err)
 				}
 			}
@@ -257,7 +258,7 @@ func TestOpenDecisions(t *testing.T) {
 func TestOpenUnknownLabListsValidOnes(t *testing.T) {
 	now := time.Now()
 	svc, store := newService(t, &fakeCluster{}, &now)
-	_, err := svc.Open(context.Background(), "ann", "nope")
+	_, err := svc.Open(context.Background(), "ann", "nope", "")
 	if !errors.Is(err, ErrUnknownLab) || !strings.Contains(err.Error(), "one, shell, three") {
 		t.Errorf("Open = %v", err)
 	}
@@ -270,7 +271,7 @@ func TestExtendRetriesConflicts(t *testing.T) {
 	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
 	c := &fakeCluster{ready: true}
 	svc, store := newService(t, c, &now)
-	s, err := svc.Open(context.Background(), "ann", "one")
+	s, err := svc.Open(context.Background(), "ann", "one", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -292,7 +293,7 @@ func TestCloseKeepsRowLiveWhenDeleteFails(t *testing.T) {
 	now := time.Now()
 	c := &fakeCluster{}
 	svc, store := newService(t, c, &now)
-	s, err := svc.Open(context.Background(), "ann", "one")
+	s, err := svc.Open(context.Background(), "ann", "one", "")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -337,24 +338,24 @@ func TestOpenReclaimsAnExpiredSession(t *testing.T) {
 	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
 	c := &fakeCluster{}
 	svc, store := newService(t, c, &now)
-	old, err := svc.Open(context.Background(), "ann", "one")
+	old, err := svc.Open(context.Background(), "ann", "one", "")
 	if err != nil {
 		t.Fatal(err)
 	}
 	now = now.Add(59 * time.Minute)
-	if _, err := svc.Open(context.Background(), "ann", "one"); !errors.Is(err, ErrSessionExists) {
+	if _, err := svc.Open(context.Background(), "ann", "one", ""); !errors.Is(err, ErrSessionExists) {
 		t.Fatalf("open before expiry = %v, want ErrSessionExists", err)
 	}
 	now = now.Add(time.Minute)
 	c.teardownErr = errors.New("api down")
-	if _, err := svc.Open(context.Background(), "ann", "one"); !errors.Is(err, ErrSessionExists) {
+	if _, err := svc.Open(context.Background(), "ann", "one", ""); !errors.Is(err, ErrSessionExists) {
 		t.Fatalf("open when the reclaim cannot delete = %v, want ErrSessionExists", err)
 	}
 	if row, _ := store.Get(context.Background(), old.ID); !row.Status.Live() {
 		t.Errorf("undeletable expired session = %s, want live for the reaper", row.Status)
 	}
 	c.teardownErr = nil
-	s, err := svc.Open(context.Background(), "ann", "one")
+	s, err := svc.Open(context.Background(), "ann", "one", "")
 	if err != nil || s.ID == old.ID {
 		t.Fatalf("open after expiry = %v, %v", s.ID, err)
 	}
@@ -395,7 +396,7 @@ func TestOpenOfAnEndedRow(t *testing.T) {
 			} else {
 				c.onProvision = finish
 			}
-			s, err := svc.Open(context.Background(), "ann", tc.lab)
+			s, err := svc.Open(context.Background(), "ann", tc.lab, "")
 			if !errors.Is(err, ErrEndedWhileProvisioning) || !errors.Is(err, ErrProvisioning) {
 				t.Fatalf("Open = %v, want ErrEndedWhileProvisioning (an ErrProvisioning)", err)
 			}
@@ -424,7 +425,7 @@ func TestCapacityWaitIsBounded(t *testing.T) {
 	svc, store := newService(t, c, &now)
 	svc.Limits.CapacityWait = 20 * time.Millisecond
 	store.blocked = true
-	s, err := svc.Open(context.Background(), "ann", "one")
+	s, err := svc.Open(context.Background(), "ann", "one", "")
 	if !errors.Is(err, ErrNoCapacity) || !strings.Contains(err.Error(), "waited 20ms for the capacity lock") {
 		t.Fatalf("Open with the lock held = %v, want ErrNoCapacity after the wait", err)
 	}
@@ -435,7 +436,7 @@ func TestCapacityWaitIsBounded(t *testing.T) {
 	svc.Limits.CapacityWait = time.Minute
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
 	defer cancel()
-	_, err = svc.Open(ctx, "bob", "one")
+	_, err = svc.Open(ctx, "bob", "one", "")
 	if err == nil || errors.Is(err, ErrNoCapacity) {
 		t.Errorf("Open whose caller went away = %v, want a non-capacity error", err)
 	}
@@ -459,7 +460,7 @@ func TestCloseRecordsExpiryWhenTimeIsUp(t *testing.T) {
 			now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
 			c := &fakeCluster{}
 			svc, _ := newService(t, c, &now)
-			s, err := svc.Open(context.Background(), "ann", "one")
+			s, err := svc.Open(context.Background(), "ann", "one", "")
 			if err != nil {
 				t.Fatal(err)
 			}

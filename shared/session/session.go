@@ -52,6 +52,18 @@ type Session struct {
 	Nodes      []Node
 	// End says why and by whom the session ended; zero while live.
 	End EndReason
+	// StudentKey is the public key (one authorized_keys line) that logs the
+	// student in as root on every node: the one they sent with the open, or
+	// one labkeep generated (its private half went to them once, in
+	// Issued).
+	StudentKey string
+	// HostKey is the session's own SSH host public key: every node of the
+	// session presents it, so a student verifies their first connection
+	// (KnownHostsLine) instead of trusting it.
+	HostKey string
+	// Issued are the secrets the Open that created this session holds;
+	// never stored, empty on every session read back.
+	Issued Issued
 	// GradingToken is 256 random bits (hex) handed to every node through
 	// cloud-init, so a grader can tell this session's submissions apart. It
 	// is never shown in API responses.

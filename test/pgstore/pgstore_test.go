@@ -248,3 +248,31 @@ func TestReapRuns(t *testing.T) {
 		t.Errorf("RecentRuns (-want +got):\n%s", diff)
 	}
 }
+
+// The public halves of a session's SSH credentials are stored and read
+// back; the private keys an open issues are never written anywhere in the
+// database.
+func TestSessionKeysStoredWithoutSecrets(t *testing.T) {
+	ctx := context.Background()
+	pg := openStore(t)
+	s := newSession("kim")
+	s.StudentKey, s.HostKey = "ssh-ed25519 AAAAstudent", "ssh-ed25519 AAAAhost"
+	s.Issued = session.Issued{StudentPrivateKey: "-----BEGIN OPENSSH PRIVATE KEY----- student", HostPrivateKey: "-----BEGIN OPENSSH PRIVATE KEY----- host"}
+	if err := pg.Create(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	got, err := pg.Get(ctx, s.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.StudentKey != s.StudentKey || got.HostKey != s.HostKey || got.Issued != (session.Issued{}) {
+		t.Errorf("read back student key %q host key %q issued %+v", got.StudentKey, got.HostKey, got.Issued)
+	}
+	var n int
+	if err := pg.Pool().QueryRow(ctx, `SELECT count(*) FROM sessions WHERE sessions::text LIKE '%PRIVATE KEY%'`).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Errorf("%d session rows hold a private key", n)
+	}
+}

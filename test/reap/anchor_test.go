@@ -294,7 +294,7 @@ func TestInventoryIgnoresVirtLauncherPods(t *testing.T) {
 func TestInventoryWorkspacePodReady(t *testing.T) {
 	b := newBackend(t, stacktest.Options{})
 	ctx := context.Background()
-	s, err := b.App.Sessions.Open(ctx, "s-shell", "shell")
+	s, err := b.App.Sessions.Open(ctx, "s-shell", "shell", "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -57,7 +57,7 @@ func newBackend(t *testing.T, o stacktest.Options) *backend {
 func (b *backend) open(student, lab string) session.Session {
 	b.t.Helper()
 	ctx := context.Background()
-	s, err := b.App.Sessions.Open(ctx, student, lab)
+	s, err := b.App.Sessions.Open(ctx, student, lab, "")
 	if err != nil {
 		b.t.Fatalf("open %s for %s: %v", lab, student, err)
 	}

@@ -189,7 +189,7 @@ func TestCrashOrphanReapedButNewSessionSurvives(t *testing.T) {
 	var fresh session.Session
 	b.App.Reaper.Store = &liveHook{Store: b.App.Store, after: func() {
 		// Opened after the run read the rows, before it lists the cluster.
-		s, err := b.App.Sessions.Open(ctx, "s-fresh", "linux-vm")
+		s, err := b.App.Sessions.Open(ctx, "s-fresh", "linux-vm", "")
 		if err != nil {
 			t.Errorf("open during the run: %v", err)
 		}
@@ -356,7 +356,7 @@ func TestTwoHundredExpiredWithinDeadline(t *testing.T) {
 			go func() {
 				defer wg.Done()
 				defer func() { <-sem }()
-				if _, err := b.App.Sessions.Open(ctx, fmt.Sprintf("s-%04d", i), "linux-vm"); err != nil {
+				if _, err := b.App.Sessions.Open(ctx, fmt.Sprintf("s-%04d", i), "linux-vm", ""); err != nil {
 					t.Errorf("open %d: %v", i, err)
 				}
 			}()
