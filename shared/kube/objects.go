@@ -2,8 +2,8 @@ package kube
 
 import (
 	"crypto/sha256"
-	"errors"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"strconv"
 	"strings"
