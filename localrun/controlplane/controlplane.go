@@ -60,6 +60,13 @@ type ControlPlane struct {
 	Admin *rest.Config
 	// AdminKubeconfig is a kubeconfig file with the same credentials.
 	AdminKubeconfig string
+	// Node is the identity of the local node's kubelet: user
+	// system:node:<NodeName> in group system:nodes, which the Node
+	// authorizer limits to that node and the Pods bound to it.
+	Node *rest.Config
+	// Scheduler is kube-scheduler's identity (user system:kube-scheduler,
+	// bound to its bootstrap ClusterRoles).
+	Scheduler *rest.Config
 	// APIServerURL is https://127.0.0.1:<port>.
 	APIServerURL string
 	// Ports are every loopback port the components listen on.
@@ -80,9 +87,23 @@ var ControllersRun = []string{
 	"ttl-after-finished-controller",
 	"namespace-controller",
 	"serviceaccount-controller",
+	// Removes the not-ready taint a kubelet registers its node with, once
+	// the node is Ready: without it no Pod is ever scheduled.
+	"node-lifecycle-controller",
+	// Publishes kube-root-ca.crt into every namespace: the kubelet needs it
+	// for a Pod that mounts a ServiceAccount token.
+	"root-ca-certificate-publisher-controller",
 }
 
-const adminToken = "labkeep-local-admin-token"
+// NodeName is the name of the one node of the local stack; the control
+// plane's static token file holds its kubelet's identity (see Node).
+const NodeName = "labkeep-node"
+
+const (
+	adminToken     = "labkeep-local-admin-token"
+	nodeToken      = "labkeep-local-node-token"
+	schedulerToken = "labkeep-local-scheduler-token"
+)
 
 // Start launches a fresh control plane on free loopback ports and returns once
 // the API server is ready, the KubeVirt CRDs are established and the
@@ -128,7 +149,7 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	if cp.pki, err = writePKI(dir); err != nil {
 		return cp, err
 	}
-	ports, err := freePorts(4)
+	ports, err := FreePorts(4)
 	if err != nil {
 		return cp, err
 	}
@@ -148,7 +169,10 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	cp.procs = append(cp.procs, etcd)
 
 	tokens := filepath.Join(dir, "tokens.csv")
-	if err := os.WriteFile(tokens, []byte(adminToken+",labkeep-admin,labkeep-admin,system:masters\n"), 0o600); err != nil {
+	tokenLines := adminToken + ",labkeep-admin,labkeep-admin,system:masters\n" +
+		nodeToken + ",system:node:" + NodeName + ",system:node:" + NodeName + ",system:nodes\n" +
+		schedulerToken + ",system:kube-scheduler,system:kube-scheduler\n"
+	if err := os.WriteFile(tokens, []byte(tokenLines), 0o600); err != nil {
 		return cp, err
 	}
 	cp.APIServerURL = fmt.Sprintf("https://127.0.0.1:%d", apiPort)
@@ -158,7 +182,12 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		"--secure-port="+strconv.Itoa(apiPort),
 		"--tls-cert-file="+cp.pki.certFile, "--tls-private-key-file="+cp.pki.keyFile,
 		"--token-auth-file="+tokens,
-		"--authorization-mode=RBAC",
+		"--authorization-mode=Node,RBAC",
+		"--enable-admission-plugins=NodeRestriction",
+		// The local node's InternalIP is the host's address on its Pod
+		// bridge: logs, exec and port-forward reach the kubelet there,
+		// never through a host name.
+		"--kubelet-preferred-address-types=InternalIP",
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+cp.pki.saPubFile,
 		"--service-account-signing-key-file="+cp.pki.saKeyFile,
@@ -179,6 +208,10 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		QPS:             200,
 		Burst:           400,
 	}
+	cp.Node = rest.CopyConfig(cp.Admin)
+	cp.Node.BearerToken = nodeToken
+	cp.Scheduler = rest.CopyConfig(cp.Admin)
+	cp.Scheduler.BearerToken = schedulerToken
 	if err := cp.waitReady(ctx, api); err != nil {
 		return cp, err
 	}
@@ -205,6 +238,9 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		"--resource-quota-sync-period="+opts.QuotaSyncPeriod.String(),
 		"--concurrent-gc-syncs=10",
 		"--use-service-account-credentials=false",
+		"--root-ca-file="+cp.pki.caFile,
+		// A new node is schedulable within a second of being Ready.
+		"--node-monitor-period=1s",
 		"--controller-start-interval=0s",
 		"--profiling=false",
 		"--v=0")
@@ -341,10 +377,10 @@ func WriteKubeconfig(path string, cfg *rest.Config, user string) error {
 	return clientcmd.WriteToFile(*kc, path)
 }
 
-// freePorts reserves n distinct loopback ports by listening and closing. A
-// port can in principle be taken between close and use; Start reports that
-// as a component failing to bind, and callers may retry.
-func freePorts(n int) ([]int, error) {
+// FreePorts reserves n distinct loopback ports by listening and closing. A
+// port can in principle be taken between close and use; the component then
+// fails to bind, its starter reports that, and callers may retry.
+func FreePorts(n int) ([]int, error) {
 	var ls []net.Listener
 	defer func() {
 		for _, l := range ls {

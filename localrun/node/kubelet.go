@@ -1,0 +1,142 @@
+package node
+
+import (
+	"context"
+	"crypto/tls"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"labkeep/localrun/childproc"
+	"labkeep/localrun/controlplane"
+)
+
+// kubeletConfig is the kubelet's KubeletConfiguration. The choices that
+// differ from a production node, and why:
+//   - cgroupfs driver under a cgroup root of the node's own (no systemd
+//     here; several nodes may run at once);
+//   - failSwapOn false, oomScoreAdj 0 (root here cannot lower
+//     oom_score_adj), no iptables chains (nothing to protect on loopback,
+//     and nothing left behind);
+//   - it listens only on the host's address on the node's Pod bridge (the
+//     kubelet refuses a loopback node IP), which it registers as the
+//     node's InternalIP, and trusts every caller there (the API server
+//     connects without a client certificate);
+//   - image garbage collection is off (imported images cannot be pulled
+//     again) and eviction thresholds are low (a shared build machine's
+//     disk is often fuller than a node's).
+func (n *Node) kubeletConfig(port int) string {
+	return fmt.Sprintf(`apiVersion: kubelet.config.k8s.io/v1beta1
+kind: KubeletConfiguration
+address: %q
+port: %d
+readOnlyPort: 0
+healthzPort: 0
+authentication:
+  anonymous:
+    enabled: true
+  webhook:
+    enabled: false
+authorization:
+  mode: AlwaysAllow
+cgroupDriver: cgroupfs
+cgroupRoot: %q
+cgroupsPerQOS: true
+enforceNodeAllocatable: ["pods"]
+failSwapOn: false
+oomScoreAdj: 0
+makeIPTablesUtilChains: false
+containerRuntimeEndpoint: %q
+podLogsDir: %q
+resolvConf: /etc/resolv.conf
+serializeImagePulls: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: "1%%"
+  nodefs.inodesFree: "1%%"
+  imagefs.available: "1%%"
+maxPods: 250
+shutdownGracePeriod: 0s
+syncFrequency: 10s
+fileCheckFrequency: 10s
+nodeStatusReportFrequency: 10s
+`, n.net.hostIP, port, n.CgroupRoot, "unix://"+n.ContainerdSocket, n.path("pod-logs"))
+}
+
+// startKubelet starts the kubelet as the control plane's node identity.
+func (n *Node) startKubelet(ctx context.Context, cp *controlplane.ControlPlane, bin string) error {
+	ports, err := controlplane.FreePorts(1)
+	if err != nil {
+		return err
+	}
+	kubeconfig := n.path("kubelet.kubeconfig")
+	if err := controlplane.WriteKubeconfig(kubeconfig, cp.Node, "system:node:"+n.Name); err != nil {
+		return err
+	}
+	if err := n.writeFiles(map[string]string{"kubelet-config.yaml": n.kubeletConfig(ports[0])}); err != nil {
+		return err
+	}
+	p, err := childproc.Start("kubelet", n.path("kubelet.log"), childproc.Attr{Env: []string{"PATH=" + sbinPath, "HOME=" + n.Dir}}, bin,
+		"--config="+n.path("kubelet-config.yaml"),
+		"--kubeconfig="+kubeconfig,
+		"--root-dir="+n.path("kubelet"),
+		"--hostname-override="+n.Name,
+		"--node-ip="+n.net.hostIP,
+		"--v=0")
+	if err != nil {
+		return err
+	}
+	n.procs = append(n.procs, p)
+	return nil
+}
+
+// startScheduler starts kube-scheduler as system:kube-scheduler and waits
+// until it serves /healthz.
+func (n *Node) startScheduler(cp *controlplane.ControlPlane, bin string) error {
+	ports, err := controlplane.FreePorts(1)
+	if err != nil {
+		return err
+	}
+	kubeconfig := n.path("scheduler.kubeconfig")
+	if err := controlplane.WriteKubeconfig(kubeconfig, cp.Scheduler, "system:kube-scheduler"); err != nil {
+		return err
+	}
+	p, err := childproc.Start("kube-scheduler", n.path("kube-scheduler.log"), childproc.Attr{Env: []string{"PATH=" + sbinPath, "HOME=" + n.Dir}}, bin,
+		"--kubeconfig="+kubeconfig,
+		"--leader-elect=false",
+		"--bind-address=127.0.0.1",
+		"--secure-port="+strconv.Itoa(ports[0]),
+		"--cert-dir="+n.path("scheduler-certs"),
+		"--profiling=false",
+		"--v=0")
+	if err != nil {
+		return err
+	}
+	// Stop goes through procs in reverse: scheduler, kubelet, containerd.
+	n.procs = append(n.procs, p)
+	n.schedulerURL = fmt.Sprintf("https://127.0.0.1:%d/healthz", ports[0])
+	return nil
+}
+
+// waitScheduler polls the scheduler's /healthz (self-signed, on loopback).
+func (n *Node) waitScheduler(ctx context.Context) error {
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	defer hc.CloseIdleConnections()
+	for {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, n.schedulerURL, nil)
+		if resp, err := hc.Do(req); err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return nil
+			}
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("kube-scheduler not healthy: %w; log:\n%s", ctx.Err(), n.LogTail("kube-scheduler", 3000))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

@@ -1,0 +1,400 @@
+package node
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"labkeep/localrun/controlplane"
+)
+
+// footprint is what a node has on the host while it runs.
+type footprint struct {
+	Dir, Bridge, CgroupRoot string
+	Pids                    []int
+}
+
+func footprintOf(n *Node) footprint {
+	return footprint{Dir: n.Dir, Bridge: n.Bridge, CgroupRoot: n.CgroupRoot, Pids: n.Pids()}
+}
+
+// netnsOnMachine lists the network namespaces the machine still has: those
+// of every process, and those kept alive by a bind mount (an nsfs mount
+// whose root reads "net:[inode]") in this mount namespace.
+func netnsOnMachine() []string {
+	seen := map[string]bool{}
+	procs, _ := filepath.Glob("/proc/[0-9]*/ns/net")
+	for _, p := range procs {
+		if l, err := os.Readlink(p); err == nil {
+			seen[l] = true
+		}
+	}
+	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
+		for _, line := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(line); len(f) > 3 && strings.HasPrefix(f[3], "net:[") {
+				seen[f[3]] = true
+			}
+		}
+	}
+	var ns []string
+	for l := range seen {
+		ns = append(ns, l)
+	}
+	sort.Strings(ns)
+	return ns
+}
+
+// assertGone fails unless nothing of fp is left: no process of its process
+// groups or naming its dir, no cgroup, no bridge, no mount under its dir,
+// no dir.
+func assertGone(t *testing.T, fp footprint) {
+	t.Helper()
+	for _, pid := range fp.Pids {
+		if syscall.Kill(-pid, 0) == nil {
+			t.Errorf("process group %d still has processes", pid)
+		}
+	}
+	if pids := processesNaming(fp.Dir); len(pids) > 0 {
+		t.Errorf("processes still name %s: %v", fp.Dir, pids)
+	}
+	for _, h := range hierarchies() {
+		if _, err := os.Stat(filepath.Join(h, fp.CgroupRoot)); err == nil {
+			t.Errorf("cgroup %s%s still exists", h, fp.CgroupRoot)
+		}
+	}
+	if _, err := os.Stat(filepath.Join("/sys/class/net", fp.Bridge)); err == nil {
+		t.Errorf("bridge %s still exists", fp.Bridge)
+	}
+	if mps := mountsUnder(fp.Dir); len(mps) > 0 {
+		t.Errorf("mounts left: %v", mps)
+	}
+	if _, err := os.Stat(fp.Dir); err == nil {
+		t.Errorf("dir %s still exists", fp.Dir)
+	}
+}
+
+// processesNaming returns the pids whose command line mentions s (the
+// containerd shims name the node's socket).
+func processesNaming(s string) []int {
+	var pids []int
+	cmdlines, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, c := range cmdlines {
+		b, err := os.ReadFile(c)
+		if err == nil && strings.Contains(string(b), s) {
+			var pid int
+			fmt.Sscanf(filepath.Base(filepath.Dir(c)), "%d", &pid)
+			if pid != os.Getpid() {
+				pids = append(pids, pid)
+			}
+		}
+	}
+	return pids
+}
+
+func startCP(t *testing.T, root string) *controlplane.ControlPlane {
+	t.Helper()
+	cp, err := controlplane.Start(context.Background(), controlplane.Options{TempRoot: root})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cp.Stop)
+	return cp
+}
+
+func tempRoot(t *testing.T) string {
+	t.Helper()
+	root, err := os.MkdirTemp("", "labkeep-nodetest-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(root) })
+	if err := os.Chmod(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return root
+}
+
+// pod is a Pod of one container named "main".
+func pod(name, image string, policy corev1.PullPolicy, res corev1.ResourceList) *corev1.Pod {
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: ptr(int64(1)),
+			Containers: []corev1.Container{{
+				Name: "main", Image: image, ImagePullPolicy: policy,
+				Resources: corev1.ResourceRequirements{Requests: res, Limits: res},
+			}},
+		},
+	}
+}
+
+func ptr[T any](v T) *T { return &v }
+
+// waitRunning waits until the Pod is Running and Ready, failing at once
+// if one of its containers waits for a reason that will not go away.
+func waitRunning(t *testing.T, cs kubernetes.Interface, n *Node, name string) *corev1.Pod {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	for {
+		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatalf("pod %s: %v", name, err)
+		}
+		for _, c := range p.Status.ContainerStatuses {
+			if w := c.State.Waiting; w != nil && w.Reason != "" && w.Reason != "ContainerCreating" {
+				t.Fatalf("pod %s container %s waiting: %s %s", name, c.Name, w.Reason, w.Message)
+			}
+		}
+		if p.Status.Phase == corev1.PodRunning {
+			for _, c := range p.Status.Conditions {
+				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
+					return p
+				}
+			}
+		}
+		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
+			t.Fatalf("pod %s ended: %+v", name, p.Status)
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("pod %s not running: %+v\nkubelet log:\n%s\ncontainerd log:\n%s", name, p.Status, n.LogTail("kubelet", 4000), n.LogTail("containerd", 4000))
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// The node registers and is Ready; every image it provides runs as a Pod
+// without any pull (a Guaranteed Pod too, whose oom_score_adj containerd
+// must cap); Pods get addresses on the node's bridge that the host
+// reaches (the workspace's sshd answers on port 22); and Stop leaves no
+// process, container, mount, cgroup, network interface, network namespace
+// or temp dir behind.
+func TestNodeRunsPodsAndLeavesNothing(t *testing.T) {
+	root := tempRoot(t)
+	cp := startCP(t, root)
+	start := time.Now()
+	n, err := Start(context.Background(), Options{ControlPlane: cp, TempRoot: root, Progress: testWriter{t}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("node Ready %s after Start", time.Since(start).Round(10*time.Millisecond))
+	fp := footprintOf(n)
+	stopped := false
+	defer func() {
+		if !stopped {
+			n.Stop()
+		}
+	}()
+	if diff := cmp.Diff([]string{PauseImage, VirtLauncherImage, GuardianImage, WorkspaceImage}, n.Images); diff != "" {
+		t.Errorf("images (-want +got):\n%s", diff)
+	}
+	cs, err := kubernetes.NewForConfig(cp.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	small := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")}
+	pods := []*corev1.Pod{
+		pod("pause", PauseImage, "", small),
+		pod("launcher", VirtLauncherImage, corev1.PullNever, nil),
+		pod("workspace", WorkspaceImage, "", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}),
+	}
+	pods[0].Spec.AutomountServiceAccountToken = ptr(true) // a projected token and kube-root-ca.crt, as virt-launcher Pods get
+	for _, p := range pods {
+		created := time.Now()
+		if _, err := cs.CoreV1().Pods("default").Create(ctx, p, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		running := waitRunning(t, cs, n, p.Name)
+		t.Logf("pod %s (%s, QoS %s) Running %s after create, IP %s", p.Name, p.Spec.Containers[0].Image, running.Status.QOSClass, time.Since(created).Round(10*time.Millisecond), running.Status.PodIP)
+		_, subnet, _ := net.ParseCIDR(n.PodCIDR)
+		if !subnet.Contains(net.ParseIP(running.Status.PodIP)) {
+			t.Errorf("pod %s IP %s not in %s", p.Name, running.Status.PodIP, n.PodCIDR)
+		}
+		if p.Name == "workspace" {
+			if running.Status.QOSClass != corev1.PodQOSGuaranteed {
+				t.Errorf("workspace QoS %s, want Guaranteed", running.Status.QOSClass)
+			}
+			assertSSHBanner(t, running.Status.PodIP)
+		}
+	}
+	// What the Pods have on the host, to look for after Stop. Other nodes
+	// may come and go meanwhile (parallel test binaries), so the checks
+	// name this node's things rather than compare the whole machine.
+	if len(processesNaming(n.Dir)) == 0 {
+		t.Fatal("no containerd shim names the node dir: the leak check below would prove nothing")
+	}
+	veths := n.net.ports()
+	podNetNS := map[string]bool{}
+	hostNetNS, _ := os.Readlink("/proc/self/ns/net")
+	for _, pid := range cgroupProcs(n.CgroupRoot) {
+		if l, err := os.Readlink("/proc/" + pid + "/ns/net"); err == nil && l != hostNetNS {
+			podNetNS[l] = true
+		}
+	}
+	if len(veths) != len(pods) || len(podNetNS) != len(pods) {
+		t.Fatalf("want a veth and a network namespace per Pod, have veths %v, netns %v", veths, podNetNS)
+	}
+
+	stopStart := time.Now()
+	if err := n.Stop(); err != nil {
+		t.Fatalf("stop: %v", err)
+	}
+	stopped = true
+	t.Logf("node stopped in %s", time.Since(stopStart).Round(10*time.Millisecond))
+	assertGone(t, fp)
+	for _, v := range veths {
+		if _, err := os.Stat(filepath.Join("/sys/class/net", v)); err == nil {
+			t.Errorf("veth %s still exists", v)
+		}
+	}
+	for _, ns := range netnsOnMachine() {
+		if podNetNS[ns] {
+			t.Errorf("a Pod's network namespace %s still exists", ns)
+		}
+	}
+}
+
+// assertSSHBanner connects to ip:22 from the host and reads sshd's
+// greeting. The container is Running as soon as its entrypoint runs; sshd
+// listens a moment later (after making a host key), so refused
+// connections are retried until then.
+func assertSSHBanner(t *testing.T, ip string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(ip, "22"), 5*time.Second)
+		if err != nil {
+			if time.Now().After(deadline) {
+				t.Fatalf("ssh to the workspace Pod: %v", err)
+			}
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		defer c.Close()
+		c.SetReadDeadline(time.Now().Add(10 * time.Second))
+		line, err := bufio.NewReader(c).ReadString('\n')
+		if err != nil || !strings.HasPrefix(line, "SSH-2.0-OpenSSH") {
+			t.Fatalf("workspace greeting %q, %v", line, err)
+		}
+		return
+	}
+}
+
+type testWriter struct{ t *testing.T }
+
+func (w testWriter) Write(p []byte) (int, error) {
+	w.t.Log(strings.TrimRight(string(p), "\n"))
+	return len(p), nil
+}
+
+// The owner of a node is SIGKILLed with a Pod running: every process,
+// containerd's shims and the Pod's containers included, dies with it, and
+// the next Start (under the same temp root) removes the bridge, the cgroup
+// root, the kubelet's mounts and the temp dir it left.
+func TestOwnerKilledLeavesNothing(t *testing.T) {
+	root := tempRoot(t)
+	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperNodeOwner$", "-test.v")
+	cmd.Env = append(os.Environ(), "LABKEEP_TEST_NODE_OWNER_ROOT="+root)
+	cmd.Stderr = os.Stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var fp footprint
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if err := json.Unmarshal(sc.Bytes(), &fp); err == nil && fp.Dir != "" {
+			break
+		}
+	}
+	if fp.Dir == "" {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatal("helper did not report a running node")
+	}
+	containers := cgroupProcs(fp.CgroupRoot)
+	if len(containers) == 0 || len(processesNaming(fp.Dir)) == 0 {
+		cmd.Process.Kill()
+		cmd.Wait()
+		t.Fatalf("no container processes under %s: the check below would prove nothing", fp.CgroupRoot)
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+
+	// Processes die with their owner: wait until the kernel has reaped them.
+	deadline := time.Now().Add(30 * time.Second)
+	for len(processesNaming(fp.Dir)) > 0 || len(cgroupProcs(fp.CgroupRoot)) > 0 || groupsAlive(fp.Pids) {
+		if time.Now().After(deadline) {
+			t.Fatalf("processes outlive their owner: naming the dir %v, in the cgroups %v", processesNaming(fp.Dir), cgroupProcs(fp.CgroupRoot))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	sweepStale(root)
+	assertGone(t, fp)
+}
+
+func groupsAlive(pids []int) bool {
+	return slices.ContainsFunc(pids, func(pid int) bool { return syscall.Kill(-pid, 0) == nil })
+}
+
+// cgroupProcs lists the processes in any cgroup below root (memory
+// hierarchy).
+func cgroupProcs(root string) []string {
+	var pids []string
+	_ = filepath.WalkDir(filepath.Join(cgroupMount, "memory", root), func(p string, d os.DirEntry, err error) error {
+		if err == nil && d.Name() == "cgroup.procs" {
+			b, _ := os.ReadFile(p)
+			pids = append(pids, strings.Fields(string(b))...)
+		}
+		return nil
+	})
+	return pids
+}
+
+// TestHelperNodeOwner is not a test: TestOwnerKilledLeavesNothing runs the
+// test binary again with this as the only test, as the owner to kill.
+func TestHelperNodeOwner(t *testing.T) {
+	root := os.Getenv("LABKEEP_TEST_NODE_OWNER_ROOT")
+	if root == "" {
+		t.Skip("helper process for TestOwnerKilledLeavesNothing")
+	}
+	cp := startCP(t, root)
+	n, err := Start(context.Background(), Options{ControlPlane: cp, TempRoot: root, NoWorkspaceImage: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := kubernetes.NewForConfig(cp.Admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cs.CoreV1().Pods("default").Create(context.Background(), pod("pause", PauseImage, "", nil), metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	waitRunning(t, cs, n, "pause")
+	b, _ := json.Marshal(footprintOf(n))
+	fmt.Printf("\n%s\n", b)
+	time.Sleep(5 * time.Minute)
+	n.Stop()
+}
