@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
@@ -147,14 +148,16 @@ type Refusal struct {
 	Operations []admissionv1.OperationType
 	Expression string // CEL; the request is refused where it is false
 	Message    string
+	// Probe, if set, sends a server-side dry-run request the refusal must
+	// refuse; Refuse returns only once it is refused.
+	Probe func() error
 }
 
 // Refuse installs r as a ValidatingAdmissionPolicy and binding and removes
 // them when the test ends. A new policy takes effect when the API server's
-// policy cache next refreshes (about a second), so callers wait until a
-// dry-run request is refused before relying on it; deleting a policy takes
-// effect just as lazily, so prefer lifting a refusal through the object the
-// Expression looks at.
+// policy cache next refreshes (about a second), so Refuse waits until
+// r.Probe is refused; deleting a policy takes effect just as lazily, so
+// prefer lifting a refusal through the object the Expression looks at.
 func Refuse(t testing.TB, st *stack.Stack, r Refusal) {
 	t.Helper()
 	ctx := context.Background()
@@ -197,4 +200,10 @@ func Refuse(t testing.TB, st *stack.Stack, r Refusal) {
 		_ = adm.ValidatingAdmissionPolicyBindings().Delete(ctx, r.Name, metav1.DeleteOptions{})
 		_ = adm.ValidatingAdmissionPolicies().Delete(ctx, r.Name, metav1.DeleteOptions{})
 	})
+	if r.Probe != nil {
+		Eventually(t, 30*time.Second, func() (bool, string) {
+			err := r.Probe()
+			return apierrors.IsInvalid(err) || apierrors.IsForbidden(err), fmt.Sprintf("refusal %s not in force: probe = %v", r.Name, err)
+		})
+	}
 }

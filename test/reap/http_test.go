@@ -3,7 +3,6 @@ package reap_test
 import (
 	"context"
 	"encoding/json"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -35,12 +34,6 @@ func (b *backend) refuseDeletes(sessionID string) func() {
 	t := b.t
 	t.Helper()
 	ctx := context.Background()
-	stacktest.Refuse(t, st, stacktest.Refusal{
-		Name: "refuse-delete-" + b.Namespace, Namespace: b.Namespace,
-		Group: "kubevirt.io", Resource: "virtualmachines", Operations: []admissionv1.OperationType{admissionv1.Delete},
-		Expression: `!has(oldObject.metadata.annotations) || !('` + refuseAnnotation + `' in oldObject.metadata.annotations)`,
-		Message:    "injected fault: deleting this VM is refused",
-	})
 	vmAPI := b.Dyn.Resource(stacktest.Resource("VirtualMachine")).Namespace(b.Namespace)
 	vms, err := vmAPI.List(ctx, metav1.ListOptions{LabelSelector: kube.LabelSession + "=" + sessionID})
 	if err != nil || len(vms.Items) == 0 {
@@ -58,9 +51,12 @@ func (b *backend) refuseDeletes(sessionID string) func() {
 		return vmAPI.Delete(ctx, vms.Items[0].GetName(), metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
 	}
 	annotate("true")
-	stacktest.Eventually(t, 30*time.Second, func() (bool, string) {
-		err := dryDelete()
-		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err), fmt.Sprintf("delete refusal not in force: dry-run delete = %v", err)
+	stacktest.Refuse(t, st, stacktest.Refusal{
+		Name: "refuse-delete-" + b.Namespace, Namespace: b.Namespace,
+		Group: "kubevirt.io", Resource: "virtualmachines", Operations: []admissionv1.OperationType{admissionv1.Delete},
+		Expression: `!has(oldObject.metadata.annotations) || !('` + refuseAnnotation + `' in oldObject.metadata.annotations)`,
+		Message:    "injected fault: deleting this VM is refused",
+		Probe:      dryDelete,
 	})
 	return func() {
 		annotate(nil) // a merge patch with null removes the annotation

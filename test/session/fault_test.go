@@ -8,7 +8,6 @@ import (
 	"time"
 
 	admissionv1 "k8s.io/api/admissionregistration/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
@@ -24,18 +23,7 @@ func refuseNode(t *testing.T, e *stacktest.Deployment, node string) func() {
 	t.Helper()
 	ctx := context.Background()
 	name := "refuse-" + e.Env
-	stacktest.Refuse(t, st, stacktest.Refusal{
-		Name: name, Namespace: e.Namespace,
-		Group: "kubevirt.io", Resource: "virtualmachines", Operations: []admissionv1.OperationType{admissionv1.Create},
-		Expression: `!has(object.metadata.labels) || !('labkeep.io/node' in object.metadata.labels) || object.metadata.labels['labkeep.io/node'] != '` + node + `'`,
-		Message:    "injected fault: " + node + " refused",
-	})
-	adm := e.Kube.AdmissionregistrationV1()
-	lift := func() {
-		_ = adm.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
-		_ = adm.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
-	}
-	// Probe with a server-side dry run until the policy bites.
+	// A server-side dry run of a VM of node: refused while the policy bites.
 	probe := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
 		"metadata": map[string]any{"name": "probe", "labels": map[string]any{"labkeep.io/node": node}},
@@ -45,12 +33,17 @@ func refuseNode(t *testing.T, e *stacktest.Deployment, node string) func() {
 		_, err := e.Dyn.Resource(stacktest.Resource("VirtualMachine")).Namespace(e.Namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
 		return err
 	}
-	stacktest.Eventually(t, 30*time.Second, func() (bool, string) {
-		err := dryCreate()
-		return apierrors.IsInvalid(err) || apierrors.IsForbidden(err), fmt.Sprintf("admission policy not in force: dry-run create = %v", err)
+	stacktest.Refuse(t, st, stacktest.Refusal{
+		Name: name, Namespace: e.Namespace,
+		Group: "kubevirt.io", Resource: "virtualmachines", Operations: []admissionv1.OperationType{admissionv1.Create},
+		Expression: `!has(object.metadata.labels) || !('labkeep.io/node' in object.metadata.labels) || object.metadata.labels['labkeep.io/node'] != '` + node + `'`,
+		Message:    "injected fault: " + node + " refused",
+		Probe:      dryCreate,
 	})
 	return func() {
-		lift()
+		adm := e.Kube.AdmissionregistrationV1()
+		_ = adm.ValidatingAdmissionPolicyBindings().Delete(ctx, name, metav1.DeleteOptions{})
+		_ = adm.ValidatingAdmissionPolicies().Delete(ctx, name, metav1.DeleteOptions{})
 		// A deleted policy stops biting at the API server's next policy-cache
 		// refresh: usually within a second, but seen to take over 30 s on a
 		// loaded 2-core machine.
