@@ -3,11 +3,14 @@
 # and only what is missing: it is safe and fast to run every time.
 #   - as root: Debian packages (PostgreSQL server, OpenSSH server for the
 #     guardian end-to-end tests, setpriv, procps, nginx and envsubst for the
-#     reapTick forwarder test, kubectl for the kustomize check); their
-#     packaged services are never started: tests run their own instances;
-#   - the local control-plane binaries (etcd, kube-apiserver,
-#     kube-controller-manager), built once from the Go module proxy and cached
-#     in $LABKEEP_BIN_CACHE (default: the user cache dir).
+#     reapTick forwarder test, kubectl for the kustomize check; for the local
+#     node: containerd, runc, the CNI plugins, iproute2, iptables for the
+#     portmap plugin, debootstrap for the workspace image); their packaged
+#     services are never started: tests run their own instances;
+#   - the local Kubernetes binaries (etcd, kube-apiserver,
+#     kube-controller-manager, kubelet, kube-scheduler), built once from the
+#     Go module proxy and cached in $LABKEEP_BIN_CACHE (default: the user
+#     cache dir), and, as root, the node's images (cached beside them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +23,13 @@ have_cmd ps || need+=(procps)
 have_cmd nginx || need+=(nginx)
 have_cmd envsubst || need+=(gettext-base)
 have_cmd kubectl || need+=(kubectl)
+have_cmd containerd || need+=(containerd)
+have_cmd runc || need+=(runc)
+[ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
+have_cmd ip || need+=(iproute2)
+have_cmd iptables || need+=(iptables)
+have_cmd debootstrap || need+=(debootstrap)
+have_cmd unshare || need+=(util-linux)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then

@@ -148,6 +148,7 @@ func goImage(ctx context.Context, work, cache, pkg, file string, names []string)
 	if exists(path) {
 		return Archive{Path: path, Names: names}, nil
 	}
+	pruneArchives(cache, filepath.Base(pkg))
 	cfg := v1.Config{Entrypoint: []string{file}, WorkingDir: "/", Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}}
 	if err := writeImage(ctx, work, root, path, cfg, names); err != nil {
 		return Archive{}, err
@@ -209,6 +210,19 @@ func writeImage(ctx context.Context, work, dir, path string, cfg v1.Config, name
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// pruneArchives removes the archives of earlier builds named
+// <prefix>-<hash>.tar that are over an hour old, so the cache does not grow
+// with every change of the sources, while a node that started a moment ago
+// (another test binary) can still import the archive its Build returned.
+func pruneArchives(cache, prefix string) {
+	old, _ := filepath.Glob(filepath.Join(cache, prefix+"-*.tar"))
+	for _, o := range old {
+		if st, err := os.Stat(o); err == nil && time.Since(st.ModTime()) > time.Hour {
+			os.Remove(o)
+		}
+	}
 }
 
 func fileHash(p string) (string, error) {

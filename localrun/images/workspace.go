@@ -93,6 +93,7 @@ func workspaceImage(ctx context.Context, work, cache string, progress io.Writer)
 	if _, err := exec.LookPath("debootstrap"); err != nil {
 		return Archive{}, ErrNoDebootstrap
 	}
+	pruneArchives(cache, "workspace")
 	mirror := debianMirror("/etc/apt", debianSuite)
 	fmt.Fprintf(progress, "labkeep: building image %s (once, about a minute; debootstrap %s from %s)\n", Workspace, debianSuite, mirror)
 	root := filepath.Join(work, "workspace-root")

@@ -1,7 +1,8 @@
 // Package stack starts the whole local environment labkeep runs against — a
-// real Kubernetes control plane with the KubeVirt CRDs, the virtsim stand-in
-// for virt-controller, and a throwaway PostgreSQL — as one unit, so tests
-// and `make run` share exactly the same set-up code.
+// real Kubernetes control plane with the KubeVirt CRDs, a real node
+// (kubelet, kube-scheduler, containerd) on which Pods run, the virtsim
+// stand-in for virt-controller, and a throwaway PostgreSQL — as one unit,
+// so tests and `make run` share exactly the same set-up code.
 package stack
 
 import (
@@ -15,6 +16,7 @@ import (
 
 	"labkeep/localrun/childproc"
 	"labkeep/localrun/controlplane"
+	"labkeep/localrun/node"
 	"labkeep/localrun/pgtest"
 	"labkeep/localrun/virtsim"
 )
@@ -23,6 +25,12 @@ import (
 type Options struct {
 	ControlPlane controlplane.Options
 	VirtSim      virtsim.Options
+	// Node configures the node; its ControlPlane, TempRoot, BinCache and
+	// Progress are filled from the stack's.
+	Node node.Options
+	// NoNode starts no node: Pods are created but never run (tests of the
+	// control plane alone, which then start faster).
+	NoNode bool
 	// DatabaseURL, if set, is used instead of starting a PostgreSQL server.
 	DatabaseURL string
 	// NoVirtSim leaves virt-controller's job undone (tests of the bare
@@ -37,9 +45,10 @@ type Options struct {
 
 // Stack is a running local environment.
 type Stack struct {
-	CP  *controlplane.ControlPlane
-	PG  *pgtest.Server
-	Sim *virtsim.Sim // nil with Options.NoVirtSim
+	CP   *controlplane.ControlPlane
+	PG   *pgtest.Server
+	Sim  *virtsim.Sim // nil with Options.NoVirtSim
+	Node *node.Node   // nil with Options.NoNode
 
 	unsignal func()
 	cancel   context.CancelFunc
@@ -90,6 +99,18 @@ func Start(ctx context.Context, opts Options) (st *Stack, err error) {
 	if r.err != nil {
 		return st, r.err
 	}
+	if !opts.NoNode {
+		no := opts.Node
+		no.ControlPlane = st.CP
+		no.TempRoot = opts.ControlPlane.TempRoot
+		no.BinCache = opts.ControlPlane.BinCache
+		if no.Progress == nil {
+			no.Progress = opts.ControlPlane.Progress
+		}
+		if st.Node, err = node.Start(ctx, no); err != nil {
+			return st, err
+		}
+	}
 	if opts.NoVirtSim {
 		return st, nil
 	}
@@ -114,8 +135,8 @@ func Start(ctx context.Context, opts Options) (st *Stack, err error) {
 	}
 }
 
-// Stop stops virtsim, the control plane and PostgreSQL and removes their
-// files. Safe to call more than once.
+// Stop stops virtsim, the node (every container with it), the control
+// plane and PostgreSQL and removes their files. Safe to call more than once.
 func (s *Stack) Stop() error {
 	var errs []error
 	s.stopOnce.Do(func() {
@@ -125,6 +146,9 @@ func (s *Stack) Stop() error {
 		if s.cancel != nil {
 			s.cancel()
 			errs = append(errs, <-s.simDone)
+		}
+		if s.Node != nil {
+			errs = append(errs, s.Node.Stop())
 		}
 		if s.CP != nil {
 			s.CP.Stop()

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"testing"
@@ -17,22 +18,36 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"labkeep/localrun/controlplane"
+	"labkeep/localrun/node"
 )
 
 // footprint is everything a running stack owns on the machine.
 type footprint struct {
-	Pids  []int    // process group leaders: etcd, apiserver, kcm, postmaster
+	// Pids are the process group leaders: etcd, apiserver, kcm,
+	// postmaster, and the node's containerd, kubelet and kube-scheduler.
+	Pids  []int
 	Ports []int    // loopback ports of the control plane
-	Dirs  []string // temp dirs of the control plane and PostgreSQL
+	Dirs  []string // temp dirs of the control plane, PostgreSQL and node
+	// Bridge is the node's Pod bridge, CgroupRoot its kubelet's cgroup root.
+	Bridge, CgroupRoot string
 }
 
 func footprintOf(s *Stack) footprint {
 	return footprint{
-		Pids:  append(s.CP.Pids(), s.PG.Pid()),
-		Ports: s.CP.Ports,
-		Dirs:  []string{s.CP.Dir, s.PG.Dir()},
+		Pids:       append(append(s.CP.Pids(), s.PG.Pid()), s.Node.Pids()...),
+		Ports:      s.CP.Ports,
+		Dirs:       []string{s.CP.Dir, s.PG.Dir(), s.Node.Dir},
+		Bridge:     s.Node.Bridge,
+		CgroupRoot: s.Node.CgroupRoot,
 	}
 }
+
+// stackPids is the number of process groups of a stack with a node.
+const stackPids = 7
+
+// nodeOpts is the node of these tests: without the workspace image, which
+// they do not run.
+var nodeOpts = node.Options{NoWorkspaceImage: true}
 
 // assertGone fails unless no process of any of fp's process groups is
 // left, no port accepts connections and no dir exists.
@@ -58,6 +73,16 @@ func assertGone(t *testing.T, what string, fp footprint, wait time.Duration) {
 			t.Fatalf("%s: dir %s still exists (%v)", what, d, err)
 		}
 	}
+	if fp.Bridge != "" {
+		if _, err := os.Stat(filepath.Join("/sys/class/net", fp.Bridge)); err == nil {
+			t.Fatalf("%s: bridge %s still exists", what, fp.Bridge)
+		}
+	}
+	if fp.CgroupRoot != "" {
+		if _, err := os.Stat(filepath.Join("/sys/fs/cgroup/memory", fp.CgroupRoot)); err == nil {
+			t.Fatalf("%s: cgroup %s still exists", what, fp.CgroupRoot)
+		}
+	}
 }
 
 // tempRoot is a temp dir the postgres user can traverse (t.TempDir sits in a 0700 dir).
@@ -74,8 +99,8 @@ func tempRoot(t *testing.T) string {
 	return root
 }
 
-// Starting and stopping the whole stack 10 times leaves
-// no process, listening port or temp dir behind; each time PostgreSQL
+// Starting and stopping the whole stack (node included) 10 times leaves no
+// process, listening port, temp dir, bridge or cgroup behind; each time PostgreSQL
 // accepts a pgx connection and is gone after Stop.
 func TestStartStopTenTimesLeavesNothing(t *testing.T) {
 	if testing.Short() {
@@ -85,7 +110,7 @@ func TestStartStopTenTimesLeavesNothing(t *testing.T) {
 	ctx := context.Background()
 	for i := range 10 {
 		start := time.Now()
-		s, err := Start(ctx, Options{ControlPlane: controlplane.Options{TempRoot: root}})
+		s, err := Start(ctx, Options{ControlPlane: controlplane.Options{TempRoot: root}, Node: nodeOpts})
 		if err != nil {
 			t.Fatalf("start %d: %v", i, err)
 		}
@@ -97,7 +122,7 @@ func TestStartStopTenTimesLeavesNothing(t *testing.T) {
 		}
 		conn.Close(ctx)
 		fp := footprintOf(s)
-		if len(fp.Pids) != 4 || len(fp.Ports) != 4 {
+		if len(fp.Pids) != stackPids || len(fp.Ports) != 4 {
 			s.Stop()
 			t.Fatalf("run %d: unexpected footprint %+v", i, fp)
 		}
@@ -144,7 +169,7 @@ func TestOwnerDeathLeavesNothing(t *testing.T) {
 					break
 				}
 			}
-			if len(fp.Pids) != 4 {
+			if len(fp.Pids) != stackPids {
 				cmd.Process.Kill()
 				cmd.Wait()
 				t.Fatalf("helper did not report a running stack")
@@ -159,7 +184,7 @@ func TestOwnerDeathLeavesNothing(t *testing.T) {
 				killed := time.Now()
 				assertGone(t, "after SIGKILL", footprint{Pids: fp.Pids, Ports: fp.Ports}, 10*time.Second)
 				t.Logf("every process gone %s after SIGKILL of the owner", time.Since(killed).Round(10*time.Millisecond))
-				s, err := Start(context.Background(), Options{NoVirtSim: true, ControlPlane: controlplane.Options{TempRoot: root}})
+				s, err := Start(context.Background(), Options{NoVirtSim: true, ControlPlane: controlplane.Options{TempRoot: root}, Node: nodeOpts})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -177,7 +202,7 @@ func TestHelperOwnerProcess(t *testing.T) {
 	if root == "" {
 		t.Skip("helper process for TestOwnerDeathLeavesNothing")
 	}
-	s, err := Start(context.Background(), Options{StopOnSignal: true, ControlPlane: controlplane.Options{TempRoot: root}})
+	s, err := Start(context.Background(), Options{StopOnSignal: true, ControlPlane: controlplane.Options{TempRoot: root}, Node: nodeOpts})
 	if err != nil {
 		t.Fatal(err)
 	}

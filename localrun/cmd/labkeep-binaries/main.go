@@ -1,7 +1,9 @@
 // Command labkeep-binaries builds (once) and caches the Kubernetes binaries
 // that localrun starts (etcd, kube-apiserver, kube-controller-manager, and
-// the node's kubelet and kube-scheduler), and prints their directory. `make test` and `make run` call it first
-// so the minutes-long cold build shows progress instead of a silent test.
+// the node's kubelet and kube-scheduler) and, when run as root (the node
+// needs root, and so does debootstrap), the node's images; it prints the
+// binaries' directory. `make test` and `make run` call it first so the
+// minutes-long cold build shows progress instead of a silent test.
 package main
 
 import (
@@ -15,6 +17,7 @@ import (
 	"github.com/kelseyhightower/envconfig"
 
 	"labkeep/localrun/controlplane"
+	"labkeep/localrun/images"
 )
 
 type config struct {
@@ -22,22 +25,32 @@ type config struct {
 }
 
 func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "labkeep-binaries:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
 	var cfg config
 	if err := envconfig.Process("labkeep", &cfg); err != nil {
-		fmt.Fprintln(os.Stderr, "labkeep-binaries:", err)
-		os.Exit(2)
+		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	dir, err := controlplane.DefaultCacheDir(cfg.BinCache)
-	if err == nil {
-		var b controlplane.Binaries
-		b, err = controlplane.EnsureBinaries(ctx, dir, controlplane.DefaultVersions, os.Stderr)
-		if err == nil {
-			fmt.Println(filepath.Dir(b.APIServer))
-			return
+	if err != nil {
+		return err
+	}
+	b, err := controlplane.EnsureBinaries(ctx, dir, controlplane.DefaultVersions, os.Stderr)
+	if err != nil {
+		return err
+	}
+	if os.Geteuid() == 0 {
+		if _, err := images.Build(ctx, images.Options{CacheDir: filepath.Join(dir, "images"), Progress: os.Stderr}); err != nil {
+			return err
 		}
 	}
-	fmt.Fprintln(os.Stderr, "labkeep-binaries:", err)
-	os.Exit(1)
+	fmt.Println(filepath.Dir(b.APIServer))
+	return nil
 }
