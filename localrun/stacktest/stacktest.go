@@ -1,7 +1,11 @@
-// Package stacktest is the set-up integration test packages share: one local
-// stack per test binary (started in TestMain, stopped on exit or Ctrl-C), a
-// fresh database per test, and a settable clock to inject into the
-// functions and the reaper so expiry is tested without sleeping.
+// Package stacktest is the one harness the integration suites (test/…)
+// share: one local stack per test binary (Main, from TestMain; stopped on
+// exit or Ctrl-C); Deploy, which puts one environment's functions and
+// reaper on it wired by app.Build exactly as production (own namespaces and
+// database, the infra ServiceAccount, a settable Clock so expiry is tested
+// without sleeping, transport Faults); a Client for its HTTP API; one
+// object listing (ListObjects); Eventually and Until, the one way to wait
+// for the cluster or the database; and server-side refusals (Refuse).
 package stacktest
 
 import (
