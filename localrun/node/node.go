@@ -138,10 +138,10 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 		err      error
 	}
 	imgc := make(chan built, 1)
-	go func() {
+	go func(ctx context.Context) {
 		a, err := images.Build(ctx, images.Options{CacheDir: filepath.Join(cache, "images"), Progress: progress, NoWorkspace: opts.NoWorkspaceImage})
 		imgc <- built{a, err}
-	}()
+	}(ctx)
 	defer func() {
 		if err != nil {
 			<-imgc // never leave a build running behind a failed start

@@ -51,6 +51,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"labkeep/localrun/images"
 )
 
 // GVRs of the resources virtsim acts on.
@@ -535,7 +537,7 @@ func (s *Sim) ensureLauncher(ctx context.Context, vmi *kubevirtv1.VirtualMachine
 			Spec: corev1.PodSpec{
 				AutomountServiceAccountToken: &f,
 				RestartPolicy:                corev1.RestartPolicyNever,
-				Containers:                   []corev1.Container{{Name: "compute", Image: "virtsim.labkeep.io/virt-launcher"}},
+				Containers:                   []corev1.Container{{Name: "compute", Image: images.VirtLauncher, ImagePullPolicy: corev1.PullIfNotPresent}},
 			},
 		}
 		u, err := toUnstructured(pod)
