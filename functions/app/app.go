@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"os"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -67,6 +68,10 @@ type Config struct {
 	AnchorCompletions  int32 `split_words:"true"`
 	// GuardianImage is the workspace Pod's sidecar.
 	GuardianImage string `split_words:"true"`
+	// WorkspacePodFile is a workspace Pod definition to use instead of the
+	// built-in infra/guardian/workspace-pod.yaml (tolerations, node
+	// selectors, capabilities a platform's nodes cannot grant).
+	WorkspacePodFile string `split_words:"true"`
 	// PlatformSSHKeys (comma-separated authorized_keys lines) are the
 	// platform's own keys (grader, operator), authorized on every node of
 	// every session beside the session's own student key. Never give one to
@@ -138,14 +143,23 @@ func (c Config) Policy() lifetime.Policy {
 	return lifetime.Policy{Lifetime: c.SessionLifetime, MaxLifetime: c.SessionMaxLifetime}
 }
 
-// Kube is the Kubernetes adapter's configuration.
-func (c Config) Kube() kube.Config {
-	return kube.Config{
+// Kube is the Kubernetes adapter's configuration, with the workspace Pod
+// definition read from WorkspacePodFile when one is named.
+func (c Config) Kube() (kube.Config, error) {
+	k := kube.Config{
 		Namespace: c.Namespace, Env: c.Env, MaxLifetime: c.SessionMaxLifetime, DeadlineGrace: c.DeadlineGrace,
 		AnchorImage: c.AnchorImage, AnchorBackoffLimit: c.AnchorBackoffLimit, AnchorCompletions: c.AnchorCompletions,
 		GuardianImage: c.GuardianImage, PlatformSSHKeys: c.PlatformSSHKeys, CallTimeout: c.KubeTimeout,
 		QPS: c.KubeQPS, Burst: c.KubeBurst,
 	}
+	if c.WorkspacePodFile != "" {
+		data, err := os.ReadFile(c.WorkspacePodFile)
+		if err != nil {
+			return k, &setting.Error{Field: "WorkspacePod", Err: err}
+		}
+		k.WorkspacePod = data
+	}
+	return k, nil
 }
 
 // Limits are the session Service's limits.
@@ -167,7 +181,7 @@ var variables = map[string]string{
 	"Lifetime": "SESSION_LIFETIME", "MaxLifetime": "SESSION_MAX_LIFETIME",
 	"Namespace": "NAMESPACE", "Env": "ENV", "DeadlineGrace": "DEADLINE_GRACE",
 	"AnchorImage": "ANCHOR_IMAGE", "AnchorBackoffLimit": "ANCHOR_BACKOFF_LIMIT", "AnchorCompletions": "ANCHOR_COMPLETIONS",
-	"GuardianImage": "GUARDIAN_IMAGE", "CallTimeout": "KUBE_TIMEOUT", "QPS": "KUBE_QPS", "Burst": "KUBE_BURST",
+	"GuardianImage": "GUARDIAN_IMAGE", "WorkspacePod": "WORKSPACE_POD_FILE", "CallTimeout": "KUBE_TIMEOUT", "QPS": "KUBE_QPS", "Burst": "KUBE_BURST",
 	"MaxVMs": "MAX_CONCURRENT_VMS", "CapacityWait": "CAPACITY_WAIT", "CleanupTimeout": "CLEANUP_TIMEOUT",
 	"RunDeadline": "REAP_RUN_DEADLINE", "Workers": "REAP_WORKERS",
 	"ProvisionTimeout": "REAP_PROVISION_TIMEOUT", "ProvisionGrace": "REAP_PROVISION_GRACE",
@@ -191,7 +205,11 @@ func (c Config) Validate() error {
 	bad := func(name, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%s_%s: %s", EnvPrefix, name, fmt.Sprintf(format, args...)))
 	}
-	for _, err := range []error{c.Policy().Validate(), c.Kube().Validate(), c.Limits().Validate(), c.Reap().Validate()} {
+	k, kerr := c.Kube()
+	if kerr == nil {
+		kerr = k.Validate()
+	}
+	for _, err := range []error{c.Policy().Validate(), kerr, c.Limits().Validate(), c.Reap().Validate()} {
 		if err = setting.Rename(err, variable); err != nil {
 			errs = append(errs, err)
 		}
@@ -282,7 +300,11 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	if o.wrapTransport != nil {
 		rc.Wrap(o.wrapTransport)
 	}
-	cluster, err := kube.NewForConfig(cfg.Kube(), rc)
+	kcfg, err := cfg.Kube()
+	if err != nil {
+		return nil, setting.Rename(err, variable)
+	}
+	cluster, err := kube.NewForConfig(kcfg, rc)
 	if err != nil {
 		return nil, err
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/kelseyhightower/envconfig"
 
+	"labkeep/infra"
 	"labkeep/shared/httpapi"
 	"labkeep/shared/kube"
 	"labkeep/shared/lifetime"
@@ -64,6 +65,7 @@ func TestInvalidConfigNamesTheVariable(t *testing.T) {
 		{"capacity wait beyond the provision grace", "LABKEEP_CAPACITY_WAIT", "2m"},
 		{"bad namespace", "LABKEEP_NAMESPACE", "Not_A_Namespace"},
 		{"the old name of the platform keys", "LABKEEP_SSH_AUTHORIZED_KEYS", "ssh-ed25519 AAA grader"},
+		{"workspace Pod file missing", "LABKEEP_WORKSPACE_POD_FILE", "/nonexistent/workspace-pod.yaml"},
 		{"zero kube timeout", "LABKEEP_KUBE_TIMEOUT", "0s"},
 	}
 	for _, tc := range tests {
@@ -206,7 +208,7 @@ func TestDefaultsAreThePackagesDefaults(t *testing.T) {
 	wantReap.Env = "dev"
 	for name, diff := range map[string]string{
 		"lifetime": cmp.Diff(lifetime.DefaultPolicy(), c.Policy()),
-		"kube":     cmp.Diff(wantKube, c.Kube()),
+		"kube":     cmp.Diff(wantKube, must(c.Kube())),
 		"reap":     cmp.Diff(wantReap, c.Reap()),
 		"session":  cmp.Diff(session.DefaultLimits(), c.Limits()),
 	} {
@@ -230,6 +232,10 @@ func TestDefaultsAreThePackagesDefaults(t *testing.T) {
 // Config keeps its default, and no field of the composed package
 // configurations does either.
 func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
+	podFile := filepath.Join(t.TempDir(), "workspace-pod.yaml")
+	if err := os.WriteFile(podFile, infra.WorkspacePod(), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	vars := map[string]string{
 		"LABKEEP_ENV": "prod", "LABKEEP_DATABASE_URL": "postgres://db/x", "LABKEEP_NAMESPACE": "vms",
 		"LABKEEP_SESSION_LIFETIME": "2m", "LABKEEP_SESSION_MAX_LIFETIME": "5m", "LABKEEP_DEADLINE_GRACE": "1m",
@@ -238,8 +244,8 @@ func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
 		"LABKEEP_ANCHOR_IMAGE": "pause:x", "LABKEEP_ANCHOR_BACKOFF_LIMIT": "2", "LABKEEP_ANCHOR_COMPLETIONS": "7",
 		"LABKEEP_GUARDIAN_IMAGE": "guardian:x", "LABKEEP_PLATFORM_SSH_KEYS": "ssh-ed25519 AAA a",
 		"LABKEEP_RETRY_AFTER": "9s", "LABKEEP_SCHEDULER_TOKEN": strings.Repeat("t", 20), "LABKEEP_CAPACITY_WAIT": "20s",
-		"LABKEEP_CLEANUP_TIMEOUT": "7s",
-		"LABKEEP_REAP_DRY_RUN":    "true", "LABKEEP_REAP_RUN_DEADLINE": "40s", "LABKEEP_REAP_PROVISION_TIMEOUT": "9m",
+		"LABKEEP_CLEANUP_TIMEOUT": "7s", "LABKEEP_WORKSPACE_POD_FILE": podFile,
+		"LABKEEP_REAP_DRY_RUN": "true", "LABKEEP_REAP_RUN_DEADLINE": "40s", "LABKEEP_REAP_PROVISION_TIMEOUT": "9m",
 		"LABKEEP_REAP_PROVISION_GRACE": "3m", "LABKEEP_KUBE_QPS": "7", "LABKEEP_KUBE_BURST": "9",
 		"LABKEEP_REAP_WORKERS": "3", "LABKEEP_ADMIN_STATUS_RUNS": "4",
 	}
@@ -257,7 +263,7 @@ func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
 	// TestInvalidConfigNamesTheVariable); it feeds nothing.
 	c.SSHAuthorizedKeys = []string{"set"}
 	unchanged(t, "Config", Config{}, c)
-	unchanged(t, "kube.Config", kube.DefaultConfig(), c.Kube())
+	unchanged(t, "kube.Config", kube.DefaultConfig(), must(c.Kube()))
 	unchanged(t, "reap.Config", reap.DefaultConfig(), c.Reap())
 	unchanged(t, "session.Limits", session.DefaultLimits(), c.Limits())
 	unchanged(t, "lifetime.Policy", lifetime.DefaultPolicy(), c.Policy())
@@ -278,4 +284,11 @@ func unchanged(t *testing.T, name string, def, got any) {
 			t.Errorf("%s.%s is not set by any variable (still %v)", name, f.Name, gv.Field(i).Interface())
 		}
 	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }

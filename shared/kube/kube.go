@@ -62,6 +62,11 @@ type Config struct {
 	// session's student key. Whoever holds one enters every student's lab:
 	// they are for the platform, never for students.
 	PlatformSSHKeys []string
+	// WorkspacePod is the workspace Pod definition every Pod lab's Pod is
+	// built from (YAML, see infra/guardian/workspace-pod.yaml, which empty
+	// means): a platform may add tolerations, a node selector or a runtime
+	// class, or drop a capability its nodes cannot grant.
+	WorkspacePod []byte
 	// CallTimeout bounds every single API call.
 	CallTimeout time.Duration
 	// QPS and Burst are the client-side rate limits towards the API server
@@ -117,6 +122,9 @@ func (c Config) Validate() error {
 	if c.CallTimeout <= 0 {
 		bad("CallTimeout", "must be positive, got %s", c.CallTimeout)
 	}
+	if _, err := ParseWorkspacePod(c.WorkspacePod); err != nil {
+		bad("WorkspacePod", "%v", err)
+	}
 	if c.QPS <= 0 {
 		bad("QPS", "must be positive, got %v", c.QPS)
 	}
@@ -129,6 +137,7 @@ func (c Config) Validate() error {
 // Cluster implements session.Cluster against a real API server.
 type Cluster struct {
 	cfg  Config
+	pod  *corev1.Pod
 	kube kubernetes.Interface
 	virt kubevirt.Interface
 }
@@ -144,7 +153,11 @@ func New(cfg Config, kube kubernetes.Interface, virt kubevirt.Interface) (*Clust
 	if err := cfg.Validate(); err != nil {
 		return nil, fmt.Errorf("kube: %w", err)
 	}
-	return &Cluster{cfg: cfg, kube: kube, virt: virt}, nil
+	pod, err := ParseWorkspacePod(cfg.WorkspacePod)
+	if err != nil {
+		return nil, err
+	}
+	return &Cluster{cfg: cfg, pod: pod, kube: kube, virt: virt}, nil
 }
 
 // NewForConfig builds both clients from rc, with cfg's rate limits.
@@ -183,7 +196,7 @@ func (c *Cluster) CountVMs(ctx context.Context) (int, error) {
 // NetworkPolicy and Service of a multi-node session (before any VM boots,
 // so no node is ever unconfined) and the VMs; for pod labs the workspace.
 func (c *Cluster) Provision(ctx context.Context, s session.Session, lab labs.Lab) error {
-	b := builder{cfg: c.cfg, sess: s, lab: lab}
+	b := builder{cfg: c.cfg, sess: s, lab: lab, pod: c.pod}
 	anchor, err := create(ctx, c, "anchor Job", b.anchor(), c.kube.BatchV1().Jobs(c.cfg.Namespace).Create)
 	if err != nil {
 		return err

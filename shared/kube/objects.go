@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
@@ -60,6 +59,8 @@ type builder struct {
 	cfg  Config
 	sess session.Session
 	lab  labs.Lab
+	// pod is the workspace Pod definition (ParseWorkspacePod).
+	pod *corev1.Pod
 }
 
 func (b builder) labels(role, node string) map[string]string {
@@ -315,11 +316,10 @@ func (b builder) networkPolicy(anchor *batchv1.Job) *networkingv1.NetworkPolicy 
 // workspace's port and guardian's probe address), the node's resources and
 // the session's Secret, mounted at /etc/labkeep in both containers.
 func (b builder) workspace(anchor *batchv1.Job) (*corev1.Pod, error) {
-	tmpl, err := workspaceTemplate()
-	if err != nil {
-		return nil, err
+	if b.pod == nil {
+		return nil, errors.New("no workspace Pod definition")
 	}
-	pod := tmpl.DeepCopy()
+	pod := b.pod.DeepCopy()
 	n := b.lab.Nodes[0]
 	deadline := b.deadlineSeconds()
 	meta := b.owned(session.NodeName(b.sess.ID, n.Name), n.Role, n.Name, anchor)
@@ -356,15 +356,21 @@ func (b builder) workspace(anchor *batchv1.Job) (*corev1.Pod, error) {
 	return pod, nil
 }
 
-// workspaceTemplate decodes infra.WorkspacePod once and checks it has the
-// shape workspace fills in: guardian as the first init container, the
-// workspace as the only container with its SSH port first.
-var workspaceTemplate = sync.OnceValues(func() (*corev1.Pod, error) {
+// ParseWorkspacePod decodes a workspace Pod definition (data, or
+// infra.WorkspacePod when data is empty) and checks it has the shape
+// workspace fills in: guardian as the first init container, the workspace
+// as the only container with its SSH port first.
+func ParseWorkspacePod(data []byte) (*corev1.Pod, error) {
+	if len(data) == 0 {
+		data = infra.WorkspacePod()
+	}
 	var pod corev1.Pod
-	if err := yaml.UnmarshalStrict(infra.WorkspacePod(), &pod); err != nil {
+	if err := yaml.UnmarshalStrict(data, &pod); err != nil {
 		return nil, fmt.Errorf("workspace Pod definition: %w", err)
 	}
 	switch {
+	case pod.Kind != "Pod":
+		return nil, fmt.Errorf("workspace Pod definition: kind %q, want Pod", pod.Kind)
 	case len(pod.Spec.InitContainers) == 0 || pod.Spec.InitContainers[0].Name != "guardian":
 		return nil, errors.New("workspace Pod definition: the first init container must be guardian")
 	case len(pod.Spec.Containers) != 1 || pod.Spec.Containers[0].Name != WorkspaceContainer:
@@ -373,7 +379,7 @@ var workspaceTemplate = sync.OnceValues(func() (*corev1.Pod, error) {
 		return nil, errors.New("workspace Pod definition: the workspace's first port must be ssh")
 	}
 	return &pod, nil
-})
+}
 
 // WorkspaceContainer is the name of the student's container in a
 // workspace Pod; guardian finds its cgroup by this name.

@@ -29,7 +29,12 @@ func testBuilder(t *testing.T, lab string) builder {
 		t.Fatal(err)
 	}
 	l, _ := cat.Get(lab)
+	pod, err := ParseWorkspacePod(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	return builder{
+		pod: pod,
 		cfg: func() Config {
 			c := DefaultConfig()
 			c.Namespace, c.Env, c.MaxLifetime, c.AnchorImage, c.GuardianImage = "ns", "dev", 3*time.Hour, "pause", "guardian"
@@ -202,16 +207,21 @@ func TestNewValidatesSettings(t *testing.T) {
 		t.Fatal(err)
 	}
 	for name, mutate := range map[string]func(*Config){
-		"no env":               func(c *Config) { c.Env = "" },
-		"bad namespace":        func(c *Config) { c.Namespace = "Not_A_Namespace" },
-		"zero completions":     func(c *Config) { c.AnchorCompletions = 0 },
-		"no anchor image":      func(c *Config) { c.AnchorImage = "" },
-		"no call timeout":      func(c *Config) { c.CallTimeout = 0 },
-		"no rate limit":        func(c *Config) { c.QPS = 0 },
-		"no deadline":          func(c *Config) { c.MaxLifetime, c.DeadlineGrace = 0, 0 },
-		"negative deadline":    func(c *Config) { c.DeadlineGrace = -2 * time.Hour },
-		"negative backoff":     func(c *Config) { c.AnchorBackoffLimit = -1 },
-		"negative completions": func(c *Config) { c.AnchorCompletions = -1 },
+		"no env":                 func(c *Config) { c.Env = "" },
+		"bad namespace":          func(c *Config) { c.Namespace = "Not_A_Namespace" },
+		"zero completions":       func(c *Config) { c.AnchorCompletions = 0 },
+		"no anchor image":        func(c *Config) { c.AnchorImage = "" },
+		"no call timeout":        func(c *Config) { c.CallTimeout = 0 },
+		"no rate limit":          func(c *Config) { c.QPS = 0 },
+		"workspace Pod not YAML": func(c *Config) { c.WorkspacePod = []byte("{") },
+		"workspace Pod without guardian": func(c *Config) {
+			c.WorkspacePod = []byte("kind: Pod\nspec: {containers: [{name: workspace, ports: [{name: ssh, containerPort: 22}]}]}")
+		},
+		"workspace Pod with a typo": func(c *Config) { c.WorkspacePod = append(infra.WorkspacePod(), "\nspecc: {}\n"...) },
+		"no deadline":               func(c *Config) { c.MaxLifetime, c.DeadlineGrace = 0, 0 },
+		"negative deadline":         func(c *Config) { c.DeadlineGrace = -2 * time.Hour },
+		"negative backoff":          func(c *Config) { c.AnchorBackoffLimit = -1 },
+		"negative completions":      func(c *Config) { c.AnchorCompletions = -1 },
 	} {
 		cfg := base
 		mutate(&cfg)
