@@ -33,6 +33,7 @@ import (
 	"labkeep/functions/app"
 	"labkeep/infra"
 	"labkeep/localrun/controlplane"
+	"labkeep/localrun/node"
 	"labkeep/localrun/stack"
 	"labkeep/shared/httpapi"
 )
@@ -76,6 +77,21 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 	cfg := app.DefaultConfig()
 	cfg.Env, cfg.DatabaseURL, cfg.JWTSecret, cfg.SchedulerToken = "local", st.DSN(), secret, schedulerToken
 	cfg.LabsFile, cfg.Kubeconfig = labsFile, saKubeconfig
+	if st.Node != nil {
+		// Workspace Pods run on the local node: ask only for the
+		// capabilities its runc can grant.
+		pod, dropped, err := node.WorkspacePod(nil)
+		if err != nil {
+			return nil, err
+		}
+		cfg.WorkspacePodFile = filepath.Join(stateDir, "workspace-pod.yaml")
+		if err := os.WriteFile(cfg.WorkspacePodFile, pod, 0o644); err != nil {
+			return nil, err
+		}
+		if len(dropped) > 0 {
+			log.Warn("workspace Pods on this machine lack capabilities its root cannot grant", "dropped", dropped)
+		}
+	}
 	if err := envconfig.Process(app.EnvPrefix, &cfg); err != nil {
 		return nil, err
 	}

@@ -19,6 +19,8 @@ import (
 	"labkeep/functions/app"
 	"labkeep/infra"
 	"labkeep/localrun/controlplane"
+	"labkeep/localrun/images"
+	"labkeep/localrun/node"
 	"labkeep/localrun/stack"
 )
 
@@ -28,11 +30,11 @@ const JWTSecret = "stacktest-secret-0123456789abcdef-0123456789"
 // SchedulerToken is every Deployment's LABKEEP_SCHEDULER_TOKEN.
 const SchedulerToken = "stacktest-scheduler-token-0123456789"
 
-// Images the deployments run: the real pause image for the anchors (the
-// local node runs it) and a guardian tag no test pulls.
+// Images the deployments run: the ones the local node provides, under the
+// names production pulls.
 const (
-	AnchorImage   = "registry.k8s.io/pause:3.10"
-	GuardianImage = "labkeep/guardian:test"
+	AnchorImage   = images.Pause
+	GuardianImage = images.Guardian
 )
 
 // Options are what tests vary between deployments. A zero field keeps
@@ -175,6 +177,21 @@ func Deploy(t testing.TB, st *stack.Stack, o Options) *Deployment {
 	cfg := o.config(app.DefaultConfig())
 	cfg.Env, cfg.DatabaseURL, cfg.Namespace, cfg.LabsFile, cfg.Kubeconfig = d.Env, dsn, d.Namespace, labsFile, d.Kubeconfig
 	cfg.JWTSecret, cfg.SchedulerToken = JWTSecret, SchedulerToken
+	if st.Node != nil {
+		// Workspace Pods run on the local node: ask only for what its
+		// runc can grant.
+		pod, dropped, err := node.WorkspacePod(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.WorkspacePodFile = filepath.Join(dir, "workspace-pod.yaml")
+		if err := os.WriteFile(cfg.WorkspacePodFile, pod, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if len(dropped) > 0 {
+			t.Logf("workspace Pods here lack %v: this host's root cannot grant them", dropped)
+		}
+	}
 	log := o.Log
 	if log == nil {
 		log = Logger()
