@@ -437,8 +437,11 @@ func TestPickWorkspace(t *testing.T) {
 		wantMissing bool
 	}{
 		{"the one marked container", []Container{{"/p/a", RoleSandbox}, {"/p/b", RoleSelf}, {"/p/c", RoleWorkspace}}, "/p/c", false, false},
-		{"none yet: guardian started first", []Container{{"/p/a", RoleSandbox}, {"/p/b", RoleSelf}}, "", true, true},
-		{"an unmarked container is never guessed to be the workspace", []Container{{"/p/b", RoleSelf}, {"/p/c", RoleOther}}, "", true, true},
+		{"the one app container, its marker hidden (sshd's process title)", []Container{{"/p/a", RoleSandbox}, {"/p/b", RoleSelf}, {"/p/c", RoleOther}, {"/p/e", RoleEmpty}}, "/p/c", false, false},
+		{"none yet: guardian started first", []Container{{"/p/a", RoleSandbox}, {"/p/b", RoleSelf}, {"/p/e", RoleEmpty}}, "", true, true},
+		{"guardian's own cgroup is never the workspace", []Container{{"/p/b", RoleSelf}}, "", true, true},
+		{"a debug container beside the workspace: the marker decides", []Container{{"/p/c", RoleOther}, {"/p/d", RoleWorkspace}}, "/p/d", false, false},
+		{"a debug container beside an unmarked workspace is refused", []Container{{"/p/c", RoleOther}, {"/p/d", RoleOther}}, "", true, false},
 		{"two marked containers are refused", []Container{{"/p/c", RoleWorkspace}, {"/p/d", RoleWorkspace}}, "", true, false},
 	}
 	for _, tt := range tests {
@@ -511,16 +514,21 @@ func TestPodWorkspaceFixtures(t *testing.T) {
 			if diff := cmp.Diff(wantSeen, seen); diff != "" {
 				t.Errorf("containers before the workspace started (-want +got):\n%s", diff)
 			}
-			// The runtime's init runs in the new cgroup before it execs the
-			// workspace's process: not yet the workspace.
-			ws := f.container(t, l.workspace, map[string][]string{"30": {"_LIBCONTAINER_INITPIPE=3"}})
-			if _, _, _, err := w.Locate(); !errors.Is(err, ErrNotFound) {
-				t.Fatalf("Locate() during the runtime's init = %v; want ErrNotFound", err)
-			}
-			f.container(t, l.workspace, map[string][]string{"30": {"PATH=/bin", "LABKEEP_CONTAINER_NAME=workspace"}, "31": nil})
+			// sshd's process title hides the marker: the one app container
+			// is the workspace all the same.
+			ws := f.container(t, l.workspace, map[string][]string{"30": {"sshd: /usr/sbin/sshd -D [listener]"}})
 			got, pod, _, err := w.Locate()
 			if err != nil || got != ws || pod != "/"+l.pod {
 				t.Fatalf("Locate() = %q, %q, %v; want %q in /%s", got, pod, err, ws, l.pod)
+			}
+			// An ephemeral debug container joins: the marker decides.
+			f.container(t, "debug", map[string][]string{"40": {"PATH=/bin"}})
+			if _, _, _, err := w.Locate(); err == nil {
+				t.Fatalf("Locate() with an unmarked workspace and a debug container guessed")
+			}
+			f.container(t, l.workspace, map[string][]string{"30": {"sshd: /usr/sbin/sshd -D [listener]"}, "31": {"PATH=/bin", "LABKEEP_CONTAINER_NAME=workspace"}})
+			if got, _, _, err = w.Locate(); err != nil || got != ws {
+				t.Fatalf("Locate() with a marked workspace and a debug container = %q, %v; want %q", got, err, ws)
 			}
 			if strings.HasPrefix(l.name, "v1") {
 				return // Open on v1 needs every controller: the real-cgroup tests cover it
@@ -536,8 +544,8 @@ func TestPodWorkspaceFixtures(t *testing.T) {
 				t.Errorf("pids.max = %s", got)
 			}
 			other := &PodWorkspace{Layout: w.Layout, ProcRoot: f.proc, PodUID: uid, ContainerName: "nosuch", SelfPID: 7, SandboxPID: 1}
-			if _, err := other.Find(); !errors.Is(err, ErrNotFound) {
-				t.Errorf("Find(unknown container) error = %v; want ErrNotFound", err)
+			if _, err := other.Find(); err == nil {
+				t.Errorf("Find(container name no process carries) among two app containers guessed")
 			}
 		})
 	}

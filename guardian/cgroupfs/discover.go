@@ -115,23 +115,34 @@ type Container struct {
 	Role Role
 }
 
-// PickWorkspace returns the one container with RoleWorkspace. None is
-// ErrNotFound (the workspace has not started yet or is restarting); two
-// are refused rather than guessed.
+// PickWorkspace chooses the workspace among a Pod's container cgroups.
+// With guardian's own and the sandbox's ruled out by their PIDs and empty
+// ones by having no process, what is left are the Pod's app containers:
+// the workspace Pod has one, so a single one left is the workspace. Only
+// when more are left (an ephemeral debug container, say) does the marker
+// decide, and then exactly one must carry it. Nothing left is
+// ErrNotFound (not started yet, or restarting); an undecidable choice is
+// refused rather than guessed.
 func PickWorkspace(cs []Container) (string, error) {
-	var found []string
+	var marked, apps []string
 	for _, c := range cs {
-		if c.Role == RoleWorkspace {
-			found = append(found, c.Rel)
+		switch c.Role {
+		case RoleWorkspace:
+			marked = append(marked, c.Rel)
+			apps = append(apps, c.Rel)
+		case RoleOther:
+			apps = append(apps, c.Rel)
 		}
 	}
-	switch len(found) {
-	case 1:
-		return found[0], nil
-	case 0:
+	switch {
+	case len(apps) == 1:
+		return apps[0], nil
+	case len(apps) == 0:
 		return "", fmt.Errorf("no workspace container among %v: %w", cs, ErrNotFound)
+	case len(marked) == 1:
+		return marked[0], nil
 	default:
-		return "", fmt.Errorf("%d containers carry the workspace marker (%v); refusing to guess", len(found), found)
+		return "", fmt.Errorf("%d app containers (%v), %d of them carrying the workspace marker: refusing to guess", len(apps), apps, len(marked))
 	}
 }
 
@@ -147,21 +158,30 @@ func PickWorkspace(cs []Container) (string, error) {
 //   - the Pod's directory comes from POD_UID (cgroupfs or systemd naming);
 //   - guardian's own cgroup and the sandbox's are found by the PIDs in them
 //     (guardian's own PID, PID 1), which works on v1 and v2, with or without
-//     a cgroup namespace, and needs no name;
-//   - the workspace is the container whose processes carry
-//     LABKEEP_CONTAINER_NAME=<name> in their environment. The runtime sets
-//     it from the Pod spec; a process's environment is fixed at exec, and
-//     the runtime execs the container's process only after writing the
-//     container's own limits, so guardian never races the runtime's writes.
-//     Other ways were weighed: the container ID in the cgroup path needs
+//     a cgroup namespace, and needs no name; a cgroup with no visible
+//     process is not a running container;
+//   - what is left are the Pod's app containers, and the workspace Pod has
+//     exactly one. Only if there are more (an ephemeral debug container)
+//     does the marker decide: LABKEEP_CONTAINER_NAME=<name>, which the Pod
+//     spec sets on the workspace, found in a process's environment. The
+//     marker cannot be the primary key: sshd, the workspace's main process,
+//     rewrites its process title over its environment block (setproctitle),
+//     so /proc/PID/environ of the container's main process no longer shows
+//     it, and sshd gives its sessions a fresh environment.
+//   - Other ways were weighed: the container ID in the cgroup path needs
 //     the API or CRI to learn the ID; HOSTNAME is the same in every
-//     container of a Pod; a shared file needs the workspace image's help
-//     and is writable by the user; process names can be chosen by anyone.
+//     container of a Pod; a shared file needs the workspace image's help;
+//     process names can be chosen by anyone.
+//
+// A new container's cgroup can be found while the runtime is still
+// setting it up (its init runs in the cgroup before the runtime writes the
+// container's limits); guardian re-asserts its limits on every watch, so
+// it does not lose to the runtime's write.
 //
 // Discovery only picks which cgroup to guard. It never grants protection:
 // the protected set is decided by package victim from process identity,
-// and the user, confined to the workspace cgroup, can at most hide the
-// marker from a later rediscovery (guardian then reports no workspace).
+// and the user, confined to the workspace cgroup, cannot place a process
+// in another of the Pod's cgroups.
 type PodWorkspace struct {
 	Layout        Layout
 	ProcRoot      string // guardian's /proc, showing the Pod's shared PID namespace

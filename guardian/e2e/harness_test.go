@@ -121,6 +121,8 @@ type workspace struct {
 	init    *proc
 	sshd    *proc
 	fs      *procfs.FS
+
+	passwd, sshdConfig string // the workspace's /etc/passwd and sshd_config
 }
 
 // proc is a process started by the harness, reaped in the background.
@@ -172,8 +174,37 @@ func (s *syncBuffer) String() string {
 func newWorkspace(t testing.TB, lim testcgroup.Limits) *workspace {
 	t.Helper()
 	requireEnv(t)
-	ws := &workspace{t: t, lim: lim, dir: t.TempDir(), fs: procfs.New("/proc", "memory")}
+	ws := newSSHConfig(t, lim)
 	ws.rel = testcgroup.NewV1(t, lim)
+	// The container's entrypoint comes first, so it is the oldest process.
+	ws.init = ws.user("/bin/sleep", "infinity")
+	ws.sshd = start(t, testcgroup.Command(ws.rel, ws.sshdArgs()[0], ws.sshdArgs()[1:]...))
+	ws.waitSSH()
+	ws.sshd.id = ws.identity(ws.sshd.cmd.Process.Pid, "/usr/sbin/sshd")
+	ws.init.id = ws.identity(ws.init.cmd.Process.Pid, "/usr/bin/sleep")
+	for _, c := range []int{unix.CAP_SYS_ADMIN, unix.CAP_SYS_NICE, unix.CAP_SYS_RESOURCE} {
+		if procfs.ProcessHasCapability("/proc", ws.sshd.id.PID, c) {
+			t.Fatalf("the workspace's sshd still has capability %d; it must run without what a Pod's root lacks", c)
+		}
+	}
+	return ws
+}
+
+// sshdArgs is the command line that runs the workspace's sshd as a
+// container would: in its own mount namespace with the workspace's
+// /etc/passwd, without the capabilities a Pod's root lacks.
+func (ws *workspace) sshdArgs() []string {
+	return []string{"/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
+		`mount --bind "$0" /etc/passwd && exec /usr/bin/setpriv --bounding-set ` + userDrop + ` -- /usr/sbin/sshd -D -e -f "$1"`,
+		ws.passwd, ws.sshdConfig}
+}
+
+// newSSHConfig prepares what the workspace's sshd needs (host key, client
+// key, configuration on a free port, an /etc/passwd whose root has a fresh
+// home) without starting anything.
+func newSSHConfig(t testing.TB, lim testcgroup.Limits) *workspace {
+	t.Helper()
+	ws := &workspace{t: t, lim: lim, dir: t.TempDir(), fs: procfs.New("/proc", "memory")}
 	if err := os.MkdirAll("/run/sshd", 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -237,18 +268,7 @@ LogLevel ERROR
 	if err := os.WriteFile(passwd, []byte(strings.Join(entries, "\n")+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	// The container's entrypoint comes first, so it is the oldest process.
-	ws.init = ws.user("/bin/sleep", "infinity")
-	ws.sshd = start(t, testcgroup.Command(ws.rel, "/usr/bin/unshare", "--mount", "--propagation", "private", "/bin/sh", "-c",
-		`mount --bind "$0" /etc/passwd && exec /usr/bin/setpriv --bounding-set `+userDrop+` -- /usr/sbin/sshd -D -e -f "$1"`, passwd, cfg))
-	ws.waitSSH()
-	ws.sshd.id = ws.identity(ws.sshd.cmd.Process.Pid, "/usr/sbin/sshd")
-	ws.init.id = ws.identity(ws.init.cmd.Process.Pid, "/usr/bin/sleep")
-	for _, c := range []int{unix.CAP_SYS_ADMIN, unix.CAP_SYS_NICE, unix.CAP_SYS_RESOURCE} {
-		if procfs.ProcessHasCapability("/proc", ws.sshd.id.PID, c) {
-			t.Fatalf("the workspace's sshd still has capability %d; it must run without what a Pod's root lacks", c)
-		}
-	}
+	ws.passwd, ws.sshdConfig = passwd, cfg
 	return ws
 }
 
@@ -264,6 +284,10 @@ func start(t testing.TB, cmd *exec.Cmd) *proc {
 	t.Helper()
 	p := &proc{cmd: cmd, done: make(chan struct{}), stderr: &syncBuffer{}}
 	cmd.Stderr = p.stderr
+	// A process that entered another PID namespace (nsenter) leaves
+	// descendants holding stderr after it is killed; Wait must not wait
+	// for them.
+	cmd.WaitDelay = time.Second
 	if err := cmd.Start(); err != nil {
 		t.Fatalf("start %v: %v", cmd.Args, err)
 	}
@@ -420,6 +444,13 @@ type guardian struct {
 	logs  *syncBuffer
 	state string
 	env   []string
+	// wrap places guardian's command line (setpriv … guardian) where it
+	// runs, e.g. in a Pod's cgroup and namespaces; nil: as it is.
+	wrap func(args []string) *exec.Cmd
+	// started is the API path that answers 200 once guardian counts as
+	// started: /healthz when the workspace exists from the start, /livez
+	// when guardian starts first.
+	started string
 }
 
 // fastEnv scales guardian's periods down so each scenario takes seconds.
@@ -457,7 +488,7 @@ func (ws *workspace) startGuardian(state string, extra map[string]string) *guard
 		list = append(list, k+"="+v)
 	}
 	sort.Strings(list)
-	g := &guardian{t: ws.t, api: "http://" + env["GUARDIAN_LISTEN"], state: state, env: list}
+	g := &guardian{t: ws.t, api: "http://" + env["GUARDIAN_LISTEN"], state: state, env: list, started: "/healthz"}
 	g.start()
 	return g
 }
@@ -465,7 +496,11 @@ func (ws *workspace) startGuardian(state string, extra map[string]string) *guard
 func (g *guardian) start() {
 	g.t.Helper()
 	caps := guardianCaps()
-	cmd := exec.Command("/usr/bin/setpriv", "--bounding-set", caps, "--inh-caps", caps, "--ambient-caps", caps, "--", bins.guardian)
+	args := []string{"/usr/bin/setpriv", "--bounding-set", caps, "--inh-caps", caps, "--ambient-caps", caps, "--", bins.guardian}
+	cmd := exec.Command(args[0], args[1:]...)
+	if g.wrap != nil {
+		cmd = g.wrap(args)
+	}
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin"}, g.env...)
 	g.p = start(g.t, cmd)
 	g.logs = g.p.stderr
@@ -490,16 +525,23 @@ func (g *guardian) start() {
 		if !g.p.alive() {
 			g.t.Fatalf("guardian exited at start: %v\n%s", g.p.state, g.logs.String())
 		}
-		resp, err := http.Get(g.api + "/healthz")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				return
-			}
+		if g.status(g.started) == 200 {
+			return
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	g.t.Fatalf("guardian never became healthy\n%s", g.logs.String())
+	g.t.Fatalf("guardian never answered %s with 200\n%s", g.started, g.logs.String())
+}
+
+// status returns the HTTP status of GET path on guardian's API, 0 when it
+// does not answer.
+func (g *guardian) status(path string) int {
+	resp, err := http.Get(g.api + path)
+	if err != nil {
+		return 0
+	}
+	resp.Body.Close()
+	return resp.StatusCode
 }
 
 // kill SIGKILLs guardian, as a user or the OOM killer might.

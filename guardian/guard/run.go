@@ -95,6 +95,8 @@ func live(cg cgroupfs.Cgroup) bool {
 }
 
 // guard runs the loops over cg until ctx ends or cg has no process left.
+// The watch also puts guardian's limits back should anything (the
+// runtime finishing the container's set-up) have written others.
 func (g *Guardian) guard(ctx context.Context, cg cgroupfs.Cgroup) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -108,7 +110,11 @@ func (g *Guardian) guard(ctx context.Context, cg cgroupfs.Cgroup) {
 				if !live(cg) {
 					g.log.Warn("workspace cgroup gone", "cgroup", cg.String())
 					cancel()
+					return
 				}
+				// Cheap when nothing changed (two reads); a failure is
+				// left to the protector to alert and retry.
+				_ = g.applyLimits()
 			})
 		}},
 		{"protect", g.protectLoop},

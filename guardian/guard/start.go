@@ -118,19 +118,24 @@ func (g *Guardian) detach() {
 }
 
 // applyLimits sets memory.high/max and pids.max unless they already have
-// the wanted values (a restarted guardian finds its own settings). It
-// records whether they are in place, for the protector to retry.
+// the wanted values (a restarted guardian finds its own settings; the
+// runtime may have written the container's own limits after guardian
+// attached). It records whether they are in place, for the protector to
+// retry and alert.
 func (g *Guardian) applyLimits() error {
 	m := g.memLimit()
 	high, max := uint64(g.cfg.HighFraction*float64(m)), uint64(g.cfg.MaxFraction*float64(m))
 	var errs []error
+	wrote := false
 	// The kernel rounds limits down to whole pages.
 	if cur, err := g.cg.MemoryLimit(); err != nil || cur != max/pageSize*pageSize {
+		wrote = true
 		if err := g.cg.SetMemory(high, max); err != nil {
 			errs = append(errs, fmt.Errorf("memory limits: %w", err))
 		}
 	}
 	if cur, err := g.cg.PidsLimit(); err != nil || cur != g.cfg.PidsMax {
+		wrote = true
 		if err := g.cg.SetPidsMax(g.cfg.PidsMax); err != nil {
 			errs = append(errs, fmt.Errorf("pids.max: %w", err))
 		}
@@ -139,7 +144,7 @@ func (g *Guardian) applyLimits() error {
 	g.mu.Lock()
 	g.limitsPending = err != nil
 	g.mu.Unlock()
-	if err == nil {
+	if err == nil && wrote {
 		g.log.Info("limits applied", "cgroup", g.cg.String(), "memory_limit", m, "memory_high", high, "memory_max", max, "pids_max", g.cfg.PidsMax)
 	}
 	return err

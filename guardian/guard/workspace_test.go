@@ -88,6 +88,12 @@ func TestRunFollowsTheWorkspaceAcrossRestarts(t *testing.T) {
 	if frozen, _, pids := second.snapshot(); frozen || pids != cfg.PidsMax {
 		t.Errorf("restarted cgroup: frozen %v, pids.max %d; want thawed and %d", frozen, pids, cfg.PidsMax)
 	}
+	// The runtime writes the container's own limit after guardian's: the
+	// watch puts guardian's back.
+	second.mu.Lock()
+	second.limit = 1024 * mib
+	second.mu.Unlock()
+	waitUntil(t, "guardian's limits re-asserted", func() bool { _, n, _ := second.snapshot(); return n == 2 })
 	if !r.has("workspace-gone") {
 		t.Errorf("alerts = %v; want workspace-gone", r.alertKinds())
 	}

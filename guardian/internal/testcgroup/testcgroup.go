@@ -5,6 +5,7 @@
 package testcgroup
 
 import (
+	"crypto/rand"
 	"fmt"
 	"os"
 	"os/exec"
@@ -176,4 +177,92 @@ func Command(rel, name string, args ...string) *exec.Cmd {
 func CommandV2(dir, name string, args ...string) *exec.Cmd {
 	script := fmt.Sprintf(`echo $$ > %s/cgroup.procs || exit 97; exec "$@"`, dir)
 	return exec.Command("/bin/sh", append([]string{"-c", script, "sh", name}, args...)...)
+}
+
+// PodV1 is a Pod's cgroup laid out as the kubelet and containerd lay it out
+// on cgroup v1 with the cgroupfs driver —
+// <controller>/kubepods/<qos>/pod<uid>/<container id> — below a throwaway
+// root of its own, so that it never meets a real kubelet's kubepods tree.
+type PodV1 struct {
+	UID string
+	Rel string // the Pod's directory relative to each controller mount
+}
+
+// NewPodV1 creates the Pod's directory (qos "burstable" or "besteffort";
+// "" for Guaranteed, which has none) under every v1 controller, with the
+// Pod-level limits lim, and removes the whole tree at cleanup.
+func NewPodV1(t testing.TB, qos string, lim Limits) *PodV1 {
+	t.Helper()
+	RequireRoot(t)
+	if lim.MemoryBytes == 0 || lim.Pids == 0 {
+		t.Fatal("testcgroup: a memory and a pids limit are required")
+	}
+	p := &PodV1{UID: newUID(t)}
+	levels := []string{fmt.Sprintf("/labkeep-test-%d-%d", os.Getpid(), time.Now().UnixNano()), "kubepods"}
+	if qos != "" {
+		levels = append(levels, qos)
+	}
+	levels = append(levels, "pod"+p.UID)
+	var rel string
+	for _, l := range levels {
+		rel = filepath.Join(rel, l)
+		for _, c := range Controllers {
+			if err := os.Mkdir(filepath.Join(V1Root, c, rel), 0o755); err != nil {
+				t.Fatalf("create cgroup: %v", err)
+			}
+		}
+		dir := rel
+		t.Cleanup(func() { RemoveV1(t, dir) })
+	}
+	p.Rel = rel
+	mustWrite(t, Dir(rel, "memory"), "memory.limit_in_bytes", strconv.FormatUint(lim.MemoryBytes, 10))
+	mustWrite(t, Dir(rel, "pids"), "pids.max", strconv.Itoa(lim.Pids))
+	return p
+}
+
+// Container creates the cgroup of one container of the Pod, named by a
+// fresh container ID (as containerd names it), with lim applied before
+// anything runs in it, and returns its path relative to each mount. It is
+// removed, with every process in it, at cleanup or by RemoveV1.
+func (p *PodV1) Container(t testing.TB, lim Limits) string {
+	t.Helper()
+	if lim.MemoryBytes == 0 || lim.Pids == 0 {
+		t.Fatal("testcgroup: a memory and a pids limit are required")
+	}
+	rel := filepath.Join(p.Rel, containerID(t))
+	for _, c := range Controllers {
+		if err := os.Mkdir(filepath.Join(V1Root, c, rel), 0o755); err != nil {
+			t.Fatalf("create cgroup: %v", err)
+		}
+	}
+	t.Cleanup(func() {
+		if _, err := os.Stat(Dir(rel, "memory")); err == nil {
+			RemoveV1(t, rel)
+		}
+	})
+	mustWrite(t, Dir(rel, "memory"), "memory.limit_in_bytes", strconv.FormatUint(lim.MemoryBytes, 10))
+	mustWrite(t, Dir(rel, "pids"), "pids.max", strconv.Itoa(lim.Pids))
+	if lim.CPUs > 0 {
+		mustWrite(t, Dir(rel, "cpu"), "cpu.cfs_period_us", "100000")
+		mustWrite(t, Dir(rel, "cpu"), "cpu.cfs_quota_us", strconv.Itoa(int(lim.CPUs*100000)))
+	}
+	return rel
+}
+
+// newUID returns a random Pod UID.
+func newUID(t testing.TB) string {
+	b := randomBytes(t, 16)
+	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// containerID returns a random 64-hex-digit container ID.
+func containerID(t testing.TB) string { return fmt.Sprintf("%x", randomBytes(t, 32)) }
+
+func randomBytes(t testing.TB, n int) []byte {
+	t.Helper()
+	b := make([]byte, n)
+	if _, err := rand.Read(b); err != nil {
+		t.Fatal(err)
+	}
+	return b
 }
