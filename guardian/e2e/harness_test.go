@@ -483,14 +483,19 @@ func (ws *workspace) startGuardian(state string, extra map[string]string) *guard
 			env[k] = v
 		}
 	}
+	g := &guardian{t: ws.t, api: "http://" + env["GUARDIAN_LISTEN"], state: state, env: envList(env), started: "/healthz"}
+	g.start()
+	return g
+}
+
+// envList turns an environment map into KEY=value entries, sorted.
+func envList(env map[string]string) []string {
 	var list []string
 	for k, v := range env {
 		list = append(list, k+"="+v)
 	}
 	sort.Strings(list)
-	g := &guardian{t: ws.t, api: "http://" + env["GUARDIAN_LISTEN"], state: state, env: list, started: "/healthz"}
-	g.start()
-	return g
+	return list
 }
 
 func (g *guardian) start() {

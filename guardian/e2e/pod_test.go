@@ -5,7 +5,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -61,13 +60,8 @@ func podGuardian(t *testing.T, pod *testcgroup.PodV1, sb sandbox, ws *workspace,
 	env["GUARDIAN_LISTEN"] = net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t)))
 	env["GUARDIAN_STATE_PATH"] = filepath.Join(t.TempDir(), "state.json")
 	env["GUARDIAN_CLEANUP_TOKEN"] = cleanupToken
-	var list []string
-	for k, v := range env {
-		list = append(list, k+"="+v)
-	}
-	sort.Strings(list)
 	var rel string
-	g := &guardian{t: t, api: "http://" + env["GUARDIAN_LISTEN"], state: env["GUARDIAN_STATE_PATH"], env: list, started: "/livez",
+	g := &guardian{t: t, api: "http://" + env["GUARDIAN_LISTEN"], state: env["GUARDIAN_STATE_PATH"], env: envList(env), started: "/livez",
 		wrap: func(args []string) *exec.Cmd {
 			// A restarted sidecar is a new container: a new cgroup.
 			rel = pod.Container(t, testcgroup.Limits{MemoryBytes: 128 << 20, Pids: 64})
