@@ -17,8 +17,8 @@ import (
 
 	"github.com/kelseyhightower/envconfig"
 
-	"labkeep/functions/devserve"
 	"labkeep/localrun/controlplane"
+	"labkeep/localrun/devserve"
 	"labkeep/localrun/stack"
 	"labkeep/localrun/virtsim"
 )
