@@ -205,15 +205,7 @@ func (p *PG) Extend(ctx context.Context, id string, from, to time.Time) (session
 func (p *PG) FinishIf(ctx context.Context, id string, due func(session.Session) bool,
 	act func(session.Session) (session.EndReason, error), at time.Time) (s session.Session, ok bool, err error) {
 	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+columns+` FROM sessions WHERE id = $1 FOR UPDATE`, id)
-		if err != nil {
-			return err
-		}
-		s, err = pgx.CollectExactlyOneRow(rows, scanSession)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return session.ErrNoSession
-		}
-		if err != nil {
+		if s, err = lockRow(ctx, tx, id, "FOR UPDATE"); err != nil {
 			return err
 		}
 		if !s.Status.Live() || !due(s) {
@@ -226,7 +218,7 @@ func (p *PG) FinishIf(ctx context.Context, id string, due func(session.Session) 
 		if reason.Kind == "" {
 			return fmt.Errorf("finishing session %s without a reason", id)
 		}
-		rows, err = tx.Query(ctx, `UPDATE sessions SET status = $2, failure_reason = $3, finished_at = $4,
+		rows, err := tx.Query(ctx, `UPDATE sessions SET status = $2, failure_reason = $3, finished_at = $4,
 			end_kind = $5, end_actor = $6 WHERE id = $1 RETURNING `+columns,
 			id, string(reason.Status()), reason.Detail, at, string(reason.Kind), string(reason.Actor))
 		if err != nil {
@@ -245,16 +237,23 @@ func (p *PG) FinishIf(ctx context.Context, id string, due func(session.Session) 
 // FinishIf holding the row lock, and the transaction ends at once.
 func (p *PG) GetSettled(ctx context.Context, id string) (s session.Session, err error) {
 	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
-		rows, err := tx.Query(ctx, `SELECT `+columns+` FROM sessions WHERE id = $1 FOR SHARE`, id)
-		if err != nil {
-			return err
-		}
-		s, err = pgx.CollectExactlyOneRow(rows, scanSession)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return session.ErrNoSession
-		}
+		s, err = lockRow(ctx, tx, id, "FOR SHARE")
 		return err
 	})
+	return s, err
+}
+
+// lockRow reads one session row in tx with the row lock mode ("FOR
+// UPDATE", "FOR SHARE"), waiting for any holder; ErrNoSession if none.
+func lockRow(ctx context.Context, tx pgx.Tx, id, mode string) (session.Session, error) {
+	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM sessions WHERE id = $1 `+mode, id)
+	if err != nil {
+		return session.Session{}, err
+	}
+	s, err := pgx.CollectExactlyOneRow(rows, scanSession)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return s, session.ErrNoSession
+	}
 	return s, err
 }
 
