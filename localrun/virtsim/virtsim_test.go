@@ -12,7 +12,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
 	"labkeep/localrun/stack"
 	"labkeep/localrun/stacktest"
@@ -33,14 +32,7 @@ type env struct {
 
 func newEnv(t *testing.T) *env {
 	t.Helper()
-	cs, err := kubernetes.NewForConfig(st.Admin())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dyn, err := dynamic.NewForConfig(st.Admin())
-	if err != nil {
-		t.Fatal(err)
-	}
+	cs, dyn := stacktest.AdminClients(t, st)
 	ns, err := cs.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{GenerateName: "virtsim-"}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
