@@ -1,9 +1,11 @@
 // Package guard runs guardian's watch loops over the workspace cgroup: it
-// applies the kernel limits first, then protects sshd and the container's
-// init, and keeps watching memory, process creation, CPU and SSH
-// reachability, acting through the pure rules in package victim. All I/O
-// goes through the small interfaces below, so the loops can run against the
-// real kernel (guardian binary, end-to-end tests) or fakes.
+// waits for the workspace container's cgroup (and for the new one after
+// each restart), applies the kernel limits first, then protects sshd and
+// the container's init, and keeps watching memory, process creation, CPU
+// and SSH reachability, acting through the pure rules in package victim.
+// All I/O goes through the small interfaces below, so the loops can run
+// against the real kernel (guardian binary, end-to-end tests) or fakes.
+// guard knows nothing of HTTP: package httpapi adapts it.
 package guard
 
 import (

@@ -42,7 +42,8 @@ type fakeCgroup struct {
 	handleOOM   bool
 	rtErr       error
 	freedOnKill uint64
-	gone        bool // the container ended: the cgroup lists no process
+	gone        bool  // the container ended: the cgroup lists no process
+	limitErr    error // reading the hard limit fails (the cgroup went away)
 	name        string
 }
 
@@ -72,7 +73,7 @@ func (c *fakeCgroup) MemoryUsage() (uint64, uint64, error) {
 func (c *fakeCgroup) MemoryLimit() (uint64, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.limit, nil
+	return c.limit, c.limitErr
 }
 func (c *fakeCgroup) SetMemory(high, max uint64) error {
 	c.mu.Lock()

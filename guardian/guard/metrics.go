@@ -17,6 +17,8 @@ type Metrics struct {
 	protected        prometheus.Gauge
 	processes        prometheus.Gauge
 	protectionErrors *prometheus.CounterVec
+	guarded          prometheus.Gauge
+	attaches         prometheus.Counter
 }
 
 // NewMetrics creates the metrics and registers them on reg.
@@ -35,8 +37,10 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 		protected:        prometheus.NewGauge(prometheus.GaugeOpts{Name: "guardian_protected_processes", Help: "Processes in the protected set."}),
 		processes:        prometheus.NewGauge(prometheus.GaugeOpts{Name: "guardian_workspace_processes", Help: "Processes in the workspace cgroup."}),
 		protectionErrors: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "guardian_protection_errors_total", Help: "Failures to apply a protection, by kind."}, []string{"kind"}),
+		guarded:          prometheus.NewGauge(prometheus.GaugeOpts{Name: "guardian_workspace_guarded", Help: "1 while a live workspace cgroup is guarded."}),
+		attaches:         prometheus.NewCounter(prometheus.CounterOpts{Name: "guardian_workspace_attaches_total", Help: "Workspace cgroups guarded so far (the first, then one per container restart)."}),
 	}
 	reg.MustRegister(m.kills, m.alerts, m.bombs, m.memoryUsage, m.memoryLimit, m.memoryReaction, m.bombContainment,
-		m.cpuFraction, m.sshUp, m.sshProbeSeconds, m.protected, m.processes, m.protectionErrors)
+		m.cpuFraction, m.sshUp, m.sshProbeSeconds, m.protected, m.processes, m.protectionErrors, m.guarded, m.attaches)
 	return m
 }

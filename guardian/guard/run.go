@@ -46,10 +46,24 @@ func (g *Guardian) Run(ctx context.Context) error {
 		}
 		if err := g.Attach(ctx, cg); err != nil {
 			g.detach()
-			return err
+			if errors.Is(err, ErrNoMemoryLimit) {
+				return err
+			}
+			// The cgroup went away while guardian attached (a container
+			// restarting again): look again after a watch period.
+			g.log.Warn("attach failed, looking again", "cgroup", cg.String(), "err", err)
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-time.After(g.cfg.WatchEvery):
+			}
+			continue
 		}
+		g.metrics.guarded.Set(1)
+		g.metrics.attaches.Inc()
 		g.guard(ctx, cg)
 		g.detach()
+		g.metrics.guarded.Set(0)
 		if ctx.Err() != nil {
 			return nil
 		}

@@ -36,9 +36,9 @@ var ErrNoMemoryLimit = errors.New("the workspace cgroup has no memory limit and 
 // (limits first: they stay when guardian is killed), then protects
 // processes once. It first thaws cg: guardian is the only one to freeze
 // the workspace, so a frozen cgroup means a guardian died between freeze
-// and thaw, and sshd must not stay frozen. Only ErrNoMemoryLimit (or
-// failing to read the limit) is an error; settings the kernel refuses are
-// alerted and retried by the protector.
+// and thaw, and sshd must not stay frozen. It fails with ErrNoMemoryLimit
+// when M cannot be known, or when the cgroup cannot be read (it went
+// away); settings the kernel refuses are alerted and retried.
 func (g *Guardian) Attach(ctx context.Context, cg cgroupfs.Cgroup) error {
 	g.emergency.Lock()
 	g.mu.Lock()

@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"os"
 	"testing"
 	"time"
 )
@@ -112,5 +113,27 @@ func TestRunStopsWithoutAMemoryLimit(t *testing.T) {
 	r.ws.set(r.cg)
 	if err := r.g.Run(context.Background()); !errors.Is(err, ErrNoMemoryLimit) {
 		t.Errorf("Run() = %v; want ErrNoMemoryLimit", err)
+	}
+}
+
+// A cgroup that goes away while guardian attaches (the container restarts
+// again at once) is not fatal: guardian looks again.
+func TestRunRetriesAFailedAttach(t *testing.T) {
+	cfg := testConfig()
+	cfg.MemoryLimit = 0 // read from the cgroup, which fails at first
+	cfg.WatchEvery = time.Millisecond
+	r := newStartedRig(t, cfg, func(r *rig) { r.cg.limitErr = os.ErrNotExist })
+	r.ws.set(r.cg)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.g.Run(ctx) }()
+	waitUntil(t, "an attach attempt", func() bool { r.ws.mu.Lock(); defer r.ws.mu.Unlock(); return r.ws.finds >= 2 })
+	r.cg.mu.Lock()
+	r.cg.limitErr = nil
+	r.cg.mu.Unlock()
+	waitUntil(t, "the workspace guarded after the failed attach", func() bool { return r.g.Healthy() == nil })
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Run() = %v; want nil", err)
 	}
 }
