@@ -260,15 +260,39 @@ func (cp *ControlPlane) waitReady(ctx context.Context, api *childproc.Process) e
 	pool := x509.NewCertPool()
 	pool.AppendCertsFromPEM(cp.pki.caPEM)
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}}}
-	defer hc.CloseIdleConnections()
-	for {
+	alive := func() error {
 		for _, p := range cp.procs {
 			if done, err := p.Exited(); done {
 				return fmt.Errorf("%s %w (%v); log:\n%s", p.Name, childproc.ErrExited, err, p.LogTail(3000))
 			}
 		}
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, cp.APIServerURL+"/readyz", nil)
-		req.Header.Set("Authorization", "Bearer "+adminToken)
+		return nil
+	}
+	if err := WaitOK(ctx, hc, cp.APIServerURL+"/readyz", adminToken, alive); err != nil {
+		return fmt.Errorf("kube-apiserver not ready: %w; log:\n%s", err, api.LogTail(3000))
+	}
+	return nil
+}
+
+// WaitOK polls url (with bearer, if not empty) every 100 ms until it
+// answers 200 OK. alive, if set, is asked first on every round: its error
+// ends the wait (a process that exited will never answer). Returns the
+// context's error when it ends first.
+func WaitOK(ctx context.Context, hc *http.Client, url, bearer string, alive func() error) error {
+	defer hc.CloseIdleConnections()
+	for {
+		if alive != nil {
+			if err := alive(); err != nil {
+				return err
+			}
+		}
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return err
+		}
+		if bearer != "" {
+			req.Header.Set("Authorization", "Bearer "+bearer)
+		}
 		if resp, err := hc.Do(req); err == nil {
 			resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -277,7 +301,7 @@ func (cp *ControlPlane) waitReady(ctx context.Context, api *childproc.Process) e
 		}
 		select {
 		case <-ctx.Done():
-			return fmt.Errorf("kube-apiserver not ready: %w; log:\n%s", ctx.Err(), api.LogTail(3000))
+			return ctx.Err()
 		case <-time.After(100 * time.Millisecond):
 		}
 	}

@@ -124,19 +124,8 @@ func (n *Node) startScheduler(cp *controlplane.ControlPlane, bin string) error {
 // waitScheduler polls the scheduler's /healthz (self-signed, on loopback).
 func (n *Node) waitScheduler(ctx context.Context) error {
 	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	defer hc.CloseIdleConnections()
-	for {
-		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, n.schedulerURL, nil)
-		if resp, err := hc.Do(req); err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("kube-scheduler not healthy: %w; log:\n%s", ctx.Err(), n.LogTail("kube-scheduler", 3000))
-		case <-time.After(100 * time.Millisecond):
-		}
+	if err := controlplane.WaitOK(ctx, hc, n.schedulerURL, "", nil); err != nil {
+		return fmt.Errorf("kube-scheduler not healthy: %w; log:\n%s", err, n.LogTail("kube-scheduler", 3000))
 	}
+	return nil
 }

@@ -246,7 +246,12 @@ func (p *PG) GetSettled(ctx context.Context, id string) (s session.Session, err 
 // lockRow reads one session row in tx with the row lock mode ("FOR
 // UPDATE", "FOR SHARE"), waiting for any holder; ErrNoSession if none.
 func lockRow(ctx context.Context, tx pgx.Tx, id, mode string) (session.Session, error) {
-	rows, err := tx.Query(ctx, `SELECT `+columns+` FROM sessions WHERE id = $1 `+mode, id)
+	return one(tx.Query(ctx, `SELECT `+columns+` FROM sessions WHERE id = $1 `+mode, id))
+}
+
+// one collects exactly one session from a query's result; ErrNoSession if
+// it has no row.
+func one(rows pgx.Rows, err error) (session.Session, error) {
 	if err != nil {
 		return session.Session{}, err
 	}
@@ -341,15 +346,7 @@ func lockKey(name string) int64 {
 }
 
 func (p *PG) queryOne(ctx context.Context, sql string, args ...any) (session.Session, error) {
-	rows, err := p.pool.Query(ctx, sql, args...)
-	if err != nil {
-		return session.Session{}, err
-	}
-	s, err := pgx.CollectExactlyOneRow(rows, scanSession)
-	if errors.Is(err, pgx.ErrNoRows) {
-		return s, session.ErrNoSession
-	}
-	return s, err
+	return one(p.pool.Query(ctx, sql, args...))
 }
 
 func scanSession(row pgx.CollectableRow) (session.Session, error) {
