@@ -1,6 +1,7 @@
 package killer
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"os/exec"
@@ -10,9 +11,33 @@ import (
 	"labkeep/guardian/procfs"
 )
 
-func start(t *testing.T, script string) (*exec.Cmd, <-chan struct{}) {
+// start runs argv and returns once the process is the program it names
+// (exec.Cmd.Start returns after the exec), so its identity is final.
+func start(t *testing.T, argv ...string) (*exec.Cmd, <-chan struct{}) {
+	t.Helper()
+	return run(t, exec.Command(argv[0], argv[1:]...))
+}
+
+// startShell runs a shell script that prints "ready" once it is set up
+// (traps installed) and returns after that line, so no test depends on how
+// fast a loaded machine runs the script.
+func startShell(t *testing.T, script string) (*exec.Cmd, <-chan struct{}) {
 	t.Helper()
 	cmd := exec.Command("/bin/sh", "-c", script)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, done := run(t, cmd)
+	line, err := bufio.NewReader(out).ReadString('\n')
+	if err != nil || line != "ready\n" {
+		t.Fatalf("script %q printed %q, %v; want ready", script, line, err)
+	}
+	return c, done
+}
+
+func run(t *testing.T, cmd *exec.Cmd) (*exec.Cmd, <-chan struct{}) {
+	t.Helper()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -27,6 +52,9 @@ func newKiller() (*Killer, *procfs.FS) {
 	return &Killer{Procs: fs, Gone: func(err error) bool { return errors.Is(err, procfs.ErrGone) }}, fs
 }
 
+// ignoreTerm is a shell that ignores SIGTERM, and says so once it does.
+const ignoreTerm = "trap '' TERM; echo ready; while :; do sleep 1; done"
+
 func TestTerminate(t *testing.T) {
 	k, fs := newKiller()
 	tests := []struct {
@@ -36,15 +64,14 @@ func TestTerminate(t *testing.T) {
 		wantKilled bool
 		hurry      func() bool
 	}{
-		{"SIGTERM suffices", "exec sleep 60", 2 * time.Second, false, nil},
-		{"SIGTERM ignored: SIGKILL after the grace period", "trap '' TERM; while :; do sleep 1; done", 300 * time.Millisecond, true, nil},
-		{"no grace: SIGKILL at once", "trap '' TERM; while :; do sleep 1; done", 0, true, nil},
-		{"hurry cuts the grace period short", "trap '' TERM; while :; do sleep 1; done", time.Hour, true, func() bool { return true }},
+		{"SIGTERM suffices", "trap - TERM; echo ready; while :; do sleep 1; done", 2 * time.Second, false, nil},
+		{"SIGTERM ignored: SIGKILL after the grace period", ignoreTerm, 300 * time.Millisecond, true, nil},
+		{"no grace: SIGKILL at once", ignoreTerm, 0, true, nil},
+		{"hurry cuts the grace period short", ignoreTerm, time.Hour, true, func() bool { return true }},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cmd, done := start(t, tt.script)
-			time.Sleep(50 * time.Millisecond) // let the shell install its trap
+			cmd, done := startShell(t, tt.script)
 			id, err := fs.Identity(cmd.Process.Pid)
 			if err != nil {
 				t.Fatal(err)
@@ -64,7 +91,7 @@ func TestTerminate(t *testing.T) {
 
 func TestIdentityMismatchSparesTheProcess(t *testing.T) {
 	k, fs := newKiller()
-	cmd, done := start(t, "exec sleep 60")
+	cmd, done := start(t, "sleep", "60")
 	id, err := fs.Identity(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
@@ -96,7 +123,7 @@ func TestIdentityMismatchSparesTheProcess(t *testing.T) {
 // (frozen cgroup); AfterFirstSignal runs right after it, before the wait.
 func TestAfterFirstSignal(t *testing.T) {
 	k, fs := newKiller()
-	cmd, done := start(t, "exec sleep 60")
+	cmd, done := start(t, "sleep", "60")
 	id, err := fs.Identity(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
@@ -117,7 +144,7 @@ func TestAfterFirstSignal(t *testing.T) {
 
 func TestGone(t *testing.T) {
 	k, fs := newKiller()
-	cmd, done := start(t, "exec sleep 60")
+	cmd, done := start(t, "sleep", "60")
 	id, err := fs.Identity(cmd.Process.Pid)
 	if err != nil {
 		t.Fatal(err)
