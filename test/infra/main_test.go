@@ -54,6 +54,18 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "test/infra:", err)
 		return 1
 	}
+	// The Knative and PingSource CRDs are not labkeep's to ship: they sit in
+	// ../shared/crds beside the repository (CI has them). A clone on its
+	// own says so and skips, instead of failing every other package's run;
+	// in CI their absence is a failure.
+	if _, err := os.Stat(filepath.Join(repoRoot, "..", "shared", "crds")); err != nil {
+		if os.Getenv("CI") != "" {
+			fmt.Fprintln(os.Stderr, "test/infra: ../shared/crds (the third-party CRDs) is missing:", err)
+			return 1
+		}
+		fmt.Fprintln(os.Stderr, "test/infra: SKIPPED: ../shared/crds (the real Knative Serving and PingSource CRDs) is not beside the repository, so the manifests cannot be validated against them here")
+		return 0
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cp, err := controlplane.Start(ctx, controlplane.Options{Progress: os.Stderr, StopOnSignal: true})
