@@ -34,9 +34,11 @@ const (
 //
 // Credentials come from the Pod, never from the image: the session's host
 // key from /etc/labkeep/ssh-host-key when the Pod mounts one (else a fresh
-// key per container start), and the authorized keys sshd reads directly
-// from /etc/labkeep/ssh-authorized-keys (plus root's own
-// ~/.ssh/authorized_keys). LABKEEP_SSH_PORT (default 22) is the port.
+// key per container start), and the authorized keys from
+// /etc/labkeep/ssh-authorized-keys (plus root's own ~/.ssh/authorized_keys).
+// Both are copied to root-only files first: a Secret volume is a tmpfs whose
+// mount point is mode 1777, and sshd (StrictModes) refuses key files under a
+// world-writable directory. LABKEEP_SSH_PORT (default 22) is the port.
 const workspaceInit = `#!/bin/sh
 # labkeep workspace entrypoint: sshd in the foreground as the main process.
 set -eu
@@ -51,6 +53,11 @@ else
   rm -f "$hostkey" "$hostkey.pub"
   ssh-keygen -q -t ed25519 -N '' -f "$hostkey"
 fi
+keys=/run/sshd/authorized_keys
+rm -f "$keys"
+if [ -s /etc/labkeep/ssh-authorized-keys ]; then
+  install -m 0600 /etc/labkeep/ssh-authorized-keys "$keys"
+fi
 exec /usr/sbin/sshd -D -e -p "${LABKEEP_SSH_PORT:-22}" -o HostKey="$hostkey"
 `
 
@@ -62,7 +69,7 @@ PermitRootLogin prohibit-password
 PasswordAuthentication no
 KbdInteractiveAuthentication no
 UsePAM no
-AuthorizedKeysFile /etc/labkeep/ssh-authorized-keys .ssh/authorized_keys
+AuthorizedKeysFile /run/sshd/authorized_keys .ssh/authorized_keys
 PrintMotd no
 `
 
