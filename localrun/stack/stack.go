@@ -54,6 +54,16 @@ type Stack struct {
 	cancel   context.CancelFunc
 	simDone  chan error
 	stopOnce sync.Once
+	// mu orders Start's assignments before a Stop that a signal starts
+	// on another goroutine.
+	mu sync.Mutex
+}
+
+// set runs f, which assigns the stack's parts, under mu.
+func (s *Stack) set(f func()) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	f()
 }
 
 // Admin is the control plane's system:masters config.
@@ -73,7 +83,8 @@ func Start(ctx context.Context, opts Options) (st *Stack, err error) {
 	}
 	st = &Stack{}
 	if opts.StopOnSignal {
-		st.unsignal = childproc.CleanupOnSignal(func() { st.Stop() })
+		unsignal := childproc.CleanupOnSignal(func() { st.Stop() })
+		st.set(func() { st.unsignal = unsignal })
 	}
 	defer func() {
 		if err != nil {
@@ -90,9 +101,9 @@ func Start(ctx context.Context, opts Options) (st *Stack, err error) {
 		s, err := pgtest.Start(ctx, opts.ControlPlane.TempRoot, opts.DatabaseURL)
 		pgc <- pgResult{s, err}
 	}()
-	st.CP, err = controlplane.Start(ctx, opts.ControlPlane)
+	cp, err := controlplane.Start(ctx, opts.ControlPlane)
 	r := <-pgc
-	st.PG = r.s
+	st.set(func() { st.CP, st.PG = cp, r.s })
 	if err != nil {
 		return st, err
 	}
@@ -107,25 +118,28 @@ func Start(ctx context.Context, opts Options) (st *Stack, err error) {
 		if no.Progress == nil {
 			no.Progress = opts.ControlPlane.Progress
 		}
-		if st.Node, err = node.Start(ctx, no); err != nil {
+		nd, err := node.Start(ctx, no)
+		st.set(func() { st.Node = nd })
+		if err != nil {
 			return st, err
 		}
 	}
 	if opts.NoVirtSim {
 		return st, nil
 	}
-	if st.Sim, err = virtsim.New(st.CP.Admin, opts.VirtSim); err != nil {
+	sim, err := virtsim.New(st.CP.Admin, opts.VirtSim)
+	if err != nil {
 		return st, err
 	}
 	runCtx, cancel := context.WithCancel(context.Background())
-	st.cancel = cancel
-	st.simDone = make(chan error, 1)
-	go func() { st.simDone <- st.Sim.Run(runCtx) }()
+	simDone := make(chan error, 1)
+	st.set(func() { st.Sim, st.cancel, st.simDone = sim, cancel, simDone })
+	go func() { simDone <- sim.Run(runCtx) }()
 	select {
-	case <-st.Sim.Synced():
+	case <-sim.Synced():
 		return st, nil
-	case err := <-st.simDone:
-		st.simDone <- err // for Stop
+	case err := <-simDone:
+		simDone <- err // for Stop
 		if err == nil {
 			err = errors.New("virtsim stopped before its caches synced")
 		}
@@ -140,21 +154,24 @@ func Start(ctx context.Context, opts Options) (st *Stack, err error) {
 func (s *Stack) Stop() error {
 	var errs []error
 	s.stopOnce.Do(func() {
-		if s.unsignal != nil {
-			s.unsignal()
+		s.mu.Lock()
+		unsignal, cancel, simDone, nd, cp, pg := s.unsignal, s.cancel, s.simDone, s.Node, s.CP, s.PG
+		s.mu.Unlock()
+		if unsignal != nil {
+			unsignal()
 		}
-		if s.cancel != nil {
-			s.cancel()
-			errs = append(errs, <-s.simDone)
+		if cancel != nil {
+			cancel()
+			errs = append(errs, <-simDone)
 		}
-		if s.Node != nil {
-			errs = append(errs, s.Node.Stop())
+		if nd != nil {
+			errs = append(errs, nd.Stop())
 		}
-		if s.CP != nil {
-			s.CP.Stop()
+		if cp != nil {
+			cp.Stop()
 		}
-		if s.PG != nil {
-			errs = append(errs, s.PG.Stop())
+		if pg != nil {
+			errs = append(errs, pg.Stop())
 		}
 	})
 	return errors.Join(errs...)
