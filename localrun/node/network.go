@@ -115,6 +115,21 @@ func sweepBridges() {
 	}
 }
 
+// BridgeOf returns the bridge that the node whose temp dir is dir created,
+// if it still exists, else "". A bridge is recognised by the alias naming
+// its node's dir, never by its name alone: once it is gone, another node
+// may take the same name.
+func BridgeOf(dir string) string {
+	matches, _ := filepath.Glob("/sys/class/net/" + bridgePrefix + "*")
+	for _, m := range matches {
+		alias, err := os.ReadFile(filepath.Join(m, "ifalias"))
+		if err == nil && strings.HasSuffix(strings.TrimSpace(string(alias)), " dir="+dir) {
+			return filepath.Base(m)
+		}
+	}
+	return ""
+}
+
 func processExists(pid int) bool {
 	return !errors.Is(syscall.Kill(pid, 0), syscall.ESRCH)
 }

@@ -79,8 +79,8 @@ func assertGone(t *testing.T, fp footprint) {
 			t.Errorf("cgroup %s%s still exists", h, fp.CgroupRoot)
 		}
 	}
-	if _, err := os.Stat(filepath.Join("/sys/class/net", fp.Bridge)); err == nil {
-		t.Errorf("bridge %s still exists", fp.Bridge)
+	if b := BridgeOf(fp.Dir); b != "" {
+		t.Errorf("bridge %s of %s still exists", b, fp.Dir)
 	}
 	if mps := mountsUnder(fp.Dir); len(mps) > 0 {
 		t.Errorf("mounts left: %v", mps)

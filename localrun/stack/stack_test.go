@@ -28,8 +28,9 @@ type footprint struct {
 	Pids  []int
 	Ports []int    // loopback ports of the control plane
 	Dirs  []string // temp dirs of the control plane, PostgreSQL and node
-	// Bridge is the node's Pod bridge, CgroupRoot its kubelet's cgroup root.
-	Bridge, CgroupRoot string
+	// NodeDir is the node's temp dir, which names its Pod bridge;
+	// CgroupRoot is its kubelet's cgroup root.
+	NodeDir, CgroupRoot string
 }
 
 func footprintOf(s *Stack) footprint {
@@ -37,7 +38,7 @@ func footprintOf(s *Stack) footprint {
 		Pids:       append(append(s.CP.Pids(), s.PG.Pid()), s.Node.Pids()...),
 		Ports:      s.CP.Ports,
 		Dirs:       []string{s.CP.Dir, s.PG.Dir(), s.Node.Dir},
-		Bridge:     s.Node.Bridge,
+		NodeDir:    s.Node.Dir,
 		CgroupRoot: s.Node.CgroupRoot,
 	}
 }
@@ -73,9 +74,9 @@ func assertGone(t *testing.T, what string, fp footprint, wait time.Duration) {
 			t.Fatalf("%s: dir %s still exists (%v)", what, d, err)
 		}
 	}
-	if fp.Bridge != "" {
-		if _, err := os.Stat(filepath.Join("/sys/class/net", fp.Bridge)); err == nil {
-			t.Fatalf("%s: bridge %s still exists", what, fp.Bridge)
+	if fp.NodeDir != "" {
+		if b := node.BridgeOf(fp.NodeDir); b != "" {
+			t.Fatalf("%s: bridge %s of the node still exists", what, b)
 		}
 	}
 	if fp.CgroupRoot != "" {
