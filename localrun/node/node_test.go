@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
@@ -22,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
+	"labkeep/localrun/childproc"
 	"labkeep/localrun/controlplane"
 )
 
@@ -312,27 +312,10 @@ func (w testWriter) Write(p []byte) (int, error) {
 // root, the kubelet's mounts and the temp dir it left.
 func TestOwnerKilledLeavesNothing(t *testing.T) {
 	root := tempRoot(t)
-	cmd := exec.Command(os.Args[0], "-test.run=^TestHelperNodeOwner$", "-test.v")
-	cmd.Env = append(os.Environ(), "LABKEEP_TEST_NODE_OWNER_ROOT="+root)
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
+	cmd, fp, err := childproc.StartOwner("TestHelperNodeOwner", []string{"LABKEEP_TEST_NODE_OWNER_ROOT=" + root},
+		func(fp footprint) bool { return fp.Dir != "" })
 	if err != nil {
 		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	var fp footprint
-	sc := bufio.NewScanner(out)
-	for sc.Scan() {
-		if err := json.Unmarshal(sc.Bytes(), &fp); err == nil && fp.Dir != "" {
-			break
-		}
-	}
-	if fp.Dir == "" {
-		cmd.Process.Kill()
-		cmd.Wait()
-		t.Fatal("helper did not report a running node")
 	}
 	containers := cgroupProcs(fp.CgroupRoot)
 	if len(containers) == 0 || len(processesNaming(fp.Dir)) == 0 {

@@ -1,14 +1,12 @@
 package stack
 
 import (
-	"bufio"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"syscall"
@@ -17,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"labkeep/localrun/childproc"
 	"labkeep/localrun/controlplane"
 	"labkeep/localrun/node"
 )
@@ -153,27 +152,15 @@ func TestOwnerDeathLeavesNothing(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			root := tempRoot(t)
-			cmd := exec.Command(os.Args[0], "-test.run=^TestHelperOwnerProcess$", "-test.v")
-			cmd.Env = append(os.Environ(), "LABKEEP_TEST_OWNER_ROOT="+root)
-			cmd.Stderr = os.Stderr
-			out, err := cmd.StdoutPipe()
+			cmd, fp, err := childproc.StartOwner("TestHelperOwnerProcess", []string{"LABKEEP_TEST_OWNER_ROOT=" + root},
+				func(fp footprint) bool { return len(fp.Pids) > 0 })
 			if err != nil {
 				t.Fatal(err)
-			}
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			var fp footprint
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				if err := json.Unmarshal(sc.Bytes(), &fp); err == nil && len(fp.Pids) > 0 {
-					break
-				}
 			}
 			if len(fp.Pids) != stackPids {
 				cmd.Process.Kill()
 				cmd.Wait()
-				t.Fatalf("helper did not report a running stack")
+				t.Fatalf("helper reported %d process groups, want a running stack's %d", len(fp.Pids), stackPids)
 			}
 			if err := cmd.Process.Signal(tc.signal); err != nil {
 				t.Fatal(err)
