@@ -105,6 +105,14 @@ func openLab(t testing.TB, d *stacktest.Deployment, name, lab string, own ssh.Si
 	return s
 }
 
+// in is s reporting to t (a subtest): its helpers fail t, not the test
+// that opened the session.
+func (s *student) in(t testing.TB) *student {
+	c := *s
+	c.t = t
+	return &c
+}
+
 // get is the student's getSession.
 func (s *student) get() (int, sessionJSON) {
 	s.t.Helper()
@@ -176,7 +184,11 @@ func (s *student) podState() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s ip=%s", p.Status.Phase, p.Status.PodIP)
 	for _, cs := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
-		fmt.Fprintf(&b, " %s(ready=%v restarts=%d %s)", cs.Name, cs.Ready, cs.RestartCount, stateOf(cs.State))
+		fmt.Fprintf(&b, " %s(ready=%v restarts=%d %s", cs.Name, cs.Ready, cs.RestartCount, stateOf(cs.State))
+		if cs.LastTerminationState.Terminated != nil {
+			fmt.Fprintf(&b, ", last %s", stateOf(cs.LastTerminationState))
+		}
+		b.WriteString(")")
 	}
 	for _, c := range p.Status.Conditions {
 		if c.Status != corev1.ConditionTrue && c.Message != "" {
@@ -230,15 +242,44 @@ func knownHostsFile(t testing.TB, lines ...string) ssh.HostKeyCallback {
 	return cb
 }
 
+// loginTimeout bounds a connection's set-up (TCP, handshake,
+// authentication) and, for logins, the whole login: a frozen or starved
+// sshd must show as a failed login, not hang the test.
+const loginTimeout = 10 * time.Second
+
 // dial connects as user to addr with key, verifying the host key with
-// hostKey.
+// hostKey, within loginTimeout.
 func dial(addr, user string, key ssh.Signer, hostKey ssh.HostKeyCallback) (*ssh.Client, error) {
-	return ssh.Dial("tcp", addr, &ssh.ClientConfig{
+	return dialUntil(addr, user, key, hostKey, false)
+}
+
+// dialUntil is dial; keepDeadline leaves loginTimeout in force on the
+// connection after the handshake, bounding everything done on it.
+func dialUntil(addr, user string, key ssh.Signer, hostKey ssh.HostKeyCallback, keepDeadline bool) (*ssh.Client, error) {
+	conn, err := net.DialTimeout("tcp", addr, loginTimeout)
+	if err != nil {
+		return nil, err
+	}
+	if err := conn.SetDeadline(time.Now().Add(loginTimeout)); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	c, chans, reqs, err := ssh.NewClientConn(conn, addr, &ssh.ClientConfig{
 		User:            user,
 		Auth:            []ssh.AuthMethod{ssh.PublicKeys(key)},
 		HostKeyCallback: hostKey,
-		Timeout:         5 * time.Second,
 	})
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	if !keepDeadline {
+		if err := conn.SetDeadline(time.Time{}); err != nil {
+			c.Close()
+			return nil, err
+		}
+	}
+	return ssh.NewClient(c, chans, reqs), nil
 }
 
 // connect logs the student in as the session says (user, address, strict
@@ -334,7 +375,7 @@ func (s *student) loginLoop(interval time.Duration) *logins {
 		for {
 			start := time.Now()
 			err := func() error {
-				c, err := dial(s.addr(), n.User, s.key, hk)
+				c, err := dialUntil(s.addr(), n.User, s.key, hk, true)
 				if err != nil {
 					return err
 				}
@@ -585,6 +626,45 @@ next:
 			}
 		}
 		out = append(out, line)
+	}
+	return out
+}
+
+// records are guardian's JSON log records with message msg.
+func (s *student) records(msg string) []map[string]any {
+	s.t.Helper()
+	var out []map[string]any
+	for _, line := range s.logLines("guardian", false, `"msg":"`+msg+`"`) {
+		var r map[string]any
+		if err := json.Unmarshal([]byte(line), &r); err == nil && r["msg"] == msg {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// upload copies the local file to path in the workspace over SSH, mode 0755.
+func (s *student) upload(local, path string) {
+	s.t.Helper()
+	f, err := os.Open(local)
+	if err != nil {
+		s.t.Fatal(err)
+	}
+	defer f.Close()
+	if out, err := s.run(fmt.Sprintf("cat > %s && chmod 0755 %s", path, path), f); err != nil {
+		s.t.Fatalf("upload %s: %v %s", path, err, out)
+	}
+}
+
+// buildWorkload builds guardian's misbehaving user (hog, bomb), static, so
+// it runs in the Debian workspace as it does in guardian's own e2e tests.
+func buildWorkload(t testing.TB) string {
+	t.Helper()
+	out := filepath.Join(t.TempDir(), "workload")
+	cmd := exec.Command("go", "build", "-trimpath", "-o", out, "labkeep/guardian/internal/workload")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("go build workload: %v\n%s", err, b)
 	}
 	return out
 }
