@@ -21,8 +21,12 @@ import (
 
 var st *stack.Stack
 
+// The reaper's suite runs without a node: where it needs a Pod to end or
+// turn Ready in a particular way (a node lost, an OOM kill, a drain) it
+// writes the status a kubelet would report, which a real kubelet would
+// overwrite. What a real node does with the same Pods is test/podlab's.
 func TestMain(m *testing.M) {
-	stacktest.Main(m, &st, stack.Options{VirtSim: virtsim.Options{BootDelay: 300 * time.Millisecond}})
+	stacktest.Main(m, &st, stack.Options{NoNode: true, VirtSim: virtsim.Options{BootDelay: 300 * time.Millisecond}})
 }
 
 // backend is one environment's deployment, with the reaper suite's ways
