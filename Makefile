@@ -17,14 +17,16 @@ run: setup
 	$(GO) run ./localrun/cmd/labkeep-run
 
 # Every test, against the real local stack. The race detector is on for
-# everything; integration packages start their own control plane and
+# everything; integration packages start their own control plane, node and
 # PostgreSQL, so they need no running `make run`. guardian's end-to-end
-# scenarios load the CPU on purpose and measure how the workspace reacts,
-# so they run on their own after the rest, not beside other packages.
-E2E := ./guardian/e2e
+# scenarios and the Pod labs on the real node load the CPU on purpose
+# (memory hogs, fork bombs, CPU storms) and measure how the workspace
+# reacts, so they run after the rest, one package at a time, not beside
+# other packages.
+ALONE := ./guardian/e2e ./test/podlab
 test: setup vet
-	$(GO) test -race -count=1 -timeout 30m $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v '/guardian/e2e$$')
-	$(GO) test -race -count=1 -timeout 20m $(GOTEST_FLAGS) $(E2E)
+	$(GO) test -race -count=1 -timeout 30m $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v -e '/guardian/e2e$$' -e '/test/podlab$$')
+	$(GO) test -race -count=1 -p 1 -timeout 30m $(GOTEST_FLAGS) $(ALONE)
 
 # vet also fails on an untidy go.mod: `go mod tidy` must leave nothing to change.
 vet:
