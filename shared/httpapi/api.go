@@ -166,11 +166,17 @@ func (a *API) open(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sess, err := a.svc.Open(r.Context(), student, req.Lab, req.PublicKey)
+	a.reply(w, r, p, http.StatusCreated, sess, err)
+}
+
+// reply writes sess with status for caller p, or err through the status
+// table together with the session it concerns (none when sess has no id).
+func (a *API) reply(w http.ResponseWriter, r *http.Request, p Principal, status int, sess session.Session, err error) {
 	if err != nil {
 		a.writeErrorFor(w, r, p, err, &sess)
 		return
 	}
-	writeJSON(w, http.StatusCreated, a.view(sess, p))
+	writeJSON(w, status, a.view(sess, p))
 }
 
 func (a *API) extend(w http.ResponseWriter, r *http.Request) {
@@ -179,15 +185,10 @@ func (a *API) extend(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	sess, err := a.svc.Extend(r.Context(), student, req.ID)
-	if err != nil {
-		if errors.Is(err, session.ErrNoSession) {
-			a.writeErrorFor(w, r, p, err, nil)
-		} else {
-			a.writeErrorFor(w, r, p, err, &sess)
-		}
-		return
+	if errors.Is(err, session.ErrNoSession) {
+		sess = session.Session{}
 	}
-	writeJSON(w, http.StatusOK, a.view(sess, p))
+	a.reply(w, r, p, http.StatusOK, sess, err)
 }
 
 func (a *API) close(w http.ResponseWriter, r *http.Request) {
@@ -197,10 +198,9 @@ func (a *API) close(w http.ResponseWriter, r *http.Request) {
 	}
 	sess, err := a.svc.Close(r.Context(), student, req.ID, p.Actor(), p.Subject)
 	if err != nil {
-		a.writeErrorFor(w, r, p, err, nil)
-		return
+		sess = session.Session{} // a failed close answers with the error alone
 	}
-	writeJSON(w, http.StatusOK, a.view(sess, p))
+	a.reply(w, r, p, http.StatusOK, sess, err)
 }
 
 func (a *API) get(w http.ResponseWriter, r *http.Request) {
@@ -222,10 +222,9 @@ func (a *API) get(w http.ResponseWriter, r *http.Request) {
 	}
 	sess, err := a.svc.Get(r.Context(), student, q.Get("id"))
 	if err != nil {
-		a.writeErrorFor(w, r, p, err, nil)
-		return
+		sess = session.Session{}
 	}
-	writeJSON(w, http.StatusOK, a.view(sess, p))
+	a.reply(w, r, p, http.StatusOK, sess, err)
 }
 
 // sessionRequest authenticates and parses the optional body of extend and
