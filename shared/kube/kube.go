@@ -107,20 +107,15 @@ func (c Config) Validate() error {
 	} else if c.MaxLifetime+c.DeadlineGrace <= 0 {
 		bad("MaxLifetime", "%s + deadline grace %s must be positive", c.MaxLifetime, c.DeadlineGrace)
 	}
-	if c.AnchorBackoffLimit < 0 {
-		bad("AnchorBackoffLimit", "must not be negative, got %d", c.AnchorBackoffLimit)
-	}
-	if c.AnchorCompletions < 1 {
-		bad("AnchorCompletions", "must be at least 1, got %d", c.AnchorCompletions)
-	}
-	if c.AnchorImage == "" {
-		bad("AnchorImage", "is required")
-	}
-	if c.GuardianImage == "" {
-		bad("GuardianImage", "is required")
-	}
-	if c.CallTimeout <= 0 {
-		bad("CallTimeout", "must be positive, got %s", c.CallTimeout)
+	errs = append(errs,
+		setting.AtLeast("AnchorBackoffLimit", c.AnchorBackoffLimit, 0),
+		setting.AtLeast("AnchorCompletions", c.AnchorCompletions, 1),
+		setting.Required("AnchorImage", c.AnchorImage),
+		setting.Required("GuardianImage", c.GuardianImage),
+		setting.Positive("CallTimeout", c.CallTimeout),
+		setting.AtLeast("Burst", c.Burst, 1))
+	if c.QPS <= 0 {
+		bad("QPS", "must be positive, got %v", c.QPS)
 	}
 	if _, err := ParseWorkspacePod(c.WorkspacePod); err != nil {
 		bad("WorkspacePod", "%v", err)

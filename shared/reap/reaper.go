@@ -91,18 +91,13 @@ func (c Config) Validate() error {
 		errs = append(errs, setting.Invalid("Env", "is required (this environment's labkeep.io/env)"))
 	}
 	if c.RunDeadline <= 0 {
-		errs = append(errs, setting.Invalid("RunDeadline", "must be positive, got %s", c.RunDeadline))
+		errs = append(errs, setting.Positive("RunDeadline", c.RunDeadline))
 	} else if c.RunDeadline >= SchedulePeriod {
 		errs = append(errs, setting.Invalid("RunDeadline", "%s must be below the reaper's schedule period %s, so runs never overlap", c.RunDeadline, SchedulePeriod))
 	}
-	if c.Workers < 1 {
-		errs = append(errs, setting.Invalid("Workers", "must be at least 1, got %d", c.Workers))
-	}
-	if c.ProvisionTimeout <= 0 {
-		errs = append(errs, setting.Invalid("ProvisionTimeout", "must be positive, got %s", c.ProvisionTimeout))
-	}
+	errs = append(errs, setting.AtLeast("Workers", c.Workers, 1), setting.Positive("ProvisionTimeout", c.ProvisionTimeout))
 	if c.ProvisionGrace <= 0 {
-		errs = append(errs, setting.Invalid("ProvisionGrace", "must be positive, got %s", c.ProvisionGrace))
+		errs = append(errs, setting.Positive("ProvisionGrace", c.ProvisionGrace))
 	} else if c.ProvisionGrace > c.ProvisionTimeout {
 		errs = append(errs, setting.Invalid("ProvisionGrace", "%s exceeds the provision timeout %s", c.ProvisionGrace, c.ProvisionTimeout))
 	}

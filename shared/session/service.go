@@ -53,17 +53,10 @@ func DefaultLimits() Limits {
 
 // Validate reports limits the Service cannot work with.
 func (l Limits) Validate() error {
-	var errs []error
-	if l.MaxVMs < 1 {
-		errs = append(errs, setting.Invalid("MaxVMs", "must be at least 1, got %d", l.MaxVMs))
-	}
-	if l.CapacityWait <= 0 {
-		errs = append(errs, setting.Invalid("CapacityWait", "must be positive, got %s", l.CapacityWait))
-	}
-	if l.CleanupTimeout <= 0 {
-		errs = append(errs, setting.Invalid("CleanupTimeout", "must be positive, got %s", l.CleanupTimeout))
-	}
-	return errors.Join(errs...)
+	return errors.Join(
+		setting.AtLeast("MaxVMs", l.MaxVMs, 1),
+		setting.Positive("CapacityWait", l.CapacityWait),
+		setting.Positive("CleanupTimeout", l.CleanupTimeout))
 }
 
 // ErrEndedWhileProvisioning is returned by Open when the session's row was

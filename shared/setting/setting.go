@@ -6,6 +6,7 @@ package setting
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 // Error is one invalid setting: Field is the Go field name in the
@@ -47,4 +48,28 @@ func Rename(err error, name func(field string) string) error {
 		out = append(out, e)
 	}
 	return errors.Join(out...)
+}
+
+// Positive is an *Error for field unless d > 0.
+func Positive(field string, d time.Duration) error {
+	if d > 0 {
+		return nil
+	}
+	return Invalid(field, "must be positive, got %s", d)
+}
+
+// AtLeast is an *Error for field unless n >= min.
+func AtLeast[N int | int32 | float32](field string, n, min N) error {
+	if n >= min {
+		return nil
+	}
+	return Invalid(field, "must be at least %v, got %v", min, n)
+}
+
+// Required is an *Error for field if s is empty.
+func Required(field, s string) error {
+	if s != "" {
+		return nil
+	}
+	return Invalid(field, "is required")
 }
