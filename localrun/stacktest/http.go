@@ -68,6 +68,9 @@ type SessionView struct {
 	ServerTime       time.Time  `json:"serverTime"`
 	Nodes            []NodeView `json:"nodes"`
 	FailureReason    string     `json:"failureReason"`
+	HostKey          string     `json:"hostKey"`
+	StudentKey       string     `json:"studentKey"`
+	PrivateKey       string     `json:"privateKey"`
 }
 
 // NodeView is one node of a SessionView.
@@ -76,8 +79,10 @@ type NodeView struct {
 	Role  string `json:"role"`
 	Ready bool   `json:"ready"`
 	SSH   struct {
-		Host string `json:"host"`
-		Port int    `json:"port"`
+		Host       string `json:"host"`
+		Port       int    `json:"port"`
+		User       string `json:"user"`
+		KnownHosts string `json:"knownHosts"`
 	} `json:"ssh"`
 }
 

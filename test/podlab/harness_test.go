@@ -31,25 +31,8 @@ import (
 )
 
 // sessionJSON is what a student's portal reads from openSession and
-// getSession to reach a node over SSH. It is written here, as a portal
-// would, so a change to the wire format breaks these tests.
-type sessionJSON struct {
-	ID            string `json:"id"`
-	Status        string `json:"status"`
-	HostKey       string `json:"hostKey"`
-	PrivateKey    string `json:"privateKey"`
-	FailureReason string `json:"failureReason"`
-	Nodes         []struct {
-		Name  string `json:"name"`
-		Ready bool   `json:"ready"`
-		SSH   struct {
-			Host       string `json:"host"`
-			Port       int    `json:"port"`
-			User       string `json:"user"`
-			KnownHosts string `json:"knownHosts"`
-		} `json:"ssh"`
-	} `json:"nodes"`
-}
+// getSession to reach a node over SSH (the harness's portal view).
+type sessionJSON = stacktest.SessionView
 
 // student is one student's session of a lab on a Deployment, with the
 // credentials the open gave them.
@@ -81,10 +64,7 @@ func openLab(t testing.TB, d *stacktest.Deployment, name, lab string, own ssh.Si
 	if r.Status != http.StatusCreated {
 		t.Fatalf("open %s for %s = %d %s", lab, name, r.Status, r.Body)
 	}
-	s := &student{t: t, d: d, name: name, openedAt: start}
-	if err := json.Unmarshal(r.Body, &s.opened); err != nil {
-		t.Fatal(err)
-	}
+	s := &student{t: t, d: d, name: name, openedAt: start, opened: r.Session}
 	if s.opened.HostKey == "" {
 		t.Fatalf("open of %s returned no host key: %s", lab, r.Body)
 	}
@@ -117,13 +97,10 @@ func (s *student) in(t testing.TB) *student {
 func (s *student) get() (int, sessionJSON) {
 	s.t.Helper()
 	r := s.d.Do("GET", "/getSession", s.d.Token(s.name, "student"), "", "")
-	var v sessionJSON
-	if r.Status == http.StatusOK {
-		if err := json.Unmarshal(r.Body, &v); err != nil {
-			s.t.Fatal(err)
-		}
+	if r.Status != http.StatusOK {
+		return r.Status, sessionJSON{}
 	}
-	return r.Status, v
+	return r.Status, r.Session
 }
 
 // waitRunning polls getSession until the session reads running and
