@@ -80,12 +80,9 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 	if st.Node != nil {
 		// Workspace Pods run on the local node: ask only for the
 		// capabilities its runc can grant.
-		pod, dropped, err := node.WorkspacePod(nil)
-		if err != nil {
-			return nil, err
-		}
 		cfg.WorkspacePodFile = filepath.Join(stateDir, "workspace-pod.yaml")
-		if err := os.WriteFile(cfg.WorkspacePodFile, pod, 0o644); err != nil {
+		dropped, err := node.WriteWorkspacePod(cfg.WorkspacePodFile)
+		if err != nil {
 			return nil, err
 		}
 		if len(dropped) > 0 {

@@ -58,6 +58,17 @@ func WorkspacePod(definition []byte) ([]byte, []corev1.Capability, error) {
 	return out, dropped, err
 }
 
+// WriteWorkspacePod writes the built-in workspace Pod definition, adapted
+// to this host (WorkspacePod), to path, for LABKEEP_WORKSPACE_POD_FILE, and
+// returns the capabilities it dropped.
+func WriteWorkspacePod(path string) ([]corev1.Capability, error) {
+	pod, dropped, err := WorkspacePod(nil)
+	if err != nil {
+		return nil, err
+	}
+	return dropped, os.WriteFile(path, pod, 0o644)
+}
+
 // boundingSet is this process's capability bounding set.
 func boundingSet() (uint64, error) {
 	status, err := os.ReadFile("/proc/self/status")

@@ -180,12 +180,9 @@ func Deploy(t testing.TB, st *stack.Stack, o Options) *Deployment {
 	if st.Node != nil {
 		// Workspace Pods run on the local node: ask only for what its
 		// runc can grant.
-		pod, dropped, err := node.WorkspacePod(nil)
-		if err != nil {
-			t.Fatal(err)
-		}
 		cfg.WorkspacePodFile = filepath.Join(dir, "workspace-pod.yaml")
-		if err := os.WriteFile(cfg.WorkspacePodFile, pod, 0o644); err != nil {
+		dropped, err := node.WriteWorkspacePod(cfg.WorkspacePodFile)
+		if err != nil {
 			t.Fatal(err)
 		}
 		if len(dropped) > 0 {

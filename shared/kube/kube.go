@@ -94,6 +94,13 @@ func DefaultConfig() Config {
 
 // Validate reports a configuration no session could be created with.
 func (c Config) Validate() error {
+	_, err := c.validate()
+	return err
+}
+
+// validate is Validate, also returning the parsed workspace Pod
+// definition, so New parses it once.
+func (c Config) validate() (*corev1.Pod, error) {
 	var errs []error
 	bad := func(field, format string, args ...any) { errs = append(errs, setting.Invalid(field, format, args...)) }
 	if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
@@ -117,16 +124,11 @@ func (c Config) Validate() error {
 	if c.QPS <= 0 {
 		bad("QPS", "must be positive, got %v", c.QPS)
 	}
-	if _, err := ParseWorkspacePod(c.WorkspacePod); err != nil {
+	pod, err := ParseWorkspacePod(c.WorkspacePod)
+	if err != nil {
 		bad("WorkspacePod", "%v", err)
 	}
-	if c.QPS <= 0 {
-		bad("QPS", "must be positive, got %v", c.QPS)
-	}
-	if c.Burst < 1 {
-		bad("Burst", "must be at least 1, got %d", c.Burst)
-	}
-	return errors.Join(errs...)
+	return pod, errors.Join(errs...)
 }
 
 // Cluster implements session.Cluster against a real API server.
@@ -145,12 +147,9 @@ var (
 
 // New returns a Cluster using the given clients, or cfg.Validate's error.
 func New(cfg Config, kube kubernetes.Interface, virt kubevirt.Interface) (*Cluster, error) {
-	if err := cfg.Validate(); err != nil {
-		return nil, fmt.Errorf("kube: %w", err)
-	}
-	pod, err := ParseWorkspacePod(cfg.WorkspacePod)
+	pod, err := cfg.validate()
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("kube: %w", err)
 	}
 	return &Cluster{cfg: cfg, pod: pod, kube: kube, virt: virt}, nil
 }
