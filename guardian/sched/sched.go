@@ -1,7 +1,8 @@
 // Package sched sets the CPU scheduling of protected processes: SCHED_RR
 // with SCHED_RESET_ON_FORK for the sshd listener (its children go back to
 // normal scheduling, so a user's shell cannot inherit real-time priority),
-// and a nice value as the fallback where real-time is refused.
+// and a nice value with SCHED_RESET_ON_FORK as the fallback where
+// real-time is refused.
 package sched
 
 import (
@@ -55,6 +56,24 @@ func SetRR(pid, prio int) error {
 	return nil
 }
 
+// SetOther puts pid under SCHED_OTHER at nice with SCHED_RESET_ON_FORK:
+// the processes it forks start at nice 0, so the user's shells and jobs
+// under a reniced sshd do not inherit its priority. It also takes a
+// real-time process back to normal scheduling. A negative nice needs
+// CAP_SYS_NICE.
+func SetOther(pid, nice int) error {
+	attr := unix.SchedAttr{
+		Size:   uint32(unsafe.Sizeof(unix.SchedAttr{})),
+		Policy: unix.SCHED_NORMAL,
+		Flags:  unix.SCHED_FLAG_RESET_ON_FORK,
+		Nice:   int32(nice),
+	}
+	if err := unix.SchedSetAttr(pid, &attr, 0); err != nil {
+		return fmt.Errorf("SCHED_OTHER nice %d for %d: %w", nice, pid, err)
+	}
+	return nil
+}
+
 // SetNice sets the nice value of pid (process-wide for its main thread).
 func SetNice(pid, nice int) error {
 	if err := unix.Setpriority(unix.PRIO_PROCESS, pid, nice); err != nil {
@@ -72,6 +91,9 @@ func (OS) Get(pid int) (Attr, error) { return Get(pid) }
 
 // SetRR implements the scheduler interface with SetRR.
 func (OS) SetRR(pid, prio int) error { return SetRR(pid, prio) }
+
+// SetOther implements the scheduler interface with SetOther.
+func (OS) SetOther(pid, nice int) error { return SetOther(pid, nice) }
 
 // SetNice implements the scheduler interface with SetNice.
 func (OS) SetNice(pid, nice int) error { return SetNice(pid, nice) }
