@@ -3,6 +3,7 @@ package guard
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 
 	"labkeep/guardian/victim"
@@ -36,6 +37,16 @@ type Config struct {
 	RTPriority   int
 	RTRuntimeUS  int
 	FallbackNice int
+	// SSHDExe is the sshd executable's path inside the container (resolved
+	// in the container's root when the listener is first checked); "": the
+	// executable of the first listener found in the guarded cgroup. Only a
+	// listener running that very file (device and inode) is protected.
+	SSHDExe string
+	// RTMaxCPUShare is the share of one CPU a real-time protected process
+	// may use over RTPoliceEvery before it is demoted to normal
+	// scheduling for good.
+	RTMaxCPUShare float64
+	RTPoliceEvery time.Duration
 
 	KillGrace  time.Duration
 	KillWait   time.Duration
@@ -71,6 +82,7 @@ func Defaults() Config {
 		SessionExes: []string{"/usr/lib/openssh/sshd-session", "/usr/lib/openssh/sshd-auth"},
 		ProtectPID1: true, ProtectInit: true,
 		RTPriority: 1, RTRuntimeUS: 10000, FallbackNice: -20,
+		RTMaxCPUShare: 0.05, RTPoliceEvery: time.Second,
 		KillGrace: 5 * time.Second, KillWait: 5 * time.Second,
 		KillMax: 3, KillWindow: 30 * time.Second, KillPause: 60 * time.Second,
 		CPUEvery: 5 * time.Second,
@@ -107,6 +119,16 @@ func (c Config) Validate() error {
 		if d <= 0 {
 			errs = append(errs, fmt.Errorf("%s must be positive, got %v", name, d))
 		}
+	}
+	frac("real-time CPU share", c.RTMaxCPUShare)
+	if c.RTPoliceEvery <= 0 {
+		errs = append(errs, fmt.Errorf("real-time policing interval must be positive, got %v", c.RTPoliceEvery))
+	}
+	if c.RTPriority < 0 || c.RTPriority > 99 {
+		errs = append(errs, fmt.Errorf("real-time priority must be in [0,99] (0: no real-time, the nice fallback), got %d", c.RTPriority))
+	}
+	if c.SSHDExe != "" && !filepath.IsAbs(c.SSHDExe) {
+		errs = append(errs, fmt.Errorf("sshd executable %q must be an absolute path", c.SSHDExe))
 	}
 	if c.SSHPort <= 0 || c.SSHPort > 65535 {
 		errs = append(errs, fmt.Errorf("SSH port %d out of range", c.SSHPort))

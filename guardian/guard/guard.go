@@ -34,6 +34,8 @@ type ProcessTable interface {
 	SocketOwner(pids []int, inodes map[uint64]bool) (int, bool)
 	OOMScoreAdj(pid int) (int, error)
 	SetOOMScoreAdj(pid, adj int) error
+	ExeFile(pid int) (victim.FileID, error)
+	FileInRoot(pid int, path string) (victim.FileID, error)
 }
 
 // Killer signals processes after re-checking their identity (package
@@ -48,6 +50,7 @@ type Scheduler interface {
 	Get(pid int) (sched.Attr, error)
 	SetRR(pid, prio int) error
 	SetNice(pid, nice int) error
+	SetOther(pid, nice int) error // SCHED_OTHER at nice with reset-on-fork
 }
 
 // Prober checks SSH reachability (package sshprobe implements it).
@@ -76,7 +79,8 @@ type Guardian struct {
 
 	mu         sync.Mutex
 	st         State
-	listener   victim.Identity
+	listener   victim.Identity // the verified sshd listener only (see findListener)
+	sshd       sshdState
 	hadSSHD    bool
 	sshOK      bool
 	rtRefused  bool

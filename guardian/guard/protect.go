@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -115,10 +116,32 @@ func (g *Guardian) setOOM(p victim.Process, want, cur int) {
 	g.log.Info("oom_score_adj set", "pid", p.PID, "exe", p.Exe, "from", cur, "to", want)
 }
 
-// findListener identifies the process holding the SSH listening socket.
-// The cached listener is kept while it still holds one; otherwise every
-// process in the cgroup is searched. A listener that disappears raises an
-// alert.
+// sshdState is what guardian knows of the workspace's sshd in the guarded
+// cgroup. Attach and detach reset it: a restarted container is a new
+// cgroup with a fresh root filesystem, whose sshd is learnt again.
+type sshdState struct {
+	trust   victim.SSHDTrust
+	raised  map[victim.Key]raisedProc // processes guardian gave real-time scheduling or the fallback nice
+	demoted map[victim.Key]bool       // processes that lost real-time for using too much CPU: never raised again
+}
+
+// raisedProc is a process guardian raised, with the CPU time it had used
+// at the last policing sample.
+type raisedProc struct {
+	id      victim.Identity
+	rt      bool
+	ticks   uint64
+	sampled time.Time // zero: no sample yet
+}
+
+// findListener identifies the sshd listener: the process holding the SSH
+// listening socket, provided it runs the workspace's sshd executable
+// (victim.CheckListener). Holding the port alone earns nothing: a process
+// that holds it and fails the check raises an alert, loses whatever
+// scheduling guardian gave it, and is not g.listener, so the protected
+// set leaves it out. The cached listener is kept while it still holds the
+// socket and passes the check; otherwise every process in the cgroup is
+// searched. A listener that disappears raises an alert.
 func (g *Guardian) findListener(pids []int) {
 	inodes, err := g.procs.ListeningInodes(g.cfg.SSHPort)
 	if err != nil {
@@ -128,19 +151,28 @@ func (g *Guardian) findListener(pids []int) {
 	g.mu.Lock()
 	cached := g.listener
 	g.mu.Unlock()
-	var found victim.Identity
+	var holder victim.Process
 	if cached.PID != 0 {
 		if pid, ok := g.procs.SocketOwner([]int{cached.PID}, inodes); ok {
 			if p, err := g.procs.Process(pid); err == nil && p.Identity == cached {
-				found = cached
+				holder = p
 			}
 		}
 	}
-	if found.PID == 0 {
+	if holder.PID == 0 {
 		if pid, ok := g.procs.SocketOwner(pids, inodes); ok {
 			if p, err := g.procs.Process(pid); err == nil {
-				found = p.Identity
+				holder = p
 			}
+		}
+	}
+	var found victim.Identity
+	impostor := false
+	if holder.PID != 0 {
+		if g.verifyListener(holder, pids) {
+			found = holder.Identity
+		} else {
+			impostor = true
 		}
 	}
 	g.mu.Lock()
@@ -150,32 +182,146 @@ func (g *Guardian) findListener(pids []int) {
 		g.hadSSHD = true
 	}
 	g.mu.Unlock()
+	g.demoteOthers(found)
 	switch {
 	case found.PID == 0 && had:
 		g.raise("sshd-gone", "", alert.Critical, fmt.Sprintf("the SSH listener on port %d is gone from the workspace (was %v)", g.cfg.SSHPort, cached), nil)
 		g.mu.Lock()
 		g.hadSSHD = false
 		g.mu.Unlock()
-	case found.PID == 0:
+	case found.PID == 0 && !impostor:
 		g.raise("sshd-not-found", "", alert.Warning, fmt.Sprintf("no process in the workspace listens on port %d", g.cfg.SSHPort), nil)
-	case found != cached:
+	case found != cached && found.PID != 0:
 		g.log.Info("sshd listener", "pid", found.PID, "exe", found.Exe, "start", found.StartTime)
 	}
 }
 
+// verifyListener reports whether the socket holder p runs the
+// workspace's sshd executable, recording it when it is the first listener
+// of the cgroup; it alerts, naming p, when it does not.
+func (g *Guardian) verifyListener(p victim.Process, pids []int) bool {
+	file, err := g.procs.ExeFile(p.PID)
+	if err != nil {
+		g.log.Warn("identify the listener's executable", "pid", p.PID, "err", err)
+	}
+	exe := victim.Executable{Path: p.Exe, File: file}
+	trust := g.sshdTrust(pids)
+	v := victim.CheckListener(exe, trust)
+	if v.Record {
+		g.mu.Lock()
+		g.sshd.trust.Want = exe
+		g.mu.Unlock()
+		g.log.Info("sshd executable recorded", "pid", p.PID, "exe", exe.Path, "file", exe.File.String())
+	}
+	if !v.Qualifies {
+		g.raise("listener-not-sshd", strconv.Itoa(p.PID), alert.Critical,
+			fmt.Sprintf("pid %d (%s) holds the SSH port %d but is not the workspace's sshd: %s; it gets no protection", p.PID, exe.Path, g.cfg.SSHPort, v.Why),
+			map[string]string{"pid": strconv.Itoa(p.PID), "exe": exe.Path, "why": v.Why})
+	}
+	return v.Qualifies
+}
+
+// sshdTrust returns what a listener is checked against. A configured
+// executable is resolved once per cgroup, in the root of the container's
+// init (its oldest process, whose root the user cannot change after the
+// fact, unlike the listener's own), and then kept: replacing the file
+// later gives a new inode, which does not qualify.
+func (g *Guardian) sshdTrust(pids []int) victim.SSHDTrust {
+	g.mu.Lock()
+	trust := g.sshd.trust
+	g.mu.Unlock()
+	if g.cfg.SSHDExe == "" || trust.Want.File.Known() {
+		return trust
+	}
+	trust = victim.SSHDTrust{Want: victim.Executable{Path: g.cfg.SSHDExe}, Configured: true}
+	procs, err := g.procs.Snapshot(pids)
+	if err != nil || len(procs) == 0 {
+		return trust
+	}
+	init := procs[0]
+	for _, p := range procs[1:] {
+		if p.StartTime < init.StartTime || (p.StartTime == init.StartTime && p.PID < init.PID) {
+			init = p
+		}
+	}
+	file, err := g.procs.FileInRoot(init.PID, g.cfg.SSHDExe)
+	if err != nil {
+		g.log.Warn("resolve the configured sshd executable", "path", g.cfg.SSHDExe, "root_of", init.PID, "err", err)
+		return trust
+	}
+	trust.Want.File = file
+	g.mu.Lock()
+	g.sshd.trust = trust
+	g.mu.Unlock()
+	g.log.Info("sshd executable resolved", "path", g.cfg.SSHDExe, "file", file.String(), "root_of", init.PID)
+	return trust
+}
+
+// demoteOthers takes every process guardian raised, other than the
+// verified listener l, back to SCHED_OTHER at nice 0: a listener that
+// re-executed another file, or that no longer holds the socket, keeps no
+// priority it got as sshd (both survive exec).
+func (g *Guardian) demoteOthers(l victim.Identity) {
+	g.mu.Lock()
+	var stale []raisedProc
+	for k, r := range g.sshd.raised {
+		if k != l.Key() {
+			stale = append(stale, r)
+			delete(g.sshd.raised, k)
+		}
+	}
+	g.mu.Unlock()
+	for _, r := range stale {
+		if p, err := g.procs.Process(r.id.PID); err != nil || p.Key() != r.id.Key() {
+			continue
+		}
+		if err := g.sched.SetOther(r.id.PID, 0); err != nil {
+			g.log.Warn("demote a process that is no longer the sshd listener", "pid", r.id.PID, "err", err)
+			continue
+		}
+		g.log.Info("demoted a process that is no longer the sshd listener", "pid", r.id.PID, "exe", r.id.Exe)
+	}
+}
+
+// track records that guardian raised l (rt: real-time, else the nice
+// fallback), for the police and for demoteOthers.
+func (g *Guardian) track(l victim.Identity, rt bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.sshd.raised == nil {
+		g.sshd.raised = map[victim.Key]raisedProc{}
+	}
+	r, ok := g.sshd.raised[l.Key()]
+	if ok && r.rt == rt {
+		return
+	}
+	g.sshd.raised[l.Key()] = raisedProc{id: l, rt: rt}
+}
+
 // protectScheduling keeps the listener at SCHED_RR|SCHED_RESET_ON_FORK,
-// or at the fallback nice value where real-time is refused.
+// or at the fallback nice value (with reset-on-fork, so the shells and
+// jobs it forks start at nice 0) where real-time is refused or disabled
+// (RTPriority 0). A listener demoted for using too much CPU under
+// real-time gets neither again.
 func (g *Guardian) protectScheduling(l victim.Identity, rtRefused bool) {
+	g.mu.Lock()
+	demoted := g.sshd.demoted[l.Key()]
+	g.mu.Unlock()
+	if demoted {
+		return
+	}
 	attr, err := g.sched.Get(l.PID)
 	if err != nil {
 		return
 	}
-	if attr.IsRR(g.cfg.RTPriority) {
+	if g.cfg.RTPriority > 0 && attr.IsRR(g.cfg.RTPriority) {
+		g.track(l, true)
 		return
 	}
-	if !rtRefused {
+	if g.cfg.RTPriority > 0 && !rtRefused {
 		err := g.sched.SetRR(l.PID, g.cfg.RTPriority)
 		if err == nil {
+			g.track(l, true)
 			g.log.Info("sshd listener set to SCHED_RR", "pid", l.PID, "priority", g.cfg.RTPriority, "was_policy", attr.Policy)
 			return
 		}
@@ -183,10 +329,11 @@ func (g *Guardian) protectScheduling(l victim.Identity, rtRefused bool) {
 		g.raise("sshd-rt-refused", "", alert.Warning,
 			fmt.Sprintf("SCHED_RR refused for sshd (pid %d): %v; falling back to nice %d", l.PID, err, g.cfg.FallbackNice), nil)
 	}
-	if attr.Nice == g.cfg.FallbackNice {
+	g.track(l, false)
+	if attr.Policy == unix.SCHED_NORMAL && attr.Nice == g.cfg.FallbackNice && attr.ResetOnFork {
 		return
 	}
-	if err := g.sched.SetNice(l.PID, g.cfg.FallbackNice); err != nil {
+	if err := g.sched.SetOther(l.PID, g.cfg.FallbackNice); err != nil {
 		g.metrics.protectionErrors.WithLabelValues("nice").Inc()
 		g.raise("sshd-nice-refused", "", alert.Critical, fmt.Sprintf("cannot renice sshd (pid %d): %v", l.PID, err), nil)
 		return

@@ -132,6 +132,7 @@ func (g *Guardian) guard(ctx context.Context, cg cgroupfs.Cgroup) {
 			})
 		}},
 		{"protect", g.protectLoop},
+		{"rtpolice", g.rtPoliceLoop},
 		{"memory", g.memoryLoop},
 		{"fork", g.forkLoop},
 		{"cpu", g.cpuLoop},

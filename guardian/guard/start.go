@@ -44,6 +44,7 @@ func (g *Guardian) Attach(ctx context.Context, cg cgroupfs.Cgroup) error {
 	g.mu.Lock()
 	g.cg = cg
 	g.listener, g.hadSSHD, g.rtRefused, g.limitsPending = victim.Identity{}, false, false, false
+	g.sshd = sshdState{} // a new cgroup is a new container with a fresh root: its sshd is learnt again
 	g.crossedAt = time.Time{}
 	// The loops' heartbeats start afresh with this cgroup; the watch keeps
 	// beating across, so liveness never lapses.
@@ -115,6 +116,7 @@ func (g *Guardian) detach() {
 	g.mu.Lock()
 	defer g.mu.Unlock()
 	g.cg = nil
+	g.sshd = sshdState{}
 }
 
 // applyLimits sets memory.high/max and pids.max unless they already have

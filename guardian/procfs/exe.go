@@ -10,10 +10,6 @@ import (
 	"labkeep/guardian/victim"
 )
 
-// ClockTicks is the unit of the CPU times in /proc/PID/stat (USER_HZ),
-// fixed at 100 by the kernel's ABI.
-const ClockTicks = 100
-
 // ExeFile returns the device and inode of the file pid executes, stat'ed
 // through /proc/PID/exe: that is the file the kernel mapped, even when the
 // path now names another file or none. Reading it needs the same access

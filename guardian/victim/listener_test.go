@@ -84,12 +84,12 @@ func TestRTOverBudget(t *testing.T) {
 		wantOver  bool
 		threshold float64
 	}{
-		{name: "an idle listener is within budget", usage: RTUsage{Ticks: 0, Elapsed: time.Second, HZ: 100}, want: 0, threshold: 0.05},
-		{name: "accepting logins is within budget", usage: RTUsage{Ticks: 3, Elapsed: time.Second, HZ: 100}, want: 0.03, threshold: 0.05},
-		{name: "exactly the budget is allowed", usage: RTUsage{Ticks: 5, Elapsed: time.Second, HZ: 100}, want: 0.05, threshold: 0.05},
-		{name: "a spinning real-time process is over budget", usage: RTUsage{Ticks: 95, Elapsed: time.Second, HZ: 100}, want: 0.95, wantOver: true, threshold: 0.05},
-		{name: "the share is per second of the window", usage: RTUsage{Ticks: 12, Elapsed: 2 * time.Second, HZ: 100}, want: 0.06, wantOver: true, threshold: 0.05},
-		{name: "an empty window decides nothing", usage: RTUsage{Ticks: 50, Elapsed: 0, HZ: 100}, want: 0, threshold: 0.05},
+		{name: "an idle listener is within budget", usage: RTUsage{Ticks: 0, Elapsed: time.Second}, want: 0, threshold: 0.05},
+		{name: "accepting logins is within budget", usage: RTUsage{Ticks: 3, Elapsed: time.Second}, want: 0.03, threshold: 0.05},
+		{name: "exactly the budget is allowed", usage: RTUsage{Ticks: 5, Elapsed: time.Second}, want: 0.05, threshold: 0.05},
+		{name: "a spinning real-time process is over budget", usage: RTUsage{Ticks: 95, Elapsed: time.Second}, want: 0.95, wantOver: true, threshold: 0.05},
+		{name: "the share is per second of the window", usage: RTUsage{Ticks: 12, Elapsed: 2 * time.Second}, want: 0.06, wantOver: true, threshold: 0.05},
+		{name: "an empty window decides nothing", usage: RTUsage{Ticks: 50, Elapsed: 0}, want: 0, threshold: 0.05},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

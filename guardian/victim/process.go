@@ -38,7 +38,7 @@ type Process struct {
 	State    string `json:"state"`     // kernel state letter: R, S, D, T (stopped), ...
 	Comm     string `json:"comm"`      // the user-controlled name; never used to grant protection
 	RSS      uint64 `json:"rss_bytes"` // resident set size in bytes
-	CPUTicks uint64 `json:"cpu_ticks"` // utime+stime in clock ticks
+	CPUTicks uint64 `json:"cpu_ticks"` // utime+stime in clock ticks (TicksPerSecond)
 }
 
 // ByKey indexes a process snapshot by (PID, start time).

@@ -2,19 +2,22 @@ package victim
 
 import "time"
 
+// TicksPerSecond is the unit of Process.CPUTicks: the kernel reports CPU
+// times in /proc/PID/stat in USER_HZ ticks, 100 a second by its ABI.
+const TicksPerSecond = 100
+
 // RTUsage is the CPU a real-time process used over one policing window.
 type RTUsage struct {
 	Ticks   uint64        // utime+stime consumed during the window, in clock ticks
 	Elapsed time.Duration // the window's length
-	HZ      int           // clock ticks per second (USER_HZ, 100 on Linux)
 }
 
 // Share returns the fraction of one CPU used, 0 for an empty window.
 func (u RTUsage) Share() float64 {
-	if u.Elapsed <= 0 || u.HZ <= 0 {
+	if u.Elapsed <= 0 {
 		return 0
 	}
-	return float64(u.Ticks) / float64(u.HZ) / u.Elapsed.Seconds()
+	return float64(u.Ticks) / TicksPerSecond / u.Elapsed.Seconds()
 }
 
 // RTOverBudget reports whether a real-time process used more than

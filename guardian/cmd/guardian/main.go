@@ -106,6 +106,9 @@ type variables struct {
 	RTPriority   *int           `envconfig:"RT_PRIORITY"`
 	RTRuntimeUS  *int           `envconfig:"RT_RUNTIME_US"`
 	FallbackNice *int           `envconfig:"FALLBACK_NICE"`
+	SSHDExe      *string        `envconfig:"SSHD_EXE"`
+	RTMaxCPU     *float64       `envconfig:"RT_MAX_CPU_SHARE"`
+	RTPolice     *time.Duration `envconfig:"RT_POLICE_EVERY"`
 
 	KillGrace  *time.Duration `envconfig:"KILL_GRACE"`
 	KillWait   *time.Duration `envconfig:"KILL_WAIT"`
@@ -150,7 +153,7 @@ func bind(o *options) variables {
 
 		SSHAddr: &o.SSHAddr, SessionExes: &g.SessionExes, ProtectExes: &g.ProtectExes, ProtectPID1: &g.ProtectPID1,
 		ProtectInit: &g.ProtectInit, ProtectEvery: &g.ProtectEvery, RTPriority: &g.RTPriority, RTRuntimeUS: &g.RTRuntimeUS,
-		FallbackNice: &g.FallbackNice,
+		FallbackNice: &g.FallbackNice, SSHDExe: &g.SSHDExe, RTMaxCPU: &g.RTMaxCPUShare, RTPolice: &g.RTPoliceEvery,
 
 		KillGrace: &g.KillGrace, KillWait: &g.KillWait, KillMax: &g.KillMax, KillWindow: &g.KillWindow, KillPause: &g.KillPause,
 
