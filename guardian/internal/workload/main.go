@@ -5,11 +5,13 @@
 //	workload bomb                                           fork bomb: every process starts two copies of itself
 //	workload spin [-nice -20]                               burn one CPU (optionally try to renice itself first)
 //	workload idle [-comm name] [-mb 10]                     hold some memory and sleep
+//	workload fakesshd -addr 127.0.0.1:22                    take the SSH port: answer an SSH banner, burn one CPU
 package main
 
 import (
 	"flag"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"syscall"
@@ -30,6 +32,7 @@ func main() {
 	every := fs.Duration("every", 20*time.Millisecond, "pause between steps")
 	comm := fs.String("comm", "", "process name to take (prctl PR_SET_NAME)")
 	nice := fs.Int("nice", 0, "nice value to try before spinning (0: leave)")
+	addr := fs.String("addr", "127.0.0.1:22", "address to listen on (fakesshd)")
 	fs.Parse(os.Args[2:])
 	if *comm != "" {
 		name, err := unix.BytePtrFromString(*comm)
@@ -55,6 +58,8 @@ func main() {
 		}
 	case "bomb":
 		bomb()
+	case "fakesshd":
+		fakeSSHD(*addr)
 	default:
 		fmt.Fprintln(os.Stderr, "unknown subcommand", os.Args[1])
 		os.Exit(2)
@@ -103,5 +108,29 @@ func bomb() {
 			time.Sleep(time.Millisecond)
 		}
 		syscall.Getpid()
+	}
+}
+
+// fakeSSHD is a hostile root's own program on the SSH port: it answers
+// connections with an OpenSSH banner (so a prober takes it for sshd) and
+// burns a CPU.
+func fakeSSHD(addr string) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "fakesshd:", err)
+		os.Exit(1)
+	}
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				continue
+			}
+			c.Write([]byte("SSH-2.0-OpenSSH_9.2\r\n"))
+			c.Close()
+		}
+	}()
+	for x := 0; ; x++ {
+		_ = x * x
 	}
 }
