@@ -68,6 +68,16 @@ type Cgroup interface {
 	PidsLimit() (int, error)
 	// PidsRefused returns how many forks the kernel refused at pids.max.
 	PidsRefused() (uint64, error)
+	// PidsCurrent reads pids.current: the tasks charged against pids.max,
+	// threads and not yet reaped zombies included.
+	PidsCurrent() (int, error)
+	// WatchPids delivers a value on the returned channel whenever the
+	// kernel notifies a change of pids.events (a fork refused at
+	// pids.max), and closes it when ctx ends. Only cgroup v2 notifies: on
+	// v1 the kernel counts refusals in pids.events but sends the
+	// notification to pids.events.local, a file v1 does not have (checked
+	// on Linux 6.18), so V1 returns ErrUnsupported and callers poll.
+	WatchPids(ctx context.Context) (<-chan struct{}, error)
 	// Freeze stops every task and waits until the kernel reports the cgroup frozen.
 	Freeze(ctx context.Context) error
 	// Thaw resumes the tasks.

@@ -214,6 +214,17 @@ func (c *V1) PidsRefused() (uint64, error) {
 	return ev["max"], nil
 }
 
+// PidsCurrent implements Cgroup.
+func (c *V1) PidsCurrent() (int, error) {
+	v, err := readUint(c.dirs["pids"], "pids.current")
+	return int(v), err
+}
+
+// WatchPids implements Cgroup: v1 never notifies pids.events.
+func (c *V1) WatchPids(context.Context) (<-chan struct{}, error) {
+	return nil, fmt.Errorf("pids.events notifications: %w", ErrUnsupported)
+}
+
 // Freeze implements Cgroup with the v1 freezer.
 func (c *V1) Freeze(ctx context.Context) error {
 	d := c.dirs["freezer"]

@@ -152,6 +152,30 @@ func (c *V2) PidsRefused() (uint64, error) {
 	return ev["max"], nil
 }
 
+// PidsCurrent implements Cgroup.
+func (c *V2) PidsCurrent() (int, error) {
+	v, err := readUint(c.dir, "pids.current")
+	return int(v), err
+}
+
+// WatchPids implements Cgroup with inotify on pids.events, whose "max"
+// counter the kernel raises (and notifies) at every fork refused at
+// pids.max in the cgroup or below it.
+func (c *V2) WatchPids(ctx context.Context) (<-chan struct{}, error) {
+	in, err := unix.InotifyInit1(unix.IN_CLOEXEC | unix.IN_NONBLOCK)
+	if err != nil {
+		return nil, fmt.Errorf("inotify: %w", err)
+	}
+	if _, err := unix.InotifyAddWatch(in, file(c.dir, "pids.events"), unix.IN_MODIFY); err != nil {
+		unix.Close(in)
+		return nil, fmt.Errorf("watch pids.events: %w", err)
+	}
+	return pollFDs(ctx, []int{in}, unix.POLLIN, func() { unix.Close(in) }, func(fd int) {
+		var buf [4096]byte
+		unix.Read(fd, buf[:])
+	}), nil
+}
+
 // Freeze implements Cgroup with cgroup.freeze, waiting for "frozen 1" in
 // cgroup.events.
 func (c *V2) Freeze(ctx context.Context) error {

@@ -21,10 +21,21 @@ type Config struct {
 	HandleOOM     bool    // v1: disable the kernel OOM killer so guardian picks the victim; v2: memory.oom.group=0
 	MemoryPoll    time.Duration
 
-	PidsMax       int
-	ForkThreshold int
-	ForkWindow    time.Duration
-	ForkScan      time.Duration
+	PidsMax int
+	// A fork bomb (victim.BombPolicy) is ForkThreshold forks refused at
+	// pids.max within ForkWindow, or processes at ForkGrowthFraction of
+	// PidsMax or more growing fast enough to reach it within ForkHorizon.
+	// ForkScan is how often the pids accounting is read (three small
+	// files; it bounds the reaction on cgroup v1, which sends no events).
+	ForkThreshold      int
+	ForkWindow         time.Duration
+	ForkScan           time.Duration
+	ForkGrowthFraction float64
+	ForkHorizon        time.Duration
+	// PidsReserve is added to pids.max while a containment finds the
+	// frozen workspace within it of the limit, until the killed processes
+	// are reaped, so sshd can fork for the logins that queued meanwhile.
+	PidsReserve   int
 	FreezeTimeout time.Duration
 	ContainRounds int
 
@@ -76,7 +87,8 @@ func Defaults() Config {
 	return Config{
 		HighFraction: 0.90, MaxFraction: 0.98, AlertFraction: 0.95, KillFraction: 0.97,
 		HandleOOM: true, MemoryPoll: 2 * time.Second,
-		PidsMax: 4096, ForkThreshold: 500, ForkWindow: 10 * time.Second, ForkScan: time.Second,
+		PidsMax: 4096, ForkThreshold: 50, ForkWindow: 10 * time.Second, ForkScan: 50 * time.Millisecond,
+		ForkGrowthFraction: 0.25, ForkHorizon: time.Second, PidsReserve: 64,
 		FreezeTimeout: 2 * time.Second, ContainRounds: 20,
 		ProtectEvery: 30 * time.Second, SSHPort: 22,
 		SessionExes: []string{"/usr/lib/openssh/sshd-session", "/usr/lib/openssh/sshd-auth"},
@@ -107,6 +119,10 @@ func (c Config) Validate() error {
 	frac("alert fraction", c.AlertFraction)
 	frac("kill fraction", c.KillFraction)
 	frac("hang CPU fraction", c.Hang.CPUFraction)
+	frac("fork growth fraction", c.ForkGrowthFraction)
+	if c.PidsReserve < 0 || c.ForkHorizon <= 0 {
+		errs = append(errs, fmt.Errorf("pids reserve (%d) must not be negative and fork horizon (%v) must be positive", c.PidsReserve, c.ForkHorizon))
+	}
 	if c.HighFraction > c.MaxFraction || c.KillFraction > c.MaxFraction {
 		errs = append(errs, fmt.Errorf("high (%v) and kill (%v) fractions must not exceed the max fraction (%v)", c.HighFraction, c.KillFraction, c.MaxFraction))
 	}

@@ -15,50 +15,137 @@ import (
 
 var errGone = killer.ErrGone
 
-// forkLoop scans the cgroup for process births and contains fork bombs.
+// forkLoop contains fork bombs. It looks at the pids accounting every
+// ForkScan, and at once when the kernel notifies a fork refused at
+// pids.max (cgroup v2 only; v1 kernels do not notify pids.events, so there
+// the scan period alone bounds the reaction). A look reads three small
+// files (cgroup.procs, pids.current, pids.events), never the process
+// table, so it can run every few tens of milliseconds: a bomb is caught
+// while it grows, before it takes the tasks sshd needs for the next login
+// (see victim.BombPolicy for what is and is not a bomb).
 func (g *Guardian) forkLoop(ctx context.Context) {
-	det := &victim.ForkDetector{Threshold: g.cfg.ForkThreshold, Window: g.cfg.ForkWindow}
-	var lastRefused uint64
-	if n, err := g.cg.PidsRefused(); err == nil {
-		lastRefused = n
+	det := &victim.BombDetector{Policy: victim.BombPolicy{
+		Limit: g.cfg.PidsMax, Refused: g.cfg.ForkThreshold, Window: g.cfg.ForkWindow,
+		GrowthFraction: g.cfg.ForkGrowthFraction, Horizon: g.cfg.ForkHorizon,
+	}}
+	wake, err := g.cg.WatchPids(ctx)
+	if err != nil {
+		g.log.Debug("fork: no pids.events notifications, polling only", "every", g.cfg.ForkScan, "err", err)
 	}
-	g.every(ctx, "fork", g.cfg.ForkScan, func(ctx context.Context) {
-		pids, err := g.cg.Procs()
-		if err != nil {
-			g.log.Error("fork: list processes", "err", err)
+	t := time.NewTicker(g.cfg.ForkScan)
+	defer t.Stop()
+	for {
+		g.forkCheck(ctx, det)
+		g.beat("fork")
+		select {
+		case <-ctx.Done():
 			return
+		case <-t.C:
+		case _, ok := <-wake:
+			if !ok {
+				wake = nil
+			}
 		}
-		procs, err := g.procs.Snapshot(pids)
-		if err != nil {
-			g.log.Error("fork: snapshot", "err", err)
-			return
-		}
-		refused := 0
-		if n, err := g.cg.PidsRefused(); err == nil {
-			refused = int(n - min(n, lastRefused))
-			lastRefused = n
-		}
-		births, bomb := det.Observe(g.now(), procs, refused)
-		if !bomb {
-			return
-		}
-		g.log.Warn("fork bomb detected", "births", births, "window", g.cfg.ForkWindow, "processes", len(procs), "refused_forks", refused)
-		res := g.contain(ctx, "fork-bomb")
-		g.metrics.bombs.Inc()
-		g.mu.Lock()
-		g.st.Bombs++
+	}
+}
+
+// forkCheck takes one look at the pids accounting and contains a bomb.
+func (g *Guardian) forkCheck(ctx context.Context, det *victim.BombDetector) {
+	pids, err := g.cg.Procs()
+	if err != nil {
+		g.log.Error("fork: list processes", "err", err)
+		return
+	}
+	tasks, err := g.cg.PidsCurrent()
+	if err != nil {
+		g.log.Error("fork: pids.current", "err", err)
+		return
+	}
+	refused, err := g.cg.PidsRefused()
+	if err != nil {
+		g.log.Error("fork: pids.events", "err", err)
+		return
+	}
+	g.lowerReserve(tasks)
+	v := det.Observe(victim.BombSample{At: g.now(), Procs: len(pids), Tasks: tasks, Refused: refused})
+	if !v.Bomb {
+		return
+	}
+	g.log.Warn("fork bomb detected", "reason", v.Reason, "processes", len(pids), "tasks", tasks, "pids_max", g.cfg.PidsMax,
+		"refused_forks", v.Refused, "growth_per_s", int(v.Rate), "reach_ms", v.Reach.Milliseconds())
+	res := g.contain(ctx, "fork-bomb")
+	g.metrics.bombs.Inc()
+	g.mu.Lock()
+	g.st.Bombs++
+	g.mu.Unlock()
+	why := fmt.Sprintf("%d forks refused at pids.max %d within %v", v.Refused, g.cfg.PidsMax, g.cfg.ForkWindow)
+	if v.Reason == "growth" {
+		why = fmt.Sprintf("%d processes growing by %d/s, pids.max %d within %v", len(pids), int(v.Rate), g.cfg.PidsMax, v.Reach.Round(time.Millisecond))
+	}
+	g.raise("fork-bomb", "", alert.Critical,
+		fmt.Sprintf("fork bomb: %s; froze the workspace and killed %d unprotected processes in %d round(s), %v",
+			why, len(res.killed), res.rounds, res.took.Round(time.Millisecond)),
+		map[string]string{"reason": v.Reason, "processes": strconv.Itoa(len(pids)), "refused": strconv.Itoa(v.Refused),
+			"killed": strconv.Itoa(len(res.killed)), "contained_ms": strconv.FormatInt(res.took.Milliseconds(), 10), "contained": strconv.FormatBool(res.contained)})
+	g.metrics.bombContainment.Set(res.took.Seconds())
+	det.Reset()
+	g.saveLogged()
+}
+
+// raiseReserve lifts pids.max by PidsReserve while the frozen workspace is
+// within PidsReserve of the limit. Killed processes keep their pids until
+// they are reaped, which is up to their reaper (the Pod's PID 1), so right
+// after the thaw the workspace would still be at the limit and sshd,
+// thawed with the connections that queued up meanwhile, could not fork for
+// them. Nothing else forks into the reserve: the cgroup is frozen, and what
+// was not killed is protected. lowerReserve gives it back. The caller
+// holds the emergency lock with the cgroup frozen.
+func (g *Guardian) raiseReserve() {
+	if g.cfg.PidsReserve == 0 {
+		return
+	}
+	tasks, err := g.cg.PidsCurrent()
+	if err != nil || tasks < g.cfg.PidsMax-g.cfg.PidsReserve {
+		return
+	}
+	g.mu.Lock()
+	g.reserveSince = g.now()
+	g.mu.Unlock()
+	if err := g.cg.SetPidsMax(g.pidsMax()); err != nil {
+		g.log.Warn("fork: raise pids.max by the reserve", "err", err)
+		return
+	}
+	g.log.Info("pids.max raised by the reserve while containing", "tasks", tasks, "pids_max", g.pidsMax())
+}
+
+// lowerReserve puts pids.max back once the killed processes were reaped
+// (tasks back below the limit by the reserve), or after ForkWindow at the
+// latest, whatever the workspace runs by then.
+func (g *Guardian) lowerReserve(tasks int) {
+	g.mu.Lock()
+	since := g.reserveSince
+	if since.IsZero() || (tasks > g.cfg.PidsMax-g.cfg.PidsReserve && g.now().Sub(since) < g.cfg.ForkWindow) {
 		g.mu.Unlock()
-		g.raise("fork-bomb", "", alert.Critical,
-			fmt.Sprintf("fork bomb: %d new processes within %v; froze the workspace and killed %d unprotected processes in %d round(s), %v",
-				births, g.cfg.ForkWindow, len(res.killed), res.rounds, res.took.Round(time.Millisecond)),
-			map[string]string{"births": strconv.Itoa(births), "killed": strconv.Itoa(len(res.killed)), "contained_ms": strconv.FormatInt(res.took.Milliseconds(), 10), "contained": strconv.FormatBool(res.contained)})
-		g.metrics.bombContainment.Set(res.took.Seconds())
-		det.Reset()
-		if n, err := g.cg.PidsRefused(); err == nil {
-			lastRefused = n
-		}
-		g.saveLogged()
-	})
+		return
+	}
+	g.reserveSince = time.Time{}
+	g.mu.Unlock()
+	if err := g.cg.SetPidsMax(g.cfg.PidsMax); err != nil {
+		g.log.Warn("fork: lower pids.max after containment", "err", err)
+		return
+	}
+	g.log.Info("pids.max back after containment", "tasks", tasks, "pids_max", g.cfg.PidsMax)
+}
+
+// pidsMax is the pids.max guardian wants now: PidsMax, plus PidsReserve
+// while a containment holds the reserve open.
+func (g *Guardian) pidsMax() int {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.reserveSince.IsZero() {
+		return g.cfg.PidsMax
+	}
+	return g.cfg.PidsMax + g.cfg.PidsReserve
 }
 
 type containResult struct {
@@ -89,6 +176,7 @@ func (g *Guardian) containLocked(ctx context.Context, reason string) containResu
 		if ferr != nil {
 			g.log.Warn("freeze did not complete, killing anyway", "err", ferr)
 		}
+		g.raiseReserve()
 		procs, prot, err := g.snapshot()
 		var victims []victim.Process
 		if err == nil {

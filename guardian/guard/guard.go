@@ -86,6 +86,9 @@ type Guardian struct {
 	rtRefused  bool
 	heartbeats map[string]time.Time
 	crossedAt  time.Time // when usage was first seen at the kill threshold
+	// reserveSince is when a containment lifted pids.max by PidsReserve;
+	// zero while pids.max is PidsMax (see raiseReserve).
+	reserveSince time.Time
 
 	limitsPending bool  // the kernel limits could not be applied yet
 	waiting       error // why no workspace cgroup is guarded, for Healthy

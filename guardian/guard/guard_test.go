@@ -111,6 +111,10 @@ func (c *fakeCgroup) PidsLimit() (int, error) {
 	return c.pidsMax, nil
 }
 func (c *fakeCgroup) PidsRefused() (uint64, error) { return 0, nil }
+func (c *fakeCgroup) PidsCurrent() (int, error)    { return len(c.table.pids()), nil }
+func (c *fakeCgroup) WatchPids(context.Context) (<-chan struct{}, error) {
+	return nil, errors.New("fake: no notifications")
+}
 func (c *fakeCgroup) Freeze(context.Context) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()

@@ -136,9 +136,9 @@ func (g *Guardian) applyLimits() error {
 			errs = append(errs, fmt.Errorf("memory limits: %w", err))
 		}
 	}
-	if cur, err := g.cg.PidsLimit(); err != nil || cur != g.cfg.PidsMax {
+	if cur, err := g.cg.PidsLimit(); err != nil || cur != g.pidsMax() {
 		wrote = true
-		if err := g.cg.SetPidsMax(g.cfg.PidsMax); err != nil {
+		if err := g.cg.SetPidsMax(g.pidsMax()); err != nil {
 			errs = append(errs, fmt.Errorf("pids.max: %w", err))
 		}
 	}

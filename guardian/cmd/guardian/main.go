@@ -94,6 +94,9 @@ type variables struct {
 	ForkThreshold *int           `envconfig:"FORK_THRESHOLD"`
 	ForkWindow    *time.Duration `envconfig:"FORK_WINDOW"`
 	ForkScan      *time.Duration `envconfig:"FORK_SCAN"`
+	ForkGrowth    *float64       `envconfig:"FORK_GROWTH_FRACTION"`
+	ForkHorizon   *time.Duration `envconfig:"FORK_HORIZON"`
+	PidsReserve   *int           `envconfig:"PIDS_RESERVE"`
 	FreezeTimeout *time.Duration `envconfig:"FREEZE_TIMEOUT"`
 	ContainRounds *int           `envconfig:"CONTAIN_ROUNDS"`
 
@@ -149,6 +152,7 @@ func bind(o *options) variables {
 		AlertFraction: &g.AlertFraction, KillFraction: &g.KillFraction, HandleOOM: &g.HandleOOM, MemoryPoll: &g.MemoryPoll,
 
 		PidsMax: &g.PidsMax, ForkThreshold: &g.ForkThreshold, ForkWindow: &g.ForkWindow, ForkScan: &g.ForkScan,
+		ForkGrowth: &g.ForkGrowthFraction, ForkHorizon: &g.ForkHorizon, PidsReserve: &g.PidsReserve,
 		FreezeTimeout: &g.FreezeTimeout, ContainRounds: &g.ContainRounds,
 
 		SSHAddr: &o.SSHAddr, SessionExes: &g.SessionExes, ProtectExes: &g.ProtectExes, ProtectPID1: &g.ProtectPID1,

@@ -90,7 +90,7 @@ var nonDefault = map[string]string{
 	"CONTAINER_NAME": "main", "PROC_ROOT": "/host/proc", "CGROUP_MOUNT": "/host/sys/fs/cgroup",
 	"MEMORY_LIMIT": "2Gi", "MEMORY_HIGH_FRACTION": "0.8", "MEMORY_MAX_FRACTION": "0.99", "MEMORY_ALERT_FRACTION": "0.9",
 	"MEMORY_KILL_FRACTION": "0.96", "HANDLE_OOM": "false", "MEMORY_POLL": "3s",
-	"PIDS_MAX": "1000", "FORK_THRESHOLD": "300", "FORK_WINDOW": "5s", "FORK_SCAN": "2s", "FREEZE_TIMEOUT": "3s", "CONTAIN_ROUNDS": "7",
+	"PIDS_MAX": "1000", "FORK_THRESHOLD": "300", "FORK_WINDOW": "5s", "FORK_SCAN": "2s", "FORK_GROWTH_FRACTION": "0.5", "FORK_HORIZON": "2s", "PIDS_RESERVE": "32", "FREEZE_TIMEOUT": "3s", "CONTAIN_ROUNDS": "7",
 	"SSH_ADDR": "127.0.0.1:2222", "SSHD_SESSION_EXES": "/usr/sbin/sshd-session", "PROTECT_EXES": "/usr/bin/tmux",
 	"PROTECT_PID1": "false", "PROTECT_INIT": "false", "PROTECT_EVERY": "10s", "RT_PRIORITY": "2", "RT_RUNTIME_US": "20000",
 	"FALLBACK_NICE": "-10", "SSHD_EXE": "/usr/sbin/sshd", "RT_MAX_CPU_SHARE": "0.1", "RT_POLICE_EVERY": "2s",

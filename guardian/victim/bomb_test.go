@@ -1,0 +1,127 @@
+package victim
+
+import (
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestBombDetector(t *testing.T) {
+	policy := BombPolicy{Limit: 4096, Refused: 50, Window: 10 * time.Second, GrowthFraction: 0.25, Horizon: time.Second}
+	// step is one look at the workspace, ms after the first.
+	type step struct {
+		ms           int
+		procs, tasks int
+		refused      uint64
+	}
+	// every50ms builds samples 50 ms apart with tasks == procs.
+	every50ms := func(refused uint64, procs ...int) []step {
+		var out []step
+		for i, p := range procs {
+			out = append(out, step{50 * i, p, p, refused})
+		}
+		return out
+	}
+	tests := []struct {
+		name  string
+		steps []step
+		want  []string // the verdict's reason at each step, "" for no bomb
+	}{
+		{
+			name:  "a make -j16 build starts and reaps tens of processes and is no bomb",
+			steps: every50ms(0, 3, 20, 45, 70, 66, 80, 72, 90, 40, 3),
+			want:  []string{"", "", "", "", "", "", "", "", "", ""},
+		},
+		{
+			name:  "a program starting 2000 threads at once is one process and no bomb",
+			steps: []step{{0, 3, 3, 0}, {50, 3, 900, 0}, {100, 3, 2003, 0}, {150, 3, 2003, 0}},
+			want:  []string{"", "", "", ""},
+		},
+		{
+			name:  "a bomb growing towards the limit is one once it holds a quarter of it and reaches the limit within the horizon",
+			steps: every50ms(0, 3, 300, 600, 900, 1200, 1500),
+			want:  []string{"", "", "", "", "growth", "growth"},
+		},
+		{
+			name:  "a bomb at the limit still forking is refused again and again",
+			steps: []step{{0, 4090, 4096, 100}, {50, 4090, 4096, 130}, {100, 4090, 4096, 220}},
+			want:  []string{"", "", "refused"},
+		},
+		{
+			name:  "one fork refused to a program at the limit is no bomb",
+			steps: []step{{0, 10, 4096, 0}, {50, 10, 4096, 1}, {100, 10, 4096, 1}, {150, 10, 4096, 1}},
+			want:  []string{"", "", "", ""},
+		},
+		{
+			name:  "refusals counted only within the window",
+			steps: []step{{0, 10, 4000, 0}, {50, 10, 4000, 30}, {11050, 10, 4000, 60}},
+			want:  []string{"", "", ""},
+		},
+		{
+			name:  "a burst of workers that stops growing is no bomb",
+			steps: every50ms(0, 10, 1510, 1510, 1510),
+			want:  []string{"", "", "", ""},
+		},
+		{
+			name:  "slow growth that would take far longer than the horizon to reach the limit is no bomb",
+			steps: every50ms(0, 1100, 1110, 1120, 1130),
+			want:  []string{"", "", "", ""},
+		},
+		{
+			name:  "fast growth far below a quarter of the limit is no bomb yet",
+			steps: every50ms(0, 10, 300, 600, 900),
+			want:  []string{"", "", "", ""},
+		},
+		{
+			name: "remaining tasks, not processes, decide when the limit is reached",
+			// 1100 processes with 3000 threads more: 600 processes/s reach
+			// the limit within a second.
+			steps: []step{{0, 1000, 3900, 0}, {50, 1050, 3950, 0}, {100, 1100, 4000, 0}},
+			want:  []string{"", "", "growth"},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := &BombDetector{Policy: policy}
+			t0 := time.Unix(1000, 0)
+			var got []string
+			for _, s := range tt.steps {
+				v := d.Observe(BombSample{At: t0.Add(time.Duration(s.ms) * time.Millisecond), Procs: s.procs, Tasks: s.tasks, Refused: s.refused})
+				if v.Bomb != (v.Reason != "") {
+					t.Errorf("verdict %+v: Bomb and Reason disagree", v)
+				}
+				got = append(got, v.Reason)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("reasons (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// After Reset the next sample is a new baseline: what was refused or grown
+// before the containment counts no more.
+func TestBombDetectorReset(t *testing.T) {
+	d := &BombDetector{Policy: BombPolicy{Limit: 4096, Refused: 50, Window: 10 * time.Second, GrowthFraction: 0.25, Horizon: time.Second}}
+	t0 := time.Unix(1000, 0)
+	obs := func(ms, procs int, refused uint64) BombVerdict {
+		t.Helper()
+		return d.Observe(BombSample{At: t0.Add(time.Duration(ms) * time.Millisecond), Procs: procs, Tasks: procs, Refused: refused})
+	}
+	obs(0, 4000, 0)
+	if v := obs(50, 4000, 500); !v.Bomb {
+		t.Fatalf("500 refused forks: %+v; want a bomb", v)
+	}
+	d.Reset()
+	var got []bool
+	for i, s := range []struct {
+		procs   int
+		refused uint64
+	}{{5, 500}, {5, 510}, {1500, 510}, {1500, 510}} {
+		got = append(got, obs(100+50*i, s.procs, s.refused).Bomb)
+	}
+	if diff := cmp.Diff([]bool{false, false, false, false}, got); diff != "" {
+		t.Errorf("bomb after reset (-want +got):\n%s", diff)
+	}
+}
