@@ -40,11 +40,17 @@ func (g *Guardian) cpuLoop(ctx context.Context) {
 		}
 		frac := victim.CPUFraction(usage-prevUsage, now.Sub(prevAt), cpus)
 		g.metrics.cpuFraction.Set(frac)
-		sshOK := true
-		if frac > g.cfg.Hang.CPUFraction {
+		// SSH matters only with CPU above the threshold (the tracker
+		// ignores it otherwise), so only then is it probed now; below,
+		// the prober loop's last result is passed as it stands.
+		probed, sshOK := frac > g.cfg.Hang.CPUFraction, false
+		if probed {
 			sshOK = g.probeOnce(ctx)
 		}
 		g.mu.Lock()
+		if !probed {
+			sshOK = g.sshOK
+		}
 		act := g.st.Hang.Observe(now, frac, sshOK)
 		g.mu.Unlock()
 		if !act.Alert {

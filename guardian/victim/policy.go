@@ -167,10 +167,15 @@ type HangPolicy struct {
 	KillOne     time.Duration // default 90s: kill the top-CPU unprotected process
 	KillThree   time.Duration // default 180s: kill the top 3
 	KillAll     time.Duration // default 300s: kill every unprotected process
-	// Recovery is how long CPU must stay at or below CPUFraction to end a
-	// hang while SSH is still unreachable (default 10s), so that one noisy
-	// sample under a CFS quota does not restart the escalation. SSH being
-	// reachable again ends a hang at once.
+	// Recovery is how long the hang condition must stay absent, without
+	// interruption, to end a hang (default 10s): every observation in that
+	// span has CPU at or below CPUFraction or SSH reachable. One such
+	// observation alone ends nothing: a CPU sample that dips under a CFS
+	// quota, or an SSH banner that squeezes through a saturated CPU once,
+	// says nothing about whether the workspace is usable again, and
+	// restarting the escalation on it would postpone the kills without end.
+	// A hang observed again before Recovery has passed continues the
+	// escalation where it stood, its duration counted from its start.
 	Recovery time.Duration
 }
 
@@ -189,34 +194,33 @@ type HangTracker struct {
 	Since  time.Time  `json:"since"` // zero while not hung
 	Stage  int        `json:"stage"` // escalation steps already taken
 	Acted  time.Time  `json:"acted"` // when the last step was taken
-	Low    time.Time  `json:"low"`   // when CPU dropped to the threshold during a hang
+	// Calm is when the hang condition was first seen absent again during
+	// a hang, zero while it holds: the start of the recovery span.
+	Calm time.Time `json:"calm"`
 }
 
-// Observe feeds one CPU measurement and the latest SSH probe result and
-// returns the action due now. Each step happens once per hang; once every
-// step was taken the last one (kill all) repeats every AlertAfter while the
-// hang lasts.
+// Observe feeds one CPU measurement and the SSH probe result and returns
+// the action due now. The workspace is hung while cpu is above
+// CPUFraction and SSH is unreachable; sshOK is consulted only then, so a
+// caller need not probe while CPU is low. Each step happens once per hang;
+// once every step was taken the last one (kill all) repeats every
+// AlertAfter while the hang lasts. A hang ends only after Recovery without
+// the condition (see HangPolicy.Recovery); no step is taken meanwhile.
 func (h *HangTracker) Observe(now time.Time, cpu float64, sshOK bool) HangAction {
-	reset := func() HangAction {
-		h.Since, h.Stage, h.Acted, h.Low = time.Time{}, 0, time.Time{}, time.Time{}
-		return HangAction{}
-	}
-	if sshOK {
-		return reset()
-	}
-	if cpu <= h.Policy.CPUFraction {
+	if cpu <= h.Policy.CPUFraction || sshOK {
 		if h.Since.IsZero() {
 			return HangAction{}
 		}
-		if h.Low.IsZero() {
-			h.Low = now
+		if h.Calm.IsZero() {
+			h.Calm = now
 		}
-		if now.Sub(h.Low) >= h.Policy.Recovery {
-			return reset()
+		if now.Sub(h.Calm) >= h.Policy.Recovery {
+			h.Since, h.Stage, h.Acted, h.Calm = time.Time{}, 0, time.Time{}, time.Time{}
+			return HangAction{}
 		}
 		return HangAction{Hung: now.Sub(h.Since)}
 	}
-	h.Low = time.Time{}
+	h.Calm = time.Time{}
 	if h.Since.IsZero() {
 		h.Since = now
 	}
