@@ -126,6 +126,15 @@ func (c Config) Validate() error {
 	if c.HighFraction > c.MaxFraction || c.KillFraction > c.MaxFraction {
 		errs = append(errs, fmt.Errorf("high (%v) and kill (%v) fractions must not exceed the max fraction (%v)", c.HighFraction, c.KillFraction, c.MaxFraction))
 	}
+	if c.AlertFraction >= c.KillFraction {
+		errs = append(errs, fmt.Errorf("alert fraction (%v) must be below the kill fraction (%v): the alert comes before the kill", c.AlertFraction, c.KillFraction))
+	}
+	if h := c.Hang; !(0 < h.AlertAfter && h.AlertAfter < h.KillOne && h.KillOne < h.KillThree && h.KillThree < h.KillAll) {
+		errs = append(errs, fmt.Errorf("hang steps must increase strictly from above zero: alert %v < kill one %v < kill three %v < kill all %v", h.AlertAfter, h.KillOne, h.KillThree, h.KillAll))
+	}
+	if c.Hang.Recovery <= 0 {
+		errs = append(errs, fmt.Errorf("hang recovery must be positive, got %v", c.Hang.Recovery))
+	}
 	if c.PidsMax <= 0 || c.ForkThreshold <= 0 || c.ContainRounds <= 0 || c.KillMax <= 0 {
 		errs = append(errs, errors.New("pids max, fork threshold, contain rounds and kill max must be positive"))
 	}
