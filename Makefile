@@ -22,10 +22,10 @@ run: setup
 # scenarios and the Pod labs on the real node load the CPU on purpose
 # (memory hogs, fork bombs, CPU storms) and measure how the workspace
 # reacts, so they run after the rest, one package at a time, not beside
-# other packages.
-ALONE := ./guardian/e2e ./test/podlab
+# other packages; test/guardianvm runs the same scenarios in a cgroup v2 VM.
+ALONE := ./guardian/e2e ./test/podlab ./test/guardianvm
 test: setup vet
-	$(GO) test -race -count=1 -timeout 30m $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v -e '/guardian/e2e$$' -e '/test/podlab$$')
+	$(GO) test -race -count=1 -timeout 30m $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v -e '/guardian/e2e$$' -e '/test/podlab$$' -e '/test/guardianvm$$')
 	$(GO) test -race -count=1 -p 1 -timeout 30m $(GOTEST_FLAGS) $(ALONE)
 
 # vet also fails on an untidy go.mod: `go mod tidy` must leave nothing to change.

@@ -5,12 +5,14 @@
 #     guardian end-to-end tests, setpriv, procps, nginx and envsubst for the
 #     reapTick forwarder test, kubectl for the kustomize check; for the local
 #     node: containerd, runc, the CNI plugins, iproute2, iptables for the
-#     portmap plugin, debootstrap for the workspace image); their packaged
+#     portmap plugin, debootstrap for the workspace image; qemu for the
+#     cgroup v2 VM that guardian's scenarios also run in); their packaged
 #     services are never started: tests run their own instances;
 #   - the local Kubernetes binaries (etcd, kube-apiserver,
 #     kube-controller-manager, kubelet, kube-scheduler), built once from the
 #     Go module proxy and cached in $LABKEEP_BIN_CACHE (default: the user
-#     cache dir), and, as root, the node's images (cached beside them).
+#     cache dir), the kernel of the cgroup v2 test VM (Debian's, unpacked,
+#     not installed), and, as root, the node's images (cached beside them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,6 +32,7 @@ have_cmd ip || need+=(iproute2)
 have_cmd iptables || need+=(iptables)
 have_cmd debootstrap || need+=(debootstrap)
 have_cmd unshare || need+=(util-linux)
+have_cmd qemu-system-x86_64 || need+=(qemu-system-x86)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then

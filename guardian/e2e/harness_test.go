@@ -56,14 +56,25 @@ func guardianCaps() string {
 
 var bins struct {
 	guardian, workload string
+	built              bool // in a temporary directory this test binary removes
 	err                error
 	once               sync.Once
 }
 
-// build compiles guardian and the workload tool once per test binary.
+// BinDirEnv names a directory holding prebuilt guardian and workload
+// binaries. The cgroup v2 VM, which has no Go toolchain, runs this test
+// binary with it set.
+const BinDirEnv = "GUARDIAN_E2E_BIN_DIR"
+
+// build compiles guardian and the workload tool once per test binary, or
+// takes them from $GUARDIAN_E2E_BIN_DIR.
 func build(t testing.TB) {
 	t.Helper()
 	bins.once.Do(func() {
+		if dir := os.Getenv(BinDirEnv); dir != "" {
+			bins.guardian, bins.workload = filepath.Join(dir, "guardian"), filepath.Join(dir, "workload")
+			return
+		}
 		dir, err := os.MkdirTemp("", "guardian-e2e-bin-")
 		if err != nil {
 			bins.err = err
@@ -82,7 +93,7 @@ func build(t testing.TB) {
 				return
 			}
 		}
-		bins.guardian, bins.workload = filepath.Join(dir, "guardian"), filepath.Join(dir, "workload")
+		bins.guardian, bins.workload, bins.built = filepath.Join(dir, "guardian"), filepath.Join(dir, "workload"), true
 	})
 	if bins.err != nil {
 		t.Fatal(bins.err)
@@ -91,7 +102,7 @@ func build(t testing.TB) {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if bins.guardian != "" {
+	if bins.built {
 		os.RemoveAll(filepath.Dir(bins.guardian))
 	}
 	os.Exit(code)
@@ -175,7 +186,7 @@ func newWorkspace(t testing.TB, lim testcgroup.Limits) *workspace {
 	t.Helper()
 	requireEnv(t)
 	ws := newSSHConfig(t, lim)
-	ws.rel = testcgroup.NewV1(t, lim)
+	ws.rel = testcgroup.New(t, lim)
 	// The container's entrypoint comes first, so it is the oldest process.
 	ws.init = ws.user("/bin/sleep", "infinity")
 	ws.sshd = start(t, testcgroup.Command(ws.rel, ws.sshdArgs()[0], ws.sshdArgs()[1:]...))
@@ -651,12 +662,44 @@ func (g *guardian) report(since time.Time) {
 
 func readKnob(t testing.TB, rel, controller, name string) string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join(testcgroup.Dir(rel, controller), name))
+	b, err := os.ReadFile(filepath.Join(testcgroup.Dir(rel, controller), knobFile(t, name)))
 	if err != nil {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(b))
 }
+
+// v2Knobs maps the v1 files the scenarios read to the cgroup v2 file that
+// holds the same fact. The v1 OOM switch and the real-time budget have no
+// v2 file: a scenario checks its v2 counterpart itself (see onV2).
+var v2Knobs = map[string]string{
+	"memory.limit_in_bytes":      "memory.max",
+	"memory.usage_in_bytes":      "memory.current",
+	"memory.soft_limit_in_bytes": "memory.high", // guardian's throttling threshold on each
+	"memory.oom_control":         "memory.events",
+}
+
+// knobFile is the file to read for a knob name on this machine: a v1 name
+// is translated on v2; a v2 name is read as it is.
+func knobFile(t testing.TB, name string) string {
+	t.Helper()
+	if !onV2() {
+		return name
+	}
+	if v, ok := v2Knobs[name]; ok {
+		return v
+	}
+	if v1Only[name] {
+		t.Fatalf("%s has no cgroup v2 equivalent: check its v2 counterpart on v2", name)
+	}
+	return name
+}
+
+// v1Only are the v1 files the scenarios read that have no v2 file.
+var v1Only = map[string]bool{"cpu.rt_runtime_us": true, "freezer.state": true, "memory.memsw.limit_in_bytes": true}
+
+// onV2 reports whether the scenarios run on a cgroup v2-only kernel.
+func onV2() bool { return testcgroup.Unified() }
 
 // knobInt reads a single-number cgroup file.
 func knobInt(t testing.TB, rel, controller, name string) int64 {
@@ -707,4 +750,33 @@ func eventually(d time.Duration, cond func() bool) bool {
 		time.Sleep(10 * time.Millisecond)
 	}
 	return cond()
+}
+
+// oomHandedOver reports whether the kernel leaves the choice of a memory
+// victim to guardian, and what it read. On v1 the cgroup's OOM killer is
+// off (oom_kill_disable 1). On v2, where it cannot be turned off,
+// memory.oom.group is 0 (the kernel would kill one process, never the
+// whole workspace) and memory.high sits below memory.max, so a hog is
+// throttled there before the kernel acts.
+func oomHandedOver(t testing.TB, rel string) (bool, string) {
+	t.Helper()
+	if !onV2() {
+		oc := keyed(t, rel, "memory", "memory.oom_control")
+		return oc["oom_kill_disable"] == 1, fmt.Sprintf("oom_kill_disable %d", oc["oom_kill_disable"])
+	}
+	group, high, max := readKnob(t, rel, "", "memory.oom.group"), readKnob(t, rel, "", "memory.high"), readKnob(t, rel, "", "memory.max")
+	h, herr := strconv.ParseUint(high, 10, 64)
+	m, merr := strconv.ParseUint(max, 10, 64)
+	return group == "0" && herr == nil && merr == nil && h < m, fmt.Sprintf("memory.oom.group %s, memory.high %s, memory.max %s", group, high, max)
+}
+
+// heldAtLimit reports whether the workspace's memory is being held at its
+// limit without a kill: on v1 a task waits under OOM; on v2 allocations are
+// throttled at memory.high.
+func heldAtLimit(t testing.TB, rel string) bool {
+	t.Helper()
+	if !onV2() {
+		return keyed(t, rel, "memory", "memory.oom_control")["under_oom"] == 1
+	}
+	return keyed(t, rel, "", "memory.events")["high"] > 0
 }

@@ -26,8 +26,8 @@ func TestMemoryHogIsKilledAndLoginsSucceed(t *testing.T) {
 	if got := readKnob(t, ws.rel, "pids", "pids.max"); got != "512" {
 		t.Errorf("pids.max = %s; want 512", got)
 	}
-	if oc := keyed(t, ws.rel, "memory", "memory.oom_control"); oc["oom_kill_disable"] != 1 {
-		t.Errorf("memory.oom_control = %v; guardian should take over OOM handling", oc)
+	if ok, read := oomHandedOver(t, ws.rel); !ok {
+		t.Errorf("%s: guardian should take over OOM handling", read)
 	}
 
 	l := ws.loginLoop(100*time.Millisecond, 10*time.Second)

@@ -25,20 +25,26 @@ func TestGuardianRestartKeepsLimitsAndState(t *testing.T) {
 
 	wantLimit := strconv.FormatUint(uint64(0.98*float64(m))/4096*4096, 10)
 	knobs := func() map[string]string {
-		return map[string]string{
-			"limit": readKnob(t, ws.rel, "memory", "memory.limit_in_bytes"),
-			"pids":  readKnob(t, ws.rel, "pids", "pids.max"),
-			"oom":   strconv.FormatInt(keyed(t, ws.rel, "memory", "memory.oom_control")["oom_kill_disable"], 10),
-			"rt":    readKnob(t, ws.rel, "cpu", "cpu.rt_runtime_us"),
-			"soft":  readKnob(t, ws.rel, "memory", "memory.soft_limit_in_bytes"),
+		handed, oom := oomHandedOver(t, ws.rel)
+		k := map[string]string{
+			"limit":  readKnob(t, ws.rel, "memory", "memory.limit_in_bytes"),
+			"pids":   readKnob(t, ws.rel, "pids", "pids.max"),
+			"oom":    oom,
+			"handed": strconv.FormatBool(handed),
+			"soft":   readKnob(t, ws.rel, "memory", "memory.soft_limit_in_bytes"),
+			"rt":     "none on v2", // v2 has no real-time group budget
 		}
+		if !onV2() {
+			k["rt"] = readKnob(t, ws.rel, "cpu", "cpu.rt_runtime_us")
+		}
+		return k
 	}
 	if !eventually(5*time.Second, func() bool { a, _ := sched.Get(ws.sshd.id.PID); return a.IsRR(1) }) {
 		t.Fatal("sshd never got SCHED_RR")
 	}
 	before := knobs()
-	if before["limit"] != wantLimit || before["pids"] != "256" || before["oom"] != "1" || before["rt"] == "0" {
-		t.Fatalf("kernel settings after start = %v; want limit %s, pids 256, oom_kill_disable 1, an RT budget", before, wantLimit)
+	if before["limit"] != wantLimit || before["pids"] != "256" || before["handed"] != "true" || before["rt"] == "0" {
+		t.Fatalf("kernel settings after start = %v; want limit %s, pids 256, OOM handed to guardian, an RT budget (v1)", before, wantLimit)
 	}
 	// Something to remember: a cleanup alert.
 	if code, body := g.cleanup(cleanupToken); code != 200 {
@@ -53,10 +59,11 @@ func TestGuardianRestartKeepsLimitsAndState(t *testing.T) {
 		t.Errorf("sshd lost SCHED_RR when guardian died: %+v", a)
 	}
 
-	// While guardian is down, a hog reaches the limit: with the kernel OOM
-	// killer handed to guardian it waits there instead of killing anything.
+	// While guardian is down, a hog reaches the limit: with the OOM
+	// decision handed to guardian it is held there (v1: waits under OOM;
+	// v2: throttled at memory.high) instead of killing anything.
 	hog := ws.user(bins.workload, "hog", "-mb", "400", "-step", "8", "-every", "5ms")
-	if !eventually(10*time.Second, func() bool { return keyed(t, ws.rel, "memory", "memory.oom_control")["under_oom"] == 1 }) {
+	if !eventually(10*time.Second, func() bool { return heldAtLimit(t, ws.rel) }) {
 		t.Fatalf("the hog never reached the limit: %v", keyed(t, ws.rel, "memory", "memory.oom_control"))
 	}
 	restartAt := time.Now()

@@ -33,18 +33,68 @@ type Limits struct {
 	CPUs        float64 // CFS quota in CPUs; 0 means no quota
 }
 
+// Unified reports whether this machine runs cgroup v2 only: the cgroup2
+// hierarchy is mounted at V1Root itself (a production node, or the test
+// VM), not beside v1 controllers.
+func Unified() bool {
+	_, err := os.Stat(filepath.Join(V1Root, "cgroup.controllers"))
+	return err == nil
+}
+
+// unifiedControllers are what a workspace cgroup needs on a v2-only
+// machine: its parent must delegate them.
+var unifiedControllers = []string{"memory", "pids", "cpu"}
+
 // RequireRoot skips the test unless it runs as root with cgroup v1
-// controllers mounted at V1Root.
+// controllers mounted at V1Root, or on a v2-only machine whose root cgroup
+// delegates the memory, pids and cpu controllers.
 func RequireRoot(t testing.TB) {
 	t.Helper()
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: creates real cgroups (CI runs as root)")
+	}
+	if Unified() {
+		b, _ := os.ReadFile(filepath.Join(V1Root, "cgroup.subtree_control"))
+		for _, c := range unifiedControllers {
+			if !strings.Contains(" "+string(b)+" ", " "+c+" ") {
+				t.Skipf("the root cgroup does not delegate the %s controller (cgroup.subtree_control: %q)", c, b)
+			}
+		}
+		return
 	}
 	for _, c := range Controllers {
 		if _, err := os.Stat(filepath.Join(V1Root, c, "cgroup.procs")); err != nil {
 			t.Skipf("needs the cgroup v1 %s controller at %s: %v", c, V1Root, err)
 		}
 	}
+}
+
+// New creates a workspace cgroup with lim applied, on whichever hierarchy
+// the machine runs (see NewV1 and Unified), and returns its path relative
+// to the mount ("/name"). It is removed, with every process in it, at
+// cleanup.
+func New(t testing.TB, lim Limits) string {
+	t.Helper()
+	if !Unified() {
+		return NewV1(t, lim)
+	}
+	RequireRoot(t)
+	if lim.MemoryBytes == 0 || lim.Pids == 0 {
+		t.Fatal("testcgroup: a memory and a pids limit are required")
+	}
+	rel := fmt.Sprintf("/labkeep-test-%d-%d", os.Getpid(), time.Now().UnixNano())
+	dir := Dir(rel, "")
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatalf("create cgroup: %v", err)
+	}
+	t.Cleanup(func() { Remove(t, rel) })
+	mustWrite(t, dir, "memory.max", strconv.FormatUint(lim.MemoryBytes, 10))
+	_ = os.WriteFile(filepath.Join(dir, "memory.swap.max"), []byte("0"), 0)
+	mustWrite(t, dir, "pids.max", strconv.Itoa(lim.Pids))
+	if lim.CPUs > 0 {
+		mustWrite(t, dir, "cpu.max", fmt.Sprintf("%d 100000", int(lim.CPUs*100000)))
+	}
+	return rel
 }
 
 // NewV1 creates a cgroup named like the test under every v1 controller with
@@ -72,8 +122,14 @@ func NewV1(t testing.TB, lim Limits) string {
 	return rel
 }
 
-// Dir returns the directory of rel under one v1 controller.
-func Dir(rel, controller string) string { return filepath.Join(V1Root, controller, rel) }
+// Dir returns the directory of rel under one v1 controller, or on a
+// v2-only machine its one directory (controller is then ignored).
+func Dir(rel, controller string) string {
+	if Unified() {
+		return filepath.Join(V1Root, rel)
+	}
+	return filepath.Join(V1Root, controller, rel)
+}
 
 func mustWrite(t testing.TB, dir, name, v string) {
 	t.Helper()
@@ -92,6 +148,30 @@ func Procs(rel string) []int {
 		}
 	}
 	return out
+}
+
+// Remove kills everything in the workspace cgroup rel and removes it, on
+// either hierarchy.
+func Remove(t testing.TB, rel string) {
+	if !Unified() {
+		RemoveV1(t, rel)
+		return
+	}
+	removeV2(t, Dir(rel, ""))
+}
+
+// removeV2 thaws the cgroup2 directory, kills everything in it with
+// cgroup.kill and removes it, for up to 30 s.
+func removeV2(t testing.TB, dir string) {
+	_ = os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte("0"), 0)
+	for i := 0; i < 1500; i++ {
+		_ = os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
+		if err := os.Remove(dir); err == nil || os.IsNotExist(err) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Errorf("remove cgroup2 %s: still busy after 30 s", dir)
 }
 
 // RemoveV1 kills everything in the cgroup (freeze, SIGKILL, thaw, until
@@ -147,24 +227,17 @@ func NewV2(t testing.TB) string {
 	if err := os.Mkdir(dir, 0o755); err != nil {
 		t.Fatalf("create cgroup2: %v", err)
 	}
-	t.Cleanup(func() {
-		_ = os.WriteFile(filepath.Join(dir, "cgroup.freeze"), []byte("0"), 0)
-		for i := 0; i < 250; i++ {
-			_ = os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
-			if err := os.Remove(dir); err == nil || os.IsNotExist(err) {
-				return
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-		t.Errorf("remove cgroup2 %s", dir)
-	})
+	t.Cleanup(func() { removeV2(t, dir) })
 	return dir
 }
 
-// Command returns a command that enters the v1 cgroup rel (every
-// controller) and then execs name with args: the process is limited from
-// its first instruction.
+// Command returns a command that enters the workspace cgroup rel (every
+// v1 controller, or the one v2 directory) and then execs name with args:
+// the process is limited from its first instruction.
 func Command(rel, name string, args ...string) *exec.Cmd {
+	if Unified() {
+		return CommandV2(Dir(rel, ""), name, args...)
+	}
 	var script strings.Builder
 	for _, c := range Controllers {
 		fmt.Fprintf(&script, "echo $$ > %s/cgroup.procs || exit 97; ", Dir(rel, c))
@@ -194,6 +267,9 @@ type PodV1 struct {
 func NewPodV1(t testing.TB, qos string, lim Limits) *PodV1 {
 	t.Helper()
 	RequireRoot(t)
+	if Unified() {
+		t.Skip("this is the kubelet's cgroup v1 layout; the machine runs cgroup v2 only")
+	}
 	if lim.MemoryBytes == 0 || lim.Pids == 0 {
 		t.Fatal("testcgroup: a memory and a pids limit are required")
 	}

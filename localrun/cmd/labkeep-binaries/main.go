@@ -2,7 +2,8 @@
 // that localrun starts (etcd, kube-apiserver, kube-controller-manager, and
 // the node's kubelet and kube-scheduler) and, when run as root (the node
 // needs root, and so does debootstrap), the node's images; it prints the
-// binaries' directory. `make test` and `make run` call it first so the
+// binaries' directory. It also unpacks the kernel the cgroup v2 test VM
+// boots (localrun/guestvm). `make test` and `make run` call it first so the
 // minutes-long cold build shows progress instead of a silent test.
 package main
 
@@ -17,6 +18,7 @@ import (
 	"github.com/kelseyhightower/envconfig"
 
 	"labkeep/localrun/controlplane"
+	"labkeep/localrun/guestvm"
 	"labkeep/localrun/images"
 )
 
@@ -44,6 +46,9 @@ func run() error {
 	}
 	b, err := controlplane.EnsureBinaries(ctx, dir, controlplane.DefaultVersions, os.Stderr)
 	if err != nil {
+		return err
+	}
+	if _, err := guestvm.EnsureKernel(ctx, dir, os.Stderr); err != nil {
 		return err
 	}
 	if os.Geteuid() == 0 {

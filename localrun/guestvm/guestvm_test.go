@@ -1,0 +1,43 @@
+package guestvm_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"labkeep/localrun/guestvm"
+)
+
+// The guest runs a host program on a cgroup v2-only kernel with the
+// controllers guardian needs enabled for children, and the host sees its
+// output and exit code.
+func TestGuestRunsOnCgroupV2(t *testing.T) {
+	kernel := guestvm.RequireKernel(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
+	defer cancel()
+	init, err := guestvm.BuildInit(ctx, t.TempDir())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out strings.Builder
+	start := time.Now()
+	code, err := guestvm.Run(ctx, guestvm.Spec{
+		Kernel: kernel, Init: init,
+		Programs: []string{"/bin/sh", "/usr/bin/cat", "/usr/bin/ls"},
+		Command:  []string{"/bin/sh", "-c", `cat /sys/fs/cgroup/cgroup.subtree_control; ls /sys/fs/cgroup; cat /proc/self/cgroup; exit 7`},
+		Output:   &out,
+	})
+	if err != nil {
+		t.Fatalf("%v\nconsole:\n%s", err, out.String())
+	}
+	t.Logf("guest booted, ran and powered off in %v", time.Since(start).Round(time.Millisecond))
+	if code != 7 {
+		t.Errorf("exit code = %d; want 7\nconsole:\n%s", code, out.String())
+	}
+	for _, want := range []string{"memory", "pids", "cpu", "memory.pressure", "cgroup.kill", "cgroup.freeze", "0::/"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("console lacks %q:\n%s", want, out.String())
+		}
+	}
+}
