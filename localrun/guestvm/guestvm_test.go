@@ -24,8 +24,8 @@ func TestGuestRunsOnCgroupV2(t *testing.T) {
 	start := time.Now()
 	code, err := guestvm.Run(ctx, guestvm.Spec{
 		Kernel: kernel, Init: init,
-		Programs: []string{"/bin/sh", "/usr/bin/cat", "/usr/bin/ls"},
-		Command:  []string{"/bin/sh", "-c", `cat /sys/fs/cgroup/cgroup.subtree_control; ls /sys/fs/cgroup; cat /proc/self/cgroup; exit 7`},
+		Programs: []string{"/bin/sh", "/usr/bin/cat", "/usr/bin/ls", "/usr/bin/mkdir"},
+		Command:  []string{"/bin/sh", "-c", `cat /sys/fs/cgroup/cgroup.subtree_control; mkdir /sys/fs/cgroup/child && ls /sys/fs/cgroup/child; cat /proc/self/cgroup; exit 7`},
 		Output:   &out,
 	})
 	if err != nil {
