@@ -86,6 +86,10 @@ type Guardian struct {
 	rtRefused  bool
 	heartbeats map[string]time.Time
 	crossedAt  time.Time // when usage was first seen at the kill threshold
+	// lastHigh is memory.events' high counter at the last look (v2);
+	// highSeen once there was a look.
+	lastHigh uint64
+	highSeen bool
 	// reserveSince is when a containment lifted pids.max by PidsReserve;
 	// zero while pids.max is PidsMax (see raiseReserve).
 	reserveSince time.Time

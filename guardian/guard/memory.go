@@ -76,7 +76,20 @@ type memReading struct {
 	ev           cgroupfs.MemoryEvents
 	level        victim.MemoryLevel
 	pct          string // usage as a percentage of M, for messages
+	// throttled: v2 only. The kernel throttled allocations at memory.high
+	// since the last look and usage is at the alert level or above, that
+	// is, well above memory.high: reclaim is losing and the workspace
+	// (its sshd included) crawls. memory.high sits below the kill level,
+	// so a hog held there would never reach it: this counts as being held
+	// at the limit.
+	throttled bool
 }
+
+// held reports whether the workspace is being held at its limit: tasks
+// waiting under OOM (v1) or allocations throttled at memory.high (v2).
+// Waiting is not an option then: a kill is due even below the kill level
+// or during a kill-loop pause, and it is a SIGKILL at once.
+func (r memReading) held() bool { return r.ev.UnderOOM || r.throttled }
 
 // readMemory reads usage and the event counters, updates the usage metric
 // and reports kernel OOM kills since the last look. A failed event read
@@ -97,22 +110,25 @@ func (g *Guardian) readMemory() (memReading, bool) {
 	g.mu.Lock()
 	newOOMKills := r.ev.OOMKill - min(r.ev.OOMKill, g.st.LastOOMKill)
 	g.st.LastOOMKill = r.ev.OOMKill
+	highRose := g.highSeen && r.ev.High > g.lastHigh
+	g.lastHigh, g.highSeen = r.ev.High, true
 	g.mu.Unlock()
 	if newOOMKills > 0 {
 		g.raise("kernel-oom-kill", "", alert.Critical, fmt.Sprintf("the kernel OOM killer killed %d process(es) in the workspace", newOOMKills), nil)
 	}
 	r.level = g.memPolicy().Level(r.usage, r.limit)
+	r.throttled = highRose && r.level >= victim.MemoryAlert
 	r.pct = fmt.Sprintf("%.1f%%", 100*float64(r.usage)/float64(r.limit))
 	return r, true
 }
 
 // killDue decides from one reading whether a process must be killed now.
 // Below the alert level it forgets when the kill threshold was crossed;
-// from the alert level on it alerts; at the kill level (or with tasks
-// waiting at the hard limit) a kill is due unless the memory is held by
+// from the alert level on it alerts; at the kill level (or held at the
+// limit, see memReading.held) a kill is due unless the memory is held by
 // tmpfs/shm, which no kill frees, or repeated kills paused threshold kills.
 func (g *Guardian) killDue(r memReading) bool {
-	if r.level == victim.MemoryOK && !r.ev.UnderOOM {
+	if r.level == victim.MemoryOK && !r.held() {
 		g.mu.Lock()
 		g.crossedAt = time.Time{}
 		g.mu.Unlock()
@@ -120,7 +136,7 @@ func (g *Guardian) killDue(r memReading) bool {
 	}
 	g.raise("memory-high", "", alert.Warning, fmt.Sprintf("workspace memory at %s of its limit", r.pct),
 		map[string]string{"usage": strconv.FormatUint(r.usage, 10), "limit": strconv.FormatUint(r.limit, 10)})
-	if r.level < victim.MemoryKill && !r.ev.UnderOOM {
+	if r.level < victim.MemoryKill && !r.held() {
 		return false
 	}
 	g.mu.Lock()
@@ -135,10 +151,9 @@ func (g *Guardian) killDue(r memReading) bool {
 			fmt.Sprintf("workspace memory at %s is held by tmpfs/shm (%d bytes); killing processes cannot free it, nothing killed", r.pct, r.shmem), nil)
 		return false
 	}
-	// At the hard limit (tasks waiting, v1) not killing would hang the
-	// workspace, so the kill-loop pause yields; it only holds back kills at
-	// the threshold.
-	if !allowed && !r.ev.UnderOOM {
+	// Held at the limit, not killing would hang the workspace, so the
+	// kill-loop pause yields; it only holds back kills at the threshold.
+	if !allowed && !r.held() {
 		g.raise("memory-kill-paused", "", alert.Warning,
 			fmt.Sprintf("memory at %s but kills are paused until %s after repeated kills", r.pct, pausedUntil.Format(time.RFC3339)), nil)
 		return false
@@ -174,7 +189,7 @@ func (g *Guardian) killLargest(ctx context.Context, r memReading) bool {
 		return false
 	}
 	grace := g.cfg.KillGrace
-	if r.ev.UnderOOM {
+	if r.held() {
 		grace = 0
 	}
 	// The kill hurries to SIGKILL once the hard limit is reached meanwhile.
@@ -227,7 +242,7 @@ func (g *Guardian) recordMemoryKill(r memReading, v victim.Process, hard, froze 
 	g.metrics.kills.WithLabelValues("memory").Inc()
 	g.metrics.memoryReaction.Set(reaction.Seconds())
 	g.log.Info("memory victim killed", "pid", v.PID, "exe", v.Exe, "comm", v.Comm, "rss", v.RSS, "usage", r.usage,
-		"limit", r.limit, "sigkill", hard, "under_oom", r.ev.UnderOOM, "frozen_first", froze, "reaction_ms", reaction.Milliseconds())
+		"limit", r.limit, "sigkill", hard, "under_oom", r.ev.UnderOOM, "throttled", r.throttled, "frozen_first", froze, "reaction_ms", reaction.Milliseconds())
 	g.raise("memory-kill", strconv.Itoa(v.PID), alert.Critical,
 		fmt.Sprintf("memory at %s: killed pid %d (%s, %s, RSS %d MiB)", r.pct, v.PID, v.Comm, v.Exe, v.RSS>>20),
 		map[string]string{"pid": strconv.Itoa(v.PID), "exe": v.Exe, "rss": strconv.FormatUint(v.RSS, 10), "reaction_ms": strconv.FormatInt(reaction.Milliseconds(), 10)})

@@ -117,6 +117,7 @@ func (g *Guardian) detach() {
 	defer g.mu.Unlock()
 	g.cg = nil
 	g.sshd = sshdState{}
+	g.highSeen = false // a new container's memory.events start at zero
 }
 
 // applyLimits sets memory.high/max and pids.max unless they already have
