@@ -780,3 +780,25 @@ func heldAtLimit(t testing.TB, rel string) bool {
 	}
 	return keyed(t, rel, "", "memory.events")["high"] > 0
 }
+
+// setFrozen freezes or thaws the workspace cgroup rel as guardian's
+// containment does (v1 freezer.state, v2 cgroup.freeze).
+func setFrozen(t testing.TB, rel string, on bool) {
+	t.Helper()
+	file, v := filepath.Join(testcgroup.Dir(rel, "freezer"), "freezer.state"), map[bool]string{true: "FROZEN", false: "THAWED"}[on]
+	if onV2() {
+		file, v = filepath.Join(testcgroup.Dir(rel, ""), "cgroup.freeze"), map[bool]string{true: "1", false: "0"}[on]
+	}
+	if err := os.WriteFile(file, []byte(v), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// frozen reports whether the cgroup rel is frozen or freezing.
+func frozen(t testing.TB, rel string) bool {
+	t.Helper()
+	if onV2() {
+		return readKnob(t, rel, "", "cgroup.freeze") != "0"
+	}
+	return readKnob(t, rel, "freezer", "freezer.state") != "THAWED"
+}

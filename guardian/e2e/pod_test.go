@@ -20,7 +20,7 @@ type sandbox struct {
 	pid1 int // host PID of the namespace's PID 1
 }
 
-func newSandbox(t *testing.T, pod *testcgroup.PodV1) sandbox {
+func newSandbox(t *testing.T, pod *testcgroup.Pod) sandbox {
 	t.Helper()
 	rel := pod.Container(t, testcgroup.Limits{MemoryBytes: 64 << 20, Pids: 16})
 	p := start(t, testcgroup.Command(rel, "/usr/bin/unshare", "--pid", "--fork", "--mount-proc", "--propagation", "private", "/bin/sleep", "infinity"))
@@ -49,7 +49,7 @@ func (s sandbox) command(rel string, args ...string) *exec.Cmd {
 // own container cgroup, in the Pod's shared PID namespace, under a private
 // cgroup namespace (its /proc/self/cgroup reads "/"), finding the
 // workspace from POD_UID and CONTAINER_NAME.
-func podGuardian(t *testing.T, pod *testcgroup.PodV1, sb sandbox, ws *workspace, m uint64) (*guardian, func() string) {
+func podGuardian(t *testing.T, pod *testcgroup.Pod, sb sandbox, ws *workspace, m uint64) (*guardian, func() string) {
 	t.Helper()
 	env := fastEnv()
 	env["POD_UID"] = pod.UID
@@ -74,7 +74,7 @@ func podGuardian(t *testing.T, pod *testcgroup.PodV1, sb sandbox, ws *workspace,
 // startPodWorkspace starts the workspace container: a new cgroup, sshd
 // as its main process, LABKEEP_CONTAINER_NAME=workspace in its
 // environment as the Pod spec sets it.
-func startPodWorkspace(t *testing.T, pod *testcgroup.PodV1, sb sandbox, ws *workspace) {
+func startPodWorkspace(t *testing.T, pod *testcgroup.Pod, sb sandbox, ws *workspace) {
 	t.Helper()
 	ws.rel = pod.Container(t, ws.lim)
 	ws.sshd = start(t, sb.command(ws.rel, append([]string{"/usr/bin/env", "LABKEEP_CONTAINER_NAME=workspace"}, ws.sshdArgs()...)...))
@@ -103,14 +103,15 @@ func guardianPID(t *testing.T, rel string) int {
 func TestGuardianInAPod(t *testing.T) {
 	requireEnv(t)
 	var m uint64 = 512 << 20
-	pod := testcgroup.NewPodV1(t, "burstable", testcgroup.Limits{MemoryBytes: 2 << 30, Pids: 4096})
+	pod := testcgroup.NewPod(t, "burstable", testcgroup.Limits{MemoryBytes: 2 << 30, Pids: 4096})
 	sb := newSandbox(t, pod)
 	ws := newSSHConfig(t, testcgroup.Limits{MemoryBytes: m, Pids: 512, CPUs: 1})
 	wantLimit := strconv.FormatUint(uint64(0.98*float64(m))/4096*4096, 10)
+	handedOver := func(rel string) bool { ok, _ := oomHandedOver(t, rel); return ok }
 	guarded := func(rel string) bool {
 		return readKnob(t, rel, "memory", "memory.limit_in_bytes") == wantLimit &&
 			readKnob(t, rel, "pids", "pids.max") == strconv.Itoa(ws.lim.Pids) &&
-			keyed(t, rel, "memory", "memory.oom_control")["oom_kill_disable"] == 1
+			handedOver(rel)
 	}
 
 	// guardian starts first: started (live), not ready, touching nothing.
@@ -120,7 +121,11 @@ func TestGuardianInAPod(t *testing.T) {
 		t.Fatal("guardian shares the test's cgroup namespace; it must run under a private one")
 	}
 	out, err := exec.Command("/usr/bin/nsenter", "-t", strconv.Itoa(gpid), "-C", "--", "/bin/cat", "/proc/"+strconv.Itoa(gpid)+"/cgroup").CombinedOutput()
-	if err != nil || !strings.Contains(string(out), ":memory:/\n") {
+	rootLine := ":memory:/\n"
+	if onV2() {
+		rootLine = "0::/\n"
+	}
+	if err != nil || !strings.Contains(string(out), rootLine) {
 		t.Fatalf("guardian's own view of its cgroup = %q (%v); want the namespace root /", out, err)
 	}
 	if code := g.status("/healthz"); code != 503 {
@@ -141,7 +146,7 @@ func TestGuardianInAPod(t *testing.T) {
 		if got := readKnob(t, rel, "memory", "memory.limit_in_bytes"); rel == guardianRel() && got != ownLimit {
 			t.Errorf("guardian changed its own cgroup's memory limit: %s → %s", ownLimit, got)
 		}
-		if keyed(t, rel, "memory", "memory.oom_control")["oom_kill_disable"] != 0 {
+		if handedOver(rel) {
 			t.Errorf("guardian took over OOM handling of %s, which is not the workspace", rel)
 		}
 	}
@@ -170,7 +175,7 @@ func TestGuardianInAPod(t *testing.T) {
 	// The workspace container restarts: the runtime kills what is left
 	// and removes its cgroup, the kubelet starts it again in a new one.
 	gone := time.Now()
-	testcgroup.RemoveV1(t, ws.rel)
+	testcgroup.Remove(t, ws.rel)
 	if !eventually(20*time.Second, func() bool { return g.status("/healthz") == 503 }) {
 		t.Fatalf("/healthz stayed %d after the workspace's cgroup went away", g.status("/healthz"))
 	}
@@ -189,17 +194,15 @@ func TestGuardianInAPod(t *testing.T) {
 
 	// guardian is killed between freeze and thaw; the kubelet restarts
 	// the sidecar (a new container, so a new cgroup).
-	if err := os.WriteFile(filepath.Join(testcgroup.Dir(ws.rel, "freezer"), "freezer.state"), []byte("FROZEN"), 0); err != nil {
-		t.Fatal(err)
-	}
+	setFrozen(t, ws.rel, true)
 	g.kill()
-	testcgroup.RemoveV1(t, guardianRel())
+	testcgroup.Remove(t, guardianRel())
 	g.start()
 	if !eventually(20*time.Second, func() bool { return g.status("/healthz") == 200 }) {
 		t.Fatalf("the restarted guardian never guarded the workspace")
 	}
-	if st := readKnob(t, ws.rel, "freezer", "freezer.state"); st != "THAWED" {
-		t.Errorf("freezer.state after guardian's restart = %s; want THAWED", st)
+	if frozen(t, ws.rel) {
+		t.Error("the workspace is still frozen after guardian's restart")
 	}
 	if !guarded(ws.rel) {
 		t.Errorf("limits after guardian's restart: %s, pids %s", readKnob(t, ws.rel, "memory", "memory.limit_in_bytes"), readKnob(t, ws.rel, "pids", "pids.max"))

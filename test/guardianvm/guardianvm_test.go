@@ -1,8 +1,8 @@
-// Package guardianvm runs guardian's end-to-end scenarios on a real cgroup
-// v2 kernel: it builds guardian, its workload tool and the scenarios' test
-// binary, boots them with OpenSSH and a shell in a VM whose kernel runs
-// cgroup v2 only (localrun/guestvm), and fails for every scenario that does
-// not pass there. The same scenarios run on the host's cgroup v1 in
+// Package guardianvm runs guardian's end-to-end scenarios, and the
+// real-kernel tests of its cgroup adapter, on a real cgroup v2 kernel: it
+// builds guardian, its workload tool and the two test binaries, boots them
+// with OpenSSH and a shell in a VM whose kernel runs cgroup v2 only
+// (localrun/guestvm), and fails for every test that does not pass there. The same scenarios run on the host's cgroup v1 in
 // guardian/e2e itself.
 package guardianvm
 
@@ -55,9 +55,10 @@ func TestScenariosOnCgroupV2(t *testing.T) {
 		files[f] = f
 	}
 	for name, args := range map[string][]string{
-		"guardian": {"build", "-o", filepath.Join(dir, "guardian"), "labkeep/guardian/cmd/guardian"},
-		"workload": {"build", "-o", filepath.Join(dir, "workload"), "labkeep/guardian/internal/workload"},
-		"e2e.test": {"test", "-c", "-o", filepath.Join(dir, "e2e.test"), "labkeep/guardian/e2e"},
+		"guardian":      {"build", "-o", filepath.Join(dir, "guardian"), "labkeep/guardian/cmd/guardian"},
+		"workload":      {"build", "-o", filepath.Join(dir, "workload"), "labkeep/guardian/internal/workload"},
+		"e2e.test":      {"test", "-c", "-o", filepath.Join(dir, "e2e.test"), "labkeep/guardian/e2e"},
+		"cgroupfs.test": {"test", "-c", "-o", filepath.Join(dir, "cgroupfs.test"), "labkeep/guardian/cgroupfs"},
 	} {
 		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
@@ -73,7 +74,9 @@ func TestScenariosOnCgroupV2(t *testing.T) {
 	console := &lineLog{t: t, start: time.Now()}
 	code, err := guestvm.Run(ctx, guestvm.Spec{
 		Kernel: kernel, Init: init, Programs: guestPrograms, Files: files,
-		Command:   []string{guestBin + "/e2e.test", "-test.v", "-test.count=1", "-test.timeout=35m", "-test.run", run},
+		// cgroupfs's real-kernel tests first (the v2 adapter itself), then
+		// the scenarios.
+		Command:   []string{"/bin/sh", "-c", `rc=0; for t in cgroupfs e2e; do "$0/$t.test" -test.v -test.count=1 -test.timeout=30m -test.run "$1" || rc=1; done; exit $rc`, guestBin, run},
 		Env:       []string{"GUARDIAN_E2E_BIN_DIR=" + guestBin},
 		MemoryMiB: 4096, CPUs: 2,
 		Output: console,

@@ -20,8 +20,14 @@ import (
 // V1Root is where this machine mounts its cgroup v1 controllers.
 const V1Root = "/sys/fs/cgroup"
 
-// V2Root is the cgroup2 mount (hybrid layout).
-const V2Root = "/sys/fs/cgroup/unified"
+// V2Root is the cgroup2 mount: beside the v1 controllers (hybrid layout)
+// or, on a v2-only machine, V1Root itself.
+var V2Root = func() string {
+	if Unified() {
+		return V1Root
+	}
+	return "/sys/fs/cgroup/unified"
+}()
 
 // Controllers are the v1 controllers a workspace cgroup gets.
 var Controllers = []string{"memory", "pids", "freezer", "cpu", "cpuacct"}
@@ -70,31 +76,68 @@ func RequireRoot(t testing.TB) {
 }
 
 // New creates a workspace cgroup with lim applied, on whichever hierarchy
-// the machine runs (see NewV1 and Unified), and returns its path relative
-// to the mount ("/name"). It is removed, with every process in it, at
-// cleanup.
+// the machine runs (see Unified), and returns its path relative to the
+// mount ("/name"). It is removed, with every process in it, at cleanup.
 func New(t testing.TB, lim Limits) string {
 	t.Helper()
 	if !Unified() {
 		return NewV1(t, lim)
 	}
 	RequireRoot(t)
+	rel := fmt.Sprintf("/labkeep-test-%d-%d", os.Getpid(), time.Now().UnixNano())
+	mkdir(t, rel)
+	t.Cleanup(func() { Remove(t, rel) })
+	setLimits(t, rel, lim)
+	return rel
+}
+
+// mkdir creates the cgroup rel under every v1 controller, or on a v2-only
+// machine its directory, delegating the workspace controllers to its
+// parent's children first (the parent must have no processes, which holds
+// for every directory this package makes above a container).
+func mkdir(t testing.TB, rel string) {
+	t.Helper()
+	if !Unified() {
+		for _, c := range Controllers {
+			if err := os.Mkdir(filepath.Join(V1Root, c, rel), 0o755); err != nil {
+				t.Fatalf("create cgroup: %v", err)
+			}
+		}
+		return
+	}
+	if parent := filepath.Dir(Dir(rel, "")); parent != V1Root {
+		mustWrite(t, parent, "cgroup.subtree_control", "+"+strings.Join(unifiedControllers, " +"))
+	}
+	if err := os.Mkdir(Dir(rel, ""), 0o755); err != nil {
+		t.Fatalf("create cgroup: %v", err)
+	}
+}
+
+// setLimits writes lim into cgroup rel: memory (swap off where the kernel
+// accounts it), pids and, for CPUs > 0, a CFS quota over 100 ms periods.
+func setLimits(t testing.TB, rel string, lim Limits) {
+	t.Helper()
 	if lim.MemoryBytes == 0 || lim.Pids == 0 {
 		t.Fatal("testcgroup: a memory and a pids limit are required")
 	}
-	rel := fmt.Sprintf("/labkeep-test-%d-%d", os.Getpid(), time.Now().UnixNano())
-	dir := Dir(rel, "")
-	if err := os.Mkdir(dir, 0o755); err != nil {
-		t.Fatalf("create cgroup: %v", err)
+	mem := strconv.FormatUint(lim.MemoryBytes, 10)
+	if Unified() {
+		dir := Dir(rel, "")
+		mustWrite(t, dir, "memory.max", mem)
+		_ = os.WriteFile(filepath.Join(dir, "memory.swap.max"), []byte("0"), 0)
+		mustWrite(t, dir, "pids.max", strconv.Itoa(lim.Pids))
+		if lim.CPUs > 0 {
+			mustWrite(t, dir, "cpu.max", fmt.Sprintf("%d 100000", int(lim.CPUs*100000)))
+		}
+		return
 	}
-	t.Cleanup(func() { Remove(t, rel) })
-	mustWrite(t, dir, "memory.max", strconv.FormatUint(lim.MemoryBytes, 10))
-	_ = os.WriteFile(filepath.Join(dir, "memory.swap.max"), []byte("0"), 0)
-	mustWrite(t, dir, "pids.max", strconv.Itoa(lim.Pids))
+	mustWrite(t, Dir(rel, "memory"), "memory.limit_in_bytes", mem)
+	_ = os.WriteFile(filepath.Join(Dir(rel, "memory"), "memory.memsw.limit_in_bytes"), []byte(mem), 0)
+	mustWrite(t, Dir(rel, "pids"), "pids.max", strconv.Itoa(lim.Pids))
 	if lim.CPUs > 0 {
-		mustWrite(t, dir, "cpu.max", fmt.Sprintf("%d 100000", int(lim.CPUs*100000)))
+		mustWrite(t, Dir(rel, "cpu"), "cpu.cfs_period_us", "100000")
+		mustWrite(t, Dir(rel, "cpu"), "cpu.cfs_quota_us", strconv.Itoa(int(lim.CPUs*100000)))
 	}
-	return rel
 }
 
 // NewV1 creates a cgroup named like the test under every v1 controller with
@@ -102,23 +145,13 @@ func New(t testing.TB, lim Limits) string {
 func NewV1(t testing.TB, lim Limits) string {
 	t.Helper()
 	RequireRoot(t)
-	if lim.MemoryBytes == 0 || lim.Pids == 0 {
-		t.Fatal("testcgroup: a memory and a pids limit are required")
+	if Unified() {
+		t.Skip("needs cgroup v1 controllers; the machine runs cgroup v2 only")
 	}
 	rel := fmt.Sprintf("/labkeep-test-%d-%d", os.Getpid(), time.Now().UnixNano())
-	for _, c := range Controllers {
-		if err := os.Mkdir(filepath.Join(V1Root, c, rel), 0o755); err != nil {
-			t.Fatalf("create cgroup: %v", err)
-		}
-	}
+	mkdir(t, rel)
 	t.Cleanup(func() { RemoveV1(t, rel) })
-	mustWrite(t, Dir(rel, "memory"), "memory.limit_in_bytes", strconv.FormatUint(lim.MemoryBytes, 10))
-	_ = os.WriteFile(filepath.Join(Dir(rel, "memory"), "memory.memsw.limit_in_bytes"), []byte(strconv.FormatUint(lim.MemoryBytes, 10)), 0)
-	mustWrite(t, Dir(rel, "pids"), "pids.max", strconv.Itoa(lim.Pids))
-	if lim.CPUs > 0 {
-		mustWrite(t, Dir(rel, "cpu"), "cpu.cfs_period_us", "100000")
-		mustWrite(t, Dir(rel, "cpu"), "cpu.cfs_quota_us", strconv.Itoa(int(lim.CPUs*100000)))
-	}
+	setLimits(t, rel, lim)
 	return rel
 }
 
@@ -252,28 +285,25 @@ func CommandV2(dir, name string, args ...string) *exec.Cmd {
 	return exec.Command("/bin/sh", append([]string{"-c", script, "sh", name}, args...)...)
 }
 
-// PodV1 is a Pod's cgroup laid out as the kubelet and containerd lay it out
-// on cgroup v1 with the cgroupfs driver —
-// <controller>/kubepods/<qos>/pod<uid>/<container id> — below a throwaway
-// root of its own, so that it never meets a real kubelet's kubepods tree.
-type PodV1 struct {
+// Pod is a Pod's cgroup laid out as the kubelet and containerd lay it out
+// with the cgroupfs driver — kubepods/<qos>/pod<uid>/<container id>, under
+// every v1 controller or in the one v2 hierarchy — below a throwaway root
+// of its own, so that it never meets a real kubelet's kubepods tree.
+type Pod struct {
 	UID string
-	Rel string // the Pod's directory relative to each controller mount
+	Rel string // the Pod's directory relative to each mount
 }
 
-// NewPodV1 creates the Pod's directory (qos "burstable" or "besteffort";
-// "" for Guaranteed, which has none) under every v1 controller, with the
-// Pod-level limits lim, and removes the whole tree at cleanup.
-func NewPodV1(t testing.TB, qos string, lim Limits) *PodV1 {
+// NewPod creates the Pod's directory (qos "burstable" or "besteffort"; ""
+// for Guaranteed, which has none) with the Pod-level limits lim, and
+// removes the whole tree at cleanup.
+func NewPod(t testing.TB, qos string, lim Limits) *Pod {
 	t.Helper()
 	RequireRoot(t)
-	if Unified() {
-		t.Skip("this is the kubelet's cgroup v1 layout; the machine runs cgroup v2 only")
-	}
 	if lim.MemoryBytes == 0 || lim.Pids == 0 {
 		t.Fatal("testcgroup: a memory and a pids limit are required")
 	}
-	p := &PodV1{UID: newUID(t)}
+	p := &Pod{UID: newUID(t)}
 	levels := []string{fmt.Sprintf("/labkeep-test-%d-%d", os.Getpid(), time.Now().UnixNano()), "kubepods"}
 	if qos != "" {
 		levels = append(levels, qos)
@@ -282,46 +312,29 @@ func NewPodV1(t testing.TB, qos string, lim Limits) *PodV1 {
 	var rel string
 	for _, l := range levels {
 		rel = filepath.Join(rel, l)
-		for _, c := range Controllers {
-			if err := os.Mkdir(filepath.Join(V1Root, c, rel), 0o755); err != nil {
-				t.Fatalf("create cgroup: %v", err)
-			}
-		}
+		mkdir(t, rel)
 		dir := rel
-		t.Cleanup(func() { RemoveV1(t, dir) })
+		t.Cleanup(func() { Remove(t, dir) })
 	}
 	p.Rel = rel
-	mustWrite(t, Dir(rel, "memory"), "memory.limit_in_bytes", strconv.FormatUint(lim.MemoryBytes, 10))
-	mustWrite(t, Dir(rel, "pids"), "pids.max", strconv.Itoa(lim.Pids))
+	setLimits(t, rel, Limits{MemoryBytes: lim.MemoryBytes, Pids: lim.Pids})
 	return p
 }
 
 // Container creates the cgroup of one container of the Pod, named by a
 // fresh container ID (as containerd names it), with lim applied before
 // anything runs in it, and returns its path relative to each mount. It is
-// removed, with every process in it, at cleanup or by RemoveV1.
-func (p *PodV1) Container(t testing.TB, lim Limits) string {
+// removed, with every process in it, at cleanup or by Remove.
+func (p *Pod) Container(t testing.TB, lim Limits) string {
 	t.Helper()
-	if lim.MemoryBytes == 0 || lim.Pids == 0 {
-		t.Fatal("testcgroup: a memory and a pids limit are required")
-	}
 	rel := filepath.Join(p.Rel, containerID(t))
-	for _, c := range Controllers {
-		if err := os.Mkdir(filepath.Join(V1Root, c, rel), 0o755); err != nil {
-			t.Fatalf("create cgroup: %v", err)
-		}
-	}
+	mkdir(t, rel)
 	t.Cleanup(func() {
 		if _, err := os.Stat(Dir(rel, "memory")); err == nil {
-			RemoveV1(t, rel)
+			Remove(t, rel)
 		}
 	})
-	mustWrite(t, Dir(rel, "memory"), "memory.limit_in_bytes", strconv.FormatUint(lim.MemoryBytes, 10))
-	mustWrite(t, Dir(rel, "pids"), "pids.max", strconv.Itoa(lim.Pids))
-	if lim.CPUs > 0 {
-		mustWrite(t, Dir(rel, "cpu"), "cpu.cfs_period_us", "100000")
-		mustWrite(t, Dir(rel, "cpu"), "cpu.cfs_quota_us", strconv.Itoa(int(lim.CPUs*100000)))
-	}
+	setLimits(t, rel, lim)
 	return rel
 }
 
