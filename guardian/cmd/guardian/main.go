@@ -41,6 +41,7 @@ import (
 type options struct {
 	Guard guard.Config
 	Alert alert.Config
+	HTTP  httpapi.ServerConfig
 
 	Cgroup        string // explicit cgroup: v2 directory, or v1 path relative to each controller mount
 	CgroupSubtree string // the subtree that may be touched; default: the Pod's (discovery) or the cgroup itself
@@ -61,7 +62,7 @@ type options struct {
 // defaultOptions composes the packages' defaults with main's own.
 func defaultOptions() options {
 	return options{
-		Guard: guard.Defaults(), Alert: alert.Defaults(),
+		Guard: guard.Defaults(), Alert: alert.Defaults(), HTTP: httpapi.Defaults(),
 		ContainerName: "workspace", ProcRoot: "/proc", CgroupMount: "/sys/fs/cgroup",
 		SSHAddr: "127.0.0.1:22", ProbeTimeout: 5 * time.Second, Listen: ":9090",
 		StatePath: "/var/lib/guardian/state.json", LogLevel: slog.LevelInfo,
@@ -132,6 +133,11 @@ type variables struct {
 	WatchEvery   *time.Duration `envconfig:"WATCH_EVERY"`
 
 	Listen       *string        `envconfig:"LISTEN"`
+	HTTPHeader   *time.Duration `envconfig:"HTTP_READ_HEADER_TIMEOUT"`
+	HTTPRead     *time.Duration `envconfig:"HTTP_READ_TIMEOUT"`
+	HTTPWrite    *time.Duration `envconfig:"HTTP_WRITE_TIMEOUT"`
+	HTTPIdle     *time.Duration `envconfig:"HTTP_IDLE_TIMEOUT"`
+	HTTPMaxConns *int           `envconfig:"HTTP_MAX_CONNS"`
 	CleanupToken *string        `envconfig:"CLEANUP_TOKEN"`
 	WebhookURL   *string        `envconfig:"WEBHOOK_URL"`
 	AlertWindow  *time.Duration `envconfig:"ALERT_WINDOW"`
@@ -166,6 +172,8 @@ func bind(o *options) variables {
 
 		ProbeEvery: &g.ProbeEvery, ProbeTimeout: &o.ProbeTimeout, WatchEvery: &g.WatchEvery,
 
+		HTTPHeader: &o.HTTP.ReadHeaderTimeout, HTTPRead: &o.HTTP.ReadTimeout, HTTPWrite: &o.HTTP.WriteTimeout,
+		HTTPIdle: &o.HTTP.IdleTimeout, HTTPMaxConns: &o.HTTP.MaxConns,
 		Listen: &o.Listen, CleanupToken: &o.CleanupToken, WebhookURL: &a.WebhookURL, AlertWindow: &a.Window,
 		AlertRate: &a.RatePerMin, AlertBurst: &a.Burst, StatePath: &o.StatePath, LogLevel: &o.LogLevel,
 	}
@@ -187,6 +195,9 @@ func loadOptions() (options, error) {
 		return options{}, fmt.Errorf("GUARDIAN_SSH_ADDR: port %q: %w", port, err)
 	}
 	if err := o.Guard.Validate(); err != nil {
+		return options{}, fmt.Errorf("guardian config: %w", err)
+	}
+	if err := o.HTTP.Validate(); err != nil {
 		return options{}, fmt.Errorf("guardian config: %w", err)
 	}
 	return o, nil
@@ -253,9 +264,9 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("GUARDIAN_LISTEN: %w", err)
 	}
-	srv := &http.Server{Handler: httpapi.New(g, c.CleanupToken, reg, log), ReadHeaderTimeout: 5 * time.Second}
+	srv := c.HTTP.NewServer(httpapi.New(g, c.CleanupToken, reg, log))
 	go func() {
-		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := srv.Serve(c.HTTP.Listener(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server", "err", err)
 		}
 	}()

@@ -98,6 +98,7 @@ var nonDefault = map[string]string{
 	"CPU_EVERY": "1s", "HANG_CPU_FRACTION": "0.9", "HANG_ALERT_AFTER": "20s", "HANG_KILL_ONE_AFTER": "60s",
 	"HANG_KILL_THREE_AFTER": "120s", "HANG_KILL_ALL_AFTER": "240s", "HANG_RECOVERY": "5s",
 	"PROBE_EVERY": "15s", "PROBE_TIMEOUT": "2s", "WATCH_EVERY": "2s",
+	"HTTP_READ_HEADER_TIMEOUT": "3s", "HTTP_READ_TIMEOUT": "7s", "HTTP_WRITE_TIMEOUT": "90s", "HTTP_IDLE_TIMEOUT": "15s", "HTTP_MAX_CONNS": "16",
 	"LISTEN": ":9191", "CLEANUP_TOKEN": "t0ken", "WEBHOOK_URL": "http://alerts.example/hook", "ALERT_WINDOW": "30s",
 	"ALERT_RATE_PER_MIN": "10", "ALERT_BURST": "2", "STATE_PATH": "/state/s.json", "LOG_LEVEL": "DEBUG",
 }
