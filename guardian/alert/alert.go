@@ -11,9 +11,15 @@ import (
 	"encoding/json"
 	"fmt"
 	"log/slog"
+	"maps"
 	"net/http"
+	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
+	"unicode"
+	"unicode/utf8"
 )
 
 // Severity grades an alert.
@@ -44,6 +50,8 @@ type Config struct {
 	Workspace   string        // names the workspace in every alert
 	Window      time.Duration // same kind+subject within Window aggregate; default 60s
 	Keep        int           // recent alerts kept for GET /alerts; default 200
+	MaxText     int           // bytes of the subject, the message and each field value; default 512
+	MaxFields   int           // fields kept per alert; default 16
 	RatePerMin  int           // webhook deliveries per minute; default 20
 	Burst       int           // deliveries allowed at once; default 5
 	WebhookURL  string        // empty: no delivery, alerts stay in the API only
@@ -53,10 +61,11 @@ type Config struct {
 }
 
 // Defaults returns the standard tuning: a 60 s aggregation window, the
-// last 200 alerts kept, 20 deliveries a minute with bursts of 5, 5 attempts
-// per alert starting at a 500 ms backoff, 5 s per attempt.
+// last 200 alerts kept, at most 512 bytes per text and 16 fields per alert,
+// 20 deliveries a minute with bursts of 5, 5 attempts per alert starting
+// at a 500 ms backoff, 5 s per attempt.
 func Defaults() Config {
-	return Config{Window: time.Minute, Keep: 200, RatePerMin: 20, Burst: 5, Attempts: 5,
+	return Config{Window: time.Minute, Keep: 200, MaxText: 512, MaxFields: 16, RatePerMin: 20, Burst: 5, Attempts: 5,
 		Backoff: 500 * time.Millisecond, HTTPTimeout: 5 * time.Second}
 }
 
@@ -68,6 +77,12 @@ func (c *Config) defaults() {
 	}
 	if c.Keep <= 0 {
 		c.Keep = d.Keep
+	}
+	if c.MaxText <= 0 {
+		c.MaxText = d.MaxText
+	}
+	if c.MaxFields <= 0 {
+		c.MaxFields = d.MaxFields
 	}
 	if c.RatePerMin <= 0 {
 		c.RatePerMin = d.RatePerMin
@@ -125,7 +140,14 @@ func (a *Aggregator) OnRaise(f func(Alert)) { a.onNew = f }
 // window only increments the count of the existing alert. A new alert is
 // queued for the webhook if the rate limit allows; otherwise it is kept
 // for the API and counted as rate-limited.
+//
+// Subject, message and fields often carry what the workspace's user chose
+// (paths, process names), which ends up in guardian's state file and the
+// platform's alert store: they are bounded (see Bound) before anything
+// keeps them.
 func (a *Aggregator) Raise(kind, subject string, sev Severity, msg string, fields map[string]string) {
+	kind = Bound(kind, a.cfg.MaxText)
+	subject, msg, fields = Bound(subject, a.cfg.MaxText), Bound(msg, a.cfg.MaxText), a.boundFields(fields)
 	now := a.now()
 	a.mu.Lock()
 	a.stats.Raised++
@@ -192,10 +214,79 @@ func (a *Aggregator) Recent() []Alert {
 
 // Restore replaces the kept alerts, for a restarted guardian taking up its
 // persisted state.
+// They are bounded like raised ones, the newest Keep of them kept: a state
+// file written by another version must not bring unbounded text back.
 func (a *Aggregator) Restore(alerts []Alert) {
+	if len(alerts) > a.cfg.Keep {
+		alerts = alerts[len(alerts)-a.cfg.Keep:]
+	}
+	recent := make([]Alert, len(alerts))
+	for i, al := range alerts {
+		al.Kind, al.Subject, al.Message = Bound(al.Kind, a.cfg.MaxText), Bound(al.Subject, a.cfg.MaxText), Bound(al.Message, a.cfg.MaxText)
+		al.Workspace, al.Fields = Bound(al.Workspace, a.cfg.MaxText), a.boundFields(al.Fields)
+		recent[i] = al
+	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	a.recent = append([]Alert(nil), alerts...)
+	a.recent = recent
+}
+
+// TruncatedFields is the field that counts the fields an alert had beyond
+// MaxFields.
+const TruncatedFields = "truncated_fields"
+
+// boundFields returns a copy of fields with every key and value bounded;
+// beyond MaxFields (counting TruncatedFields) only the first keys in
+// sorted order are kept and TruncatedFields says how many were dropped.
+func (a *Aggregator) boundFields(fields map[string]string) map[string]string {
+	if fields == nil {
+		return nil
+	}
+	keys := slices.Sorted(maps.Keys(fields))
+	keep := len(keys)
+	if keep > a.cfg.MaxFields {
+		keep = max(a.cfg.MaxFields-1, 0)
+	}
+	out := make(map[string]string, keep+1)
+	for _, k := range keys[:keep] {
+		out[Bound(k, maxKey)] = Bound(fields[k], a.cfg.MaxText)
+	}
+	if dropped := len(keys) - keep; dropped > 0 {
+		out[TruncatedFields] = strconv.Itoa(dropped)
+	}
+	return out
+}
+
+// maxKey bounds field names, which guardian chooses but Restore reads
+// back from a file.
+const maxKey = 64
+
+// truncMarker ends a text Bound cut short.
+const truncMarker = "…[truncated]"
+
+// Bound makes s safe to keep and show: every control character (newlines
+// and terminal escapes included) and every invalid UTF-8 byte becomes '?',
+// and a text longer than max bytes is cut at a character boundary and ends
+// with "…[truncated]", the whole within max bytes (max is raised to the
+// marker's length, so the marker always fits).
+func Bound(s string, max int) string {
+	clean := strings.Map(func(r rune) rune {
+		if r == utf8.RuneError || unicode.IsControl(r) {
+			return '?'
+		}
+		return r
+	}, s)
+	if len(clean) <= max {
+		return clean
+	}
+	cut := max - len(truncMarker)
+	if cut < 0 {
+		cut = 0
+	}
+	for cut > 0 && !utf8.RuneStart(clean[cut]) {
+		cut--
+	}
+	return clean[:cut] + truncMarker
 }
 
 // Stats returns delivery counters.

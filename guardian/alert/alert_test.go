@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -139,5 +142,107 @@ func TestRateLimitRefills(t *testing.T) {
 	a.Raise("k", "3", Info, "m", nil)
 	if s := a.Stats(); s.RateLimited != 1 {
 		t.Errorf("rate-limited = %d; want 1 (one token refilled after a second)", s.RateLimited)
+	}
+}
+
+func TestBound(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		max  int
+		want string
+	}{
+		{"short text unchanged", "/usr/bin/python3", 64, "/usr/bin/python3"},
+		{"exactly max unchanged", "abcdef", 6, "abcdef"},
+		{"newline and terminal escape replaced", "evil\n\x1b[2Jname\x00", 64, "evil??[2Jname?"},
+		{"invalid UTF-8 replaced", "a\xff\xfeb", 64, "a??b"},
+		{"long text cut with the marker within max", strings.Repeat("x", 100), 20, strings.Repeat("x", 20-len(truncMarker)) + truncMarker},
+		{"cut on a character boundary", "aé" + strings.Repeat("é", 20), len(truncMarker) + 2, "a" + truncMarker},
+		{"max below the marker gives the marker", "abcdef", 3, truncMarker},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := Bound(tt.in, tt.max)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Bound(%q, %d) (-want +got):\n%s", tt.in, tt.max, diff)
+			}
+			if !utf8.ValidString(got) {
+				t.Errorf("Bound(%q, %d) = %q is not valid UTF-8", tt.in, tt.max, got)
+			}
+		})
+	}
+}
+
+// What the user chose (a process name, a path) is bounded before any
+// alert keeps it, on the first raise and on repeats alike.
+func TestRaiseBoundsUserText(t *testing.T) {
+	c := &clock{time.Unix(1000, 0)}
+	cfg := Config{MaxText: 32, MaxFields: 3}
+	huge := strings.Repeat("A", 1<<20)
+	many := map[string]string{"a": "1", "b": "2", "c": "3", "d": "4", "e": huge}
+	tests := []struct {
+		name  string
+		raise func(a *Aggregator)
+		want  Alert
+	}{
+		{"huge subject, message and field value", func(a *Aggregator) {
+			a.Raise("kill", huge, Warning, "killed "+huge, map[string]string{"exe": "/tmp/\n" + huge})
+		}, Alert{Kind: "kill", Subject: Bound(huge, 32), Message: Bound("killed "+huge, 32),
+			Fields: map[string]string{"exe": Bound("/tmp/?"+huge, 32)}}},
+		{"too many fields: the first keys kept and the rest counted", func(a *Aggregator) {
+			a.Raise("kill", "", Warning, "m", many)
+		}, Alert{Kind: "kill", Message: "m", Fields: map[string]string{"a": "1", "b": "2", TruncatedFields: "3"}}},
+		{"an aggregated repeat is bounded too", func(a *Aggregator) {
+			a.Raise("kill", "s", Warning, "short", nil)
+			a.Raise("kill", "s", Warning, huge, map[string]string{"pid": huge})
+		}, Alert{Kind: "kill", Subject: "s", Message: Bound(huge, 32), Fields: map[string]string{"pid": Bound(huge, 32)}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			a := New(cfg, c.now, nil, nil)
+			tt.raise(a)
+			got := a.Recent()
+			if len(got) != 1 {
+				t.Fatalf("%d alerts kept; want 1", len(got))
+			}
+			g := got[0]
+			g.Severity, g.First, g.Last, g.Count = "", time.Time{}, time.Time{}, 0
+			if diff := cmp.Diff(tt.want, g); diff != "" {
+				t.Errorf("kept alert (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// The kept alerts are a ring of Keep, whether raised or restored from a
+// state file, and restored ones are bounded like raised ones.
+func TestKeptAlertsAreBounded(t *testing.T) {
+	c := &clock{time.Unix(1000, 0)}
+	a := New(Config{Keep: 3, MaxText: 16}, c.now, nil, nil)
+	for i := range 5 {
+		a.Raise("k"+strconv.Itoa(i), "", Info, "m", nil)
+	}
+	kinds := func() []string {
+		var out []string
+		for _, r := range a.Recent() {
+			out = append(out, r.Kind)
+		}
+		return out
+	}
+	if diff := cmp.Diff([]string{"k2", "k3", "k4"}, kinds()); diff != "" {
+		t.Errorf("raised beyond Keep (-want +got):\n%s", diff)
+	}
+	var saved []Alert
+	for i := range 5 {
+		saved = append(saved, Alert{Kind: "r" + strconv.Itoa(i), Message: strings.Repeat("\x1b", 100), Fields: map[string]string{"exe": strings.Repeat("p", 100)}})
+	}
+	a.Restore(saved)
+	if diff := cmp.Diff([]string{"r2", "r3", "r4"}, kinds()); diff != "" {
+		t.Errorf("restored beyond Keep (-want +got):\n%s", diff)
+	}
+	for _, r := range a.Recent() {
+		if r.Message != Bound(strings.Repeat("?", 100), 16) || len(r.Fields["exe"]) > 16 {
+			t.Errorf("restored alert not bounded: %+v", r)
+		}
 	}
 }

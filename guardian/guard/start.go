@@ -25,7 +25,8 @@ func (g *Guardian) Start(ctx context.Context) error {
 	g.mu.Unlock()
 	g.alerts.Restore(g.st.Alerts)
 	g.log.Info("started", "restarted", starts > 1, "starts", starts)
-	return g.save()
+	g.saveLogged() // a full state volume must not stop guardian from starting
+	return nil
 }
 
 // ErrNoMemoryLimit is returned by Attach when M is neither configured,
@@ -80,7 +81,8 @@ func (g *Guardian) Attach(ctx context.Context, cg cgroupfs.Cgroup) error {
 	g.metrics.memoryLimit.Set(float64(m))
 	g.log.Info("guarding", "cgroup", cg.String(), "memory_limit", m)
 	g.protect(ctx)
-	return g.save()
+	g.saveLogged() // a full state volume must not stop guardian from guarding
+	return nil
 }
 
 // memoryLimitFor settles M: configured, else remembered from an earlier

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"time"
@@ -44,20 +45,47 @@ type StateStore interface {
 // (torn or foreign); guardian then starts afresh rather than not at all.
 var ErrStateUnreadable = errors.New("saved state unreadable")
 
-// FileStore keeps the state as JSON in one file, replaced atomically
-// (temporary file in the same directory, then rename).
-type FileStore struct{ Path string }
+// DefaultStateMaxBytes is the size a FileStore's file is kept within
+// unless told otherwise: far below the 1 Mi volume it lives on in the Pod,
+// with room for the temporary copy written next to it.
+const DefaultStateMaxBytes = 256 << 10
+
+// FileStore keeps the state as JSON in one file of at most MaxBytes (0:
+// DefaultStateMaxBytes), replaced atomically: a temporary file in the same
+// directory, synced, then renamed over it. A full volume (ENOSPC) thus
+// fails a save but leaves the previous state whole, and the file never
+// grows with the alerts: Save drops the oldest until the state fits.
+type FileStore struct {
+	Path     string
+	MaxBytes int
+}
 
 var _ StateStore = FileStore{}
 
-// Load implements StateStore.
+func (f FileStore) maxBytes() int {
+	if f.MaxBytes > 0 {
+		return f.MaxBytes
+	}
+	return DefaultStateMaxBytes
+}
+
+// Load implements StateStore. A file larger than MaxBytes is not read
+// whole: it is reported as ErrStateUnreadable like a torn one.
 func (f FileStore) Load() (State, bool, error) {
-	b, err := os.ReadFile(f.Path)
+	file, err := os.Open(f.Path)
 	if errors.Is(err, os.ErrNotExist) {
 		return State{}, false, nil
 	}
 	if err != nil {
 		return State{}, false, fmt.Errorf("read state: %w", err)
+	}
+	defer file.Close()
+	b, err := io.ReadAll(io.LimitReader(file, int64(f.maxBytes())+1))
+	if err != nil {
+		return State{}, false, fmt.Errorf("read state: %w", err)
+	}
+	if len(b) > f.maxBytes() {
+		return State{}, false, fmt.Errorf("%s: %w: larger than %d bytes", f.Path, ErrStateUnreadable, f.maxBytes())
 	}
 	var st State
 	if err := json.Unmarshal(b, &st); err != nil {
@@ -66,26 +94,80 @@ func (f FileStore) Load() (State, bool, error) {
 	return st, true, nil
 }
 
-// Save implements StateStore.
+// Save implements StateStore. When the state does not fit in MaxBytes the
+// oldest alerts are left out of the file (the newest that fit are kept);
+// should it not fit even without alerts, nothing is written and the
+// previous file stays.
 func (f FileStore) Save(st State) error {
-	b, err := json.MarshalIndent(st, "", "  ")
+	b, err := encodeWithin(st, f.maxBytes())
 	if err != nil {
-		return err
+		return fmt.Errorf("save state: %w", err)
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(f.Path), ".guardian-state-*")
 	if err != nil {
 		return fmt.Errorf("save state: %w", err)
 	}
-	if _, err := tmp.Write(b); err != nil {
-		tmp.Close()
+	_, err = tmp.Write(b)
+	if err == nil {
+		err = tmp.Sync()
+	}
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), f.Path)
+	}
+	if err != nil {
 		os.Remove(tmp.Name())
 		return fmt.Errorf("save state: %w", err)
 	}
-	if err := tmp.Close(); err != nil {
-		os.Remove(tmp.Name())
-		return err
+	// The rename is durable once the directory is synced; without it a
+	// crash could bring back the previous file, which is still whole.
+	if dir, err := os.Open(filepath.Dir(f.Path)); err == nil {
+		dir.Sync()
+		dir.Close()
 	}
-	return os.Rename(tmp.Name(), f.Path)
+	return nil
+}
+
+// encodeWithin encodes st as JSON of at most max bytes, keeping the
+// newest alerts that fit.
+func encodeWithin(st State, max int) ([]byte, error) {
+	alerts := st.Alerts
+	st.Alerts = nil
+	base, err := json.Marshal(st)
+	if err != nil {
+		return nil, err
+	}
+	// Compact JSON: the alerts replace "null" with "[a,b,…]".
+	size := len(base) - len("null") + len("[]")
+	if size > max {
+		return nil, fmt.Errorf("state without alerts is %d bytes, over the %d-byte cap", size, max)
+	}
+	keep := 0
+	for i := len(alerts) - 1; i >= 0; i-- {
+		b, err := json.Marshal(alerts[i])
+		if err != nil {
+			return nil, err
+		}
+		next := size + len(b)
+		if i < len(alerts)-1 {
+			next++ // the comma
+		}
+		if next > max {
+			break
+		}
+		size, keep = next, len(alerts)-i
+	}
+	st.Alerts = alerts[len(alerts)-keep:]
+	b, err := json.Marshal(st)
+	if err != nil {
+		return nil, err
+	}
+	if len(b) > max {
+		return nil, fmt.Errorf("state is %d bytes, over the %d-byte cap", len(b), max)
+	}
+	return b, nil
 }
 
 // load takes up the saved state, with the kill budget and hang policy of
@@ -95,13 +177,16 @@ func (g *Guardian) load() error {
 		return nil
 	}
 	st, ok, err := g.store.Load()
-	if errors.Is(err, ErrStateUnreadable) {
-		// A torn or foreign file must not stop protection: start afresh.
+	if err != nil {
+		// A torn, foreign or oversized file, or an unreadable volume,
+		// must not stop protection: start afresh, and say so (the
+		// alert's save replaces a bad file at once).
 		g.log.Error("state unreadable, starting afresh", "err", err)
+		g.raise("state-unreadable", "", alert.Warning, fmt.Sprintf("saved state ignored, guardian starts afresh: %v", err), nil)
 		return nil
 	}
-	if err != nil || !ok {
-		return err
+	if !ok {
+		return nil
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -126,8 +211,11 @@ func (g *Guardian) save() error {
 	return g.store.Save(st)
 }
 
+// saveLogged saves, and logs and alerts a failure: a full or broken
+// state volume costs what a restart would take up, never protection.
 func (g *Guardian) saveLogged() {
 	if err := g.save(); err != nil {
 		g.log.Error("save state", "err", err)
+		g.raise("state-save-failed", "", alert.Warning, fmt.Sprintf("guardian could not save its state: %v", err), nil)
 	}
 }

@@ -56,6 +56,7 @@ type options struct {
 	Listen       string
 	CleanupToken string
 	StatePath    string
+	StateMax     uint64 // bytes the state file is kept within
 	LogLevel     slog.Level
 }
 
@@ -65,7 +66,7 @@ func defaultOptions() options {
 		Guard: guard.Defaults(), Alert: alert.Defaults(), HTTP: httpapi.Defaults(),
 		ContainerName: "workspace", ProcRoot: "/proc", CgroupMount: "/sys/fs/cgroup",
 		SSHAddr: "127.0.0.1:22", ProbeTimeout: 5 * time.Second, Listen: ":9090",
-		StatePath: "/var/lib/guardian/state.json", LogLevel: slog.LevelInfo,
+		StatePath: "/var/lib/guardian/state.json", StateMax: guard.DefaultStateMaxBytes, LogLevel: slog.LevelInfo,
 	}
 }
 
@@ -144,6 +145,9 @@ type variables struct {
 	AlertRate    *int           `envconfig:"ALERT_RATE_PER_MIN"`
 	AlertBurst   *int           `envconfig:"ALERT_BURST"`
 	StatePath    *string        `envconfig:"STATE_PATH"`
+	StateMax     *byteSize      `envconfig:"STATE_MAX_BYTES"`
+	AlertText    *int           `envconfig:"ALERT_MAX_TEXT"`
+	AlertFields  *int           `envconfig:"ALERT_MAX_FIELDS"`
 	LogLevel     *slog.Level    `envconfig:"LOG_LEVEL"`
 }
 
@@ -176,6 +180,7 @@ func bind(o *options) variables {
 		HTTPIdle: &o.HTTP.IdleTimeout, HTTPMaxConns: &o.HTTP.MaxConns,
 		Listen: &o.Listen, CleanupToken: &o.CleanupToken, WebhookURL: &a.WebhookURL, AlertWindow: &a.Window,
 		AlertRate: &a.RatePerMin, AlertBurst: &a.Burst, StatePath: &o.StatePath, LogLevel: &o.LogLevel,
+		StateMax: (*byteSize)(&o.StateMax), AlertText: &a.MaxText, AlertFields: &a.MaxFields,
 	}
 }
 
@@ -199,6 +204,12 @@ func loadOptions() (options, error) {
 	}
 	if err := o.HTTP.Validate(); err != nil {
 		return options{}, fmt.Errorf("guardian config: %w", err)
+	}
+	if o.StateMax < 4<<10 || o.StateMax > 64<<20 {
+		return options{}, fmt.Errorf("GUARDIAN_STATE_MAX_BYTES must be within 4Ki and 64Mi, got %d", o.StateMax)
+	}
+	if o.Alert.MaxText < 64 || o.Alert.MaxFields < 1 {
+		return options{}, fmt.Errorf("GUARDIAN_ALERT_MAX_TEXT must be at least 64 and GUARDIAN_ALERT_MAX_FIELDS at least 1, got %d and %d", o.Alert.MaxText, o.Alert.MaxFields)
 	}
 	return o, nil
 }
@@ -242,7 +253,7 @@ func run() error {
 		if err := os.MkdirAll(filepath.Dir(c.StatePath), 0o700); err != nil {
 			log.Error("state directory unusable: state will not survive a restart", "path", c.StatePath, "err", err)
 		} else {
-			store = guard.FileStore{Path: c.StatePath}
+			store = guard.FileStore{Path: c.StatePath, MaxBytes: int(c.StateMax)}
 		}
 	}
 	g, err := guard.New(c.Guard, guard.Deps{
