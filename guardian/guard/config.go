@@ -68,6 +68,11 @@ type Config struct {
 	CPUEvery time.Duration
 	Hang     victim.HangPolicy
 
+	// StormEvery is how often the storm loop looks at the workspace's CPU
+	// and demotes the busy processes while it is saturated.
+	StormEvery time.Duration
+	Storm      victim.StormPolicy
+
 	ProbeEvery time.Duration
 
 	// WatchEvery is how often guardian looks for the workspace container
@@ -100,6 +105,8 @@ func Defaults() Config {
 		CPUEvery: 5 * time.Second,
 		Hang: victim.HangPolicy{CPUFraction: 0.95, AlertAfter: 30 * time.Second, KillOne: 90 * time.Second,
 			KillThree: 180 * time.Second, KillAll: 300 * time.Second, Recovery: 10 * time.Second},
+		StormEvery: time.Second,
+		Storm:      victim.StormPolicy{CPUFraction: 0.9, MinShare: 0.01, Calm: 10 * time.Second},
 		ProbeEvery: 30 * time.Second,
 		WatchEvery: time.Second,
 	}
@@ -120,6 +127,11 @@ func (c Config) Validate() error {
 	frac("kill fraction", c.KillFraction)
 	frac("hang CPU fraction", c.Hang.CPUFraction)
 	frac("fork growth fraction", c.ForkGrowthFraction)
+	frac("storm CPU fraction", c.Storm.CPUFraction)
+	frac("storm minimum CPU share", c.Storm.MinShare)
+	if c.StormEvery <= 0 || c.Storm.Calm < 0 {
+		errs = append(errs, fmt.Errorf("storm interval (%v) must be positive and storm calm (%v) not negative", c.StormEvery, c.Storm.Calm))
+	}
 	if c.PidsReserve < 0 || c.ForkHorizon <= 0 {
 		errs = append(errs, fmt.Errorf("pids reserve (%d) must not be negative and fork horizon (%v) must be positive", c.PidsReserve, c.ForkHorizon))
 	}

@@ -50,7 +50,9 @@ type Scheduler interface {
 	Get(pid int) (sched.Attr, error)
 	SetRR(pid, prio int) error
 	SetNice(pid, nice int) error
-	SetOther(pid, nice int) error // SCHED_OTHER at nice with reset-on-fork
+	SetOther(pid, nice int) error   // SCHED_OTHER at nice with reset-on-fork
+	SetIdleProcess(pid int) error   // every thread SCHED_IDLE (CPU storms)
+	SetNormalProcess(pid int) error // every thread back to SCHED_OTHER nice 0
 }
 
 // Prober checks SSH reachability (package sshprobe implements it).

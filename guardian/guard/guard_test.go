@@ -284,6 +284,14 @@ func (s *fakeSched) SetRR(pid, prio int) error {
 	s.attrs[pid] = sched.Attr{Policy: unix.SCHED_RR, ResetOnFork: true, Priority: prio}
 	return nil
 }
+func (s *fakeSched) SetIdleProcess(pid int) error {
+	s.attrs[pid] = sched.Attr{Policy: unix.SCHED_IDLE}
+	return nil
+}
+func (s *fakeSched) SetNormalProcess(pid int) error {
+	s.attrs[pid] = sched.Attr{Policy: unix.SCHED_NORMAL}
+	return nil
+}
 func (s *fakeSched) SetNice(pid, nice int) error {
 	a := s.attrs[pid]
 	a.Nice = nice

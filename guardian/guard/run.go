@@ -136,6 +136,7 @@ func (g *Guardian) guard(ctx context.Context, cg cgroupfs.Cgroup) {
 		{"memory", g.memoryLoop},
 		{"fork", g.forkLoop},
 		{"cpu", g.cpuLoop},
+		{"storm", g.stormLoop},
 		{"probe", g.probeLoop},
 	}
 	for _, l := range loops {

@@ -6,7 +6,10 @@
 package sched
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"strconv"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
@@ -97,3 +100,44 @@ func (OS) SetOther(pid, nice int) error { return SetOther(pid, nice) }
 
 // SetNice implements the scheduler interface with SetNice.
 func (OS) SetNice(pid, nice int) error { return SetNice(pid, nice) }
+
+// SetIdleProcess puts every thread of pid under SCHED_IDLE: it runs only
+// when no other task of its CPU wants to. Every thread, since a policy is
+// per thread and a busy process spins on any of them (a Go program on
+// whichever its scheduler picked); the threads it starts later inherit the
+// policy. An unprivileged process cannot leave SCHED_IDLE (RLIMIT_NICE 0).
+func SetIdleProcess(pid int) error {
+	return eachThread(pid, unix.SchedAttr{Size: uint32(unsafe.Sizeof(unix.SchedAttr{})), Policy: unix.SCHED_IDLE})
+}
+
+// SetNormalProcess puts every thread of pid back under SCHED_OTHER at
+// nice 0, as an unprivileged process starts.
+func SetNormalProcess(pid int) error {
+	return eachThread(pid, unix.SchedAttr{Size: uint32(unsafe.Sizeof(unix.SchedAttr{})), Policy: unix.SCHED_NORMAL})
+}
+
+// eachThread applies attr to every thread of pid listed in /proc/pid/task.
+func eachThread(pid int, attr unix.SchedAttr) error {
+	tids, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return fmt.Errorf("threads of %d: %w", pid, err)
+	}
+	var first error
+	for _, d := range tids {
+		tid, err := strconv.Atoi(d.Name())
+		if err != nil {
+			continue
+		}
+		a := attr
+		if err := unix.SchedSetAttr(tid, &a, 0); err != nil && first == nil && !errors.Is(err, unix.ESRCH) {
+			first = fmt.Errorf("policy %d for thread %d of %d: %w", attr.Policy, tid, pid, err)
+		}
+	}
+	return first
+}
+
+// SetIdleProcess implements the scheduler interface with SetIdleProcess.
+func (OS) SetIdleProcess(pid int) error { return SetIdleProcess(pid) }
+
+// SetNormalProcess implements the scheduler interface with SetNormalProcess.
+func (OS) SetNormalProcess(pid int) error { return SetNormalProcess(pid) }

@@ -128,6 +128,10 @@ type variables struct {
 	HangKillThree *time.Duration `envconfig:"HANG_KILL_THREE_AFTER"`
 	HangKillAll   *time.Duration `envconfig:"HANG_KILL_ALL_AFTER"`
 	HangRecovery  *time.Duration `envconfig:"HANG_RECOVERY"`
+	StormEvery    *time.Duration `envconfig:"STORM_EVERY"`
+	StormCPU      *float64       `envconfig:"STORM_CPU_FRACTION"`
+	StormMinShare *float64       `envconfig:"STORM_MIN_SHARE"`
+	StormCalm     *time.Duration `envconfig:"STORM_CALM"`
 
 	ProbeEvery   *time.Duration `envconfig:"PROBE_EVERY"`
 	ProbeTimeout *time.Duration `envconfig:"PROBE_TIMEOUT"`
@@ -173,6 +177,7 @@ func bind(o *options) variables {
 
 		CPUEvery: &g.CPUEvery, HangCPU: &h.CPUFraction, HangAlert: &h.AlertAfter, HangKillOne: &h.KillOne,
 		HangKillThree: &h.KillThree, HangKillAll: &h.KillAll, HangRecovery: &h.Recovery,
+		StormEvery: &g.StormEvery, StormCPU: &g.Storm.CPUFraction, StormMinShare: &g.Storm.MinShare, StormCalm: &g.Storm.Calm,
 
 		ProbeEvery: &g.ProbeEvery, ProbeTimeout: &o.ProbeTimeout, WatchEvery: &g.WatchEvery,
 

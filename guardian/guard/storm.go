@@ -1,0 +1,87 @@
+package guard
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"labkeep/guardian/alert"
+	"labkeep/guardian/victim"
+)
+
+// stormLoop keeps SSH usable while the workspace's CPU is saturated: every
+// StormEvery it measures the workspace's CPU share and, while it is at the
+// quota, demotes the unprotected processes that use CPU to SCHED_IDLE
+// (victim.StormPolicy says who and why); after the storm they get normal
+// scheduling back. A login's processes and sshd's then win the CPU at
+// once instead of queueing behind every spinner of the quota. The user,
+// without CAP_SYS_NICE, cannot leave SCHED_IDLE, and the demotion is
+// re-applied at every look (to the threads started since, too). Nothing
+// is killed: that stays the hang escalation's call (cpu.go).
+//
+// Scheduling is set by PID right after the snapshot that named the
+// process; a PID reused within that instant would have its CPU priority
+// lowered or restored, never anything worse.
+func (g *Guardian) stormLoop(ctx context.Context) {
+	tr := &victim.StormTracker{Policy: g.cfg.Storm}
+	var prevUsage time.Duration
+	var prevAt time.Time
+	var prevProcs []victim.Process
+	storming := false
+	g.every(ctx, "storm", g.cfg.StormEvery, func(ctx context.Context) {
+		usage, err := g.cg.CPUUsage()
+		if err != nil {
+			g.log.Error("storm: read CPU usage", "err", err)
+			return
+		}
+		now := g.now()
+		procs, prot, err := g.snapshot()
+		if err != nil {
+			g.log.Error("storm: snapshot", "err", err)
+			return
+		}
+		defer func() { prevUsage, prevAt, prevProcs = usage, now, procs }()
+		if prevAt.IsZero() {
+			return
+		}
+		cpus, err := g.cg.CPUs()
+		if err != nil || cpus == 0 || cpus > g.cpus {
+			cpus = g.cpus
+		}
+		elapsed := now.Sub(prevAt)
+		frac := victim.CPUFraction(usage-prevUsage, elapsed, cpus)
+		act := tr.Observe(now, frac, elapsed, prevProcs, procs, prot)
+		demoted := 0
+		for _, p := range act.Demote {
+			if a, err := g.sched.Get(p.PID); err == nil && a.Policy == unix.SCHED_IDLE {
+				continue
+			}
+			if err := g.sched.SetIdleProcess(p.PID); err != nil {
+				g.log.Debug("storm: demote", "pid", p.PID, "err", err)
+				continue
+			}
+			demoted++
+		}
+		for _, p := range act.Restore {
+			if err := g.sched.SetNormalProcess(p.PID); err != nil {
+				g.log.Debug("storm: restore", "pid", p.PID, "err", err)
+			}
+		}
+		switch {
+		case !storming && len(act.Demote) > 0:
+			storming = true
+			g.log.Warn("CPU storm: demoting busy processes to SCHED_IDLE", "cpu_fraction", frac, "demoted", demoted)
+			g.raise("cpu-storm", "", alert.Warning,
+				fmt.Sprintf("workspace CPU at %.0f%% of its quota: %d busy processes run at SCHED_IDLE until it calms down, so logins keep working", 100*frac, demoted),
+				map[string]string{"demoted": strconv.Itoa(demoted)})
+		case storming && len(act.Demote) == 0:
+			storming = false
+			g.log.Info("CPU storm over: normal scheduling back", "restored", len(act.Restore))
+		case demoted > 0:
+			g.log.Info("CPU storm: demoted more", "demoted", demoted, "total", tr.Demoted())
+		}
+	})
+}
