@@ -106,7 +106,7 @@ func Defaults() Config {
 		Hang: victim.HangPolicy{CPUFraction: 0.95, AlertAfter: 30 * time.Second, KillOne: 90 * time.Second,
 			KillThree: 180 * time.Second, KillAll: 300 * time.Second, Recovery: 10 * time.Second},
 		StormEvery: time.Second,
-		Storm:      victim.StormPolicy{CPUFraction: 0.9, MinShare: 0.01, Calm: 10 * time.Second},
+		Storm:      victim.StormPolicy{CPUFraction: 0.9, Runnable: 2, MinShare: 0.01, Calm: 10 * time.Second},
 		ProbeEvery: 30 * time.Second,
 		WatchEvery: time.Second,
 	}
@@ -129,8 +129,8 @@ func (c Config) Validate() error {
 	frac("fork growth fraction", c.ForkGrowthFraction)
 	frac("storm CPU fraction", c.Storm.CPUFraction)
 	frac("storm minimum CPU share", c.Storm.MinShare)
-	if c.StormEvery <= 0 || c.Storm.Calm < 0 {
-		errs = append(errs, fmt.Errorf("storm interval (%v) must be positive and storm calm (%v) not negative", c.StormEvery, c.Storm.Calm))
+	if c.StormEvery <= 0 || c.Storm.Calm < 0 || c.Storm.Runnable < 0 {
+		errs = append(errs, fmt.Errorf("storm interval (%v) must be positive, storm calm (%v) and runnable factor (%v) not negative", c.StormEvery, c.Storm.Calm, c.Storm.Runnable))
 	}
 	if c.PidsReserve < 0 || c.ForkHorizon <= 0 {
 		errs = append(errs, fmt.Errorf("pids reserve (%d) must not be negative and fork horizon (%v) must be positive", c.PidsReserve, c.ForkHorizon))

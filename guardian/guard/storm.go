@@ -53,7 +53,7 @@ func (g *Guardian) stormLoop(ctx context.Context) {
 		}
 		elapsed := now.Sub(prevAt)
 		frac := victim.CPUFraction(usage-prevUsage, elapsed, cpus)
-		act := tr.Observe(now, frac, elapsed, prevProcs, procs, prot)
+		act := tr.Observe(now, frac, cpus, elapsed, prevProcs, procs, prot)
 		demoted := 0
 		for _, p := range act.Demote {
 			if a, err := g.sched.Get(p.PID); err == nil && a.Policy == unix.SCHED_IDLE {

@@ -1,9 +1,6 @@
 package victim
 
-import (
-	"testing"
-	"time"
-)
+import "testing"
 
 // bigWorkspace is a workspace at the default pids.max: 4096 processes.
 func bigWorkspace() []Process {
@@ -30,17 +27,5 @@ func BenchmarkLargestRSS4096(b *testing.B) {
 	prot := Protect(procs, Rules{ProtectInit: true})
 	for b.Loop() {
 		LargestRSS(procs, prot)
-	}
-}
-
-// The fork scan runs every second over the whole cgroup.
-func BenchmarkForkDetector4096(b *testing.B) {
-	procs := bigWorkspace()
-	d := ForkDetector{Threshold: 500, Window: 10 * time.Second}
-	now := time.Unix(0, 0)
-	b.ReportAllocs()
-	for b.Loop() {
-		now = now.Add(time.Second)
-		d.Observe(now, procs, 0)
 	}
 }

@@ -94,61 +94,6 @@ func (b *KillBudget) Record(now time.Time) (paused bool) {
 	return false
 }
 
-// ForkDetector recognises a fork bomb: more than Threshold new processes
-// within Window. It learns process births from successive snapshots of the
-// cgroup and from forks the kernel refused at pids.max (each is a birth the
-// limit prevented).
-type ForkDetector struct {
-	Threshold int
-	Window    time.Duration
-
-	seen   map[Key]bool
-	births []birth
-	primed bool
-}
-
-type birth struct {
-	at time.Time
-	n  int
-}
-
-// Observe records a snapshot taken at now plus the forks refused since the
-// last call, and returns the births within the window and whether they make
-// a bomb. The first snapshot is the baseline and counts no births.
-func (d *ForkDetector) Observe(now time.Time, procs []Process, refused int) (births int, bomb bool) {
-	cur := make(map[Key]bool, len(procs))
-	n := refused
-	for _, p := range procs {
-		k := p.Key()
-		cur[k] = true
-		if d.primed && !d.seen[k] {
-			n++
-		}
-	}
-	d.seen, d.primed = cur, true
-	if n > 0 {
-		d.births = append(d.births, birth{now, n})
-	}
-	kept := d.births[:0]
-	total := 0
-	for _, b := range d.births {
-		if now.Sub(b.at) < d.Window {
-			kept = append(kept, b)
-			total += b.n
-		}
-	}
-	d.births = kept
-	return total, total > d.Threshold
-}
-
-// Reset forgets the birth history, after a bomb was contained, so the
-// processes killed during containment do not re-trigger it.
-func (d *ForkDetector) Reset() {
-	d.births = nil
-	d.primed = false
-	d.seen = nil
-}
-
 // CPUFraction is the share of the cgroup's CPU capacity (cpus: the CFS quota
 // in CPUs, or the number of online CPUs without a quota) used over elapsed.
 func CPUFraction(used, elapsed time.Duration, cpus float64) float64 {

@@ -14,6 +14,11 @@ type StormPolicy struct {
 	// CPUFraction: the workspace is saturated while it uses at least this
 	// share of its CPU capacity (the quota) over an observation.
 	CPUFraction float64
+	// Runnable: the workspace is saturated too while at least Runnable
+	// times its capacity in unprotected processes are runnable at once.
+	// On a busy host the workspace may not even get its quota, yet a
+	// login waits behind every spinner all the same.
+	Runnable float64
 	// MinShare: during saturation, an unprotected process that used at
 	// least this share of one CPU over the observation is demoted.
 	MinShare float64
@@ -47,18 +52,22 @@ type StormTracker struct {
 const ticksPerSecond = 100
 
 // Observe feeds the workspace's CPU share over the last elapsed (cpu, as
-// CPUFraction computes it) and the process snapshots at its start (prev)
-// and end (cur), and says who to demote or restore. Protected processes
-// are never demoted.
-func (t *StormTracker) Observe(now time.Time, cpu float64, elapsed time.Duration, prev, cur []Process, protected Protected) StormAction {
+// CPUFraction computes it), its capacity in CPUs, and the process
+// snapshots at the start (prev) and end (cur) of elapsed, and says who to
+// demote or restore. Protected processes are never demoted.
+func (t *StormTracker) Observe(now time.Time, cpu, cpus float64, elapsed time.Duration, prev, cur []Process, protected Protected) StormAction {
 	if t.demoted == nil {
 		t.demoted = map[Key]bool{}
 	}
-	act := StormAction{Saturated: cpu >= t.Policy.CPUFraction}
 	alive := make(map[Key]bool, len(cur))
+	runnable := 0
 	for _, p := range cur {
 		alive[p.Key()] = true
+		if p.State == "R" && !protected.Has(p.Identity) {
+			runnable++
+		}
 	}
+	act := StormAction{Saturated: cpu >= t.Policy.CPUFraction || (t.Policy.Runnable > 0 && float64(runnable) >= t.Policy.Runnable*cpus)}
 	for k := range t.demoted {
 		if !alive[k] {
 			delete(t.demoted, k)

@@ -8,12 +8,13 @@ import (
 )
 
 func TestStormTracker(t *testing.T) {
-	policy := StormPolicy{CPUFraction: 0.9, MinShare: 0.01, Calm: 5 * time.Second}
+	policy := StormPolicy{CPUFraction: 0.9, Runnable: 2, MinShare: 0.01, Calm: 5 * time.Second}
 	sshd := proc(20, 1, 120, sshdExe, "sshd", 4<<20, 0)
 	shell := proc(32, 20, 302, bashExe, "bash", 2<<20, 0)
 	spinner := func(pid int, ticks uint64) Process {
 		return proc(pid, 32, uint64(1000+pid), "/usr/bin/spin", "spin", 1<<20, ticks)
 	}
+	running := func(p Process) Process { p.State = "R"; return p }
 	protected := Protected{sshd.Key(): ReasonListener}
 	// obs is one observation one second after the previous one.
 	type obs struct {
@@ -42,6 +43,22 @@ func TestStormTracker(t *testing.T) {
 				{1.0, []Process{proc(20, 1, 120, sshdExe, "sshd", 4<<20, 40), shell, spinner(50, 3), spinner(51, 2)}},
 			},
 			want: []got{{}, {Saturated: true, Demote: []int{50, 51}}},
+		},
+		{
+			name: "on a busy host the quota is not reached, but more runnable processes than twice the CPUs are a storm",
+			obs: []obs{
+				{0.4, []Process{sshd, shell, spinner(50, 0), spinner(51, 0), spinner(52, 0)}},
+				{0.4, []Process{sshd, shell, running(spinner(50, 2)), running(spinner(51, 1)), running(spinner(52, 1))}},
+			},
+			want: []got{{}, {Saturated: true, Demote: []int{50, 51, 52}}},
+		},
+		{
+			name: "two runnable processes on 1.5 CPUs are no storm",
+			obs: []obs{
+				{0.4, []Process{sshd, shell, spinner(50, 0), spinner(51, 0)}},
+				{0.4, []Process{sshd, shell, running(spinner(50, 40)), running(spinner(51, 40))}},
+			},
+			want: []got{{}, {}},
 		},
 		{
 			name: "a process born during the storm is charged with all its ticks",
@@ -112,7 +129,7 @@ func TestStormTracker(t *testing.T) {
 			var prev []Process
 			var out []got
 			for i, o := range tt.obs {
-				a := tr.Observe(t0.Add(time.Duration(i)*time.Second), o.cpu, time.Second, prev, o.procs, protected)
+				a := tr.Observe(t0.Add(time.Duration(i)*time.Second), o.cpu, 1.5, time.Second, prev, o.procs, protected)
 				out = append(out, got{a.Saturated, pids(a.Demote), pids(a.Restore)})
 				prev = o.procs
 			}

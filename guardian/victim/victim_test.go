@@ -241,46 +241,6 @@ func TestKillBudget(t *testing.T) {
 	}
 }
 
-func TestForkDetector(t *testing.T) {
-	t0 := time.Unix(1000, 0)
-	gen := func(from, n int) []Process {
-		var ps []Process
-		for i := 0; i < n; i++ {
-			ps = append(ps, proc(from+i, 1, uint64(from+i), "/bin/sh", "sh", 1, 1))
-		}
-		return ps
-	}
-	tests := []struct {
-		name      string
-		snapshots [][]Process
-		refused   []int
-		every     time.Duration
-		wantBomb  bool
-		wantCount int
-	}{
-		{"baseline alone is no bomb", [][]Process{gen(1, 3000)}, []int{0}, time.Second, false, 0},
-		{"steady state is no bomb", [][]Process{gen(1, 50), gen(1, 50), gen(1, 50)}, []int{0, 0, 0}, time.Second, false, 0},
-		{"600 births within 10s is a bomb", [][]Process{gen(1, 10), gen(1, 310), gen(1, 610)}, []int{0, 0, 0}, time.Second, true, 600},
-		{"500 births within 10s is not", [][]Process{gen(1, 10), gen(1, 260), gen(1, 510)}, []int{0, 0, 0}, time.Second, false, 500},
-		{"births spread beyond the window do not add up", [][]Process{gen(1, 10), gen(1, 310), gen(1, 610)}, []int{0, 0, 0}, 11 * time.Second, false, 300},
-		{"churn: replaced processes count as births", [][]Process{gen(1, 300), gen(1000, 300), gen(2000, 300)}, []int{0, 0, 0}, time.Second, true, 600},
-		{"forks refused at pids.max count", [][]Process{gen(1, 100), gen(1, 100)}, []int{0, 501}, time.Second, true, 501},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			d := ForkDetector{Threshold: 500, Window: 10 * time.Second}
-			var births int
-			var bomb bool
-			for i, s := range tt.snapshots {
-				births, bomb = d.Observe(t0.Add(time.Duration(i)*tt.every), s, tt.refused[i])
-			}
-			if bomb != tt.wantBomb || births != tt.wantCount {
-				t.Errorf("Observe() = %d,%v; want %d,%v", births, bomb, tt.wantCount, tt.wantBomb)
-			}
-		})
-	}
-}
-
 func TestHangTracker(t *testing.T) {
 	t0 := time.Unix(1000, 0)
 	policy := HangPolicy{CPUFraction: 0.95, AlertAfter: 30 * time.Second, KillOne: 90 * time.Second, KillThree: 180 * time.Second, KillAll: 300 * time.Second, Recovery: 10 * time.Second}

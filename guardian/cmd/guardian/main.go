@@ -130,6 +130,7 @@ type variables struct {
 	HangRecovery  *time.Duration `envconfig:"HANG_RECOVERY"`
 	StormEvery    *time.Duration `envconfig:"STORM_EVERY"`
 	StormCPU      *float64       `envconfig:"STORM_CPU_FRACTION"`
+	StormRunnable *float64       `envconfig:"STORM_RUNNABLE"`
 	StormMinShare *float64       `envconfig:"STORM_MIN_SHARE"`
 	StormCalm     *time.Duration `envconfig:"STORM_CALM"`
 
@@ -177,7 +178,7 @@ func bind(o *options) variables {
 
 		CPUEvery: &g.CPUEvery, HangCPU: &h.CPUFraction, HangAlert: &h.AlertAfter, HangKillOne: &h.KillOne,
 		HangKillThree: &h.KillThree, HangKillAll: &h.KillAll, HangRecovery: &h.Recovery,
-		StormEvery: &g.StormEvery, StormCPU: &g.Storm.CPUFraction, StormMinShare: &g.Storm.MinShare, StormCalm: &g.Storm.Calm,
+		StormEvery: &g.StormEvery, StormCPU: &g.Storm.CPUFraction, StormRunnable: &g.Storm.Runnable, StormMinShare: &g.Storm.MinShare, StormCalm: &g.Storm.Calm,
 
 		ProbeEvery: &g.ProbeEvery, ProbeTimeout: &o.ProbeTimeout, WatchEvery: &g.WatchEvery,
 

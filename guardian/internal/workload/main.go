@@ -58,6 +58,8 @@ func main() {
 		}
 	case "bomb":
 		bomb()
+	case "threads": // workload threads [n]: start n threads (2000), hold 2 s, exit 0
+		threads(fs.Args())
 	case "fakesshd":
 		fakeSSHD(*addr)
 	default:
