@@ -61,6 +61,23 @@ var bins struct {
 	once               sync.Once
 }
 
+// TimeScaleEnv stretches every wait and timeout of the scenarios by a
+// factor (default 1). The cgroup v2 VM runs under software emulation,
+// several times slower than its host, and sets it: what the scenarios
+// assert stays the same, only the time allowed grows.
+const TimeScaleEnv = "GUARDIAN_E2E_TIME_SCALE"
+
+var timeScale = func() float64 {
+	f, err := strconv.ParseFloat(os.Getenv(TimeScaleEnv), 64)
+	if err != nil || f < 1 {
+		return 1
+	}
+	return f
+}()
+
+// scaled is d stretched by the time scale.
+func scaled(d time.Duration) time.Duration { return time.Duration(float64(d) * timeScale) }
+
 // BinDirEnv names a directory holding prebuilt guardian and workload
 // binaries. The cgroup v2 VM, which has no Go toolchain, runs this test
 // binary with it set.
@@ -320,7 +337,7 @@ func start(t testing.TB, cmd *exec.Cmd) *proc {
 // identity waits until pid has exec'd exe and returns its identity.
 func (ws *workspace) identity(pid int, exe string) victim.Identity {
 	ws.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(scaled(10 * time.Second))
 	for time.Now().Before(deadline) {
 		p, err := ws.fs.Process(pid)
 		if err == nil && p.Exe == exe {
@@ -340,7 +357,7 @@ func (ws *workspace) stillSame(id victim.Identity) bool {
 
 func (ws *workspace) waitSSH() {
 	ws.t.Helper()
-	deadline := time.Now().Add(15 * time.Second)
+	deadline := time.Now().Add(scaled(15 * time.Second))
 	for time.Now().Before(deadline) {
 		if _, err := ws.login(2 * time.Second); err == nil {
 			return
@@ -354,6 +371,7 @@ func (ws *workspace) waitSSH() {
 // login opens an SSH connection as root, runs a command and checks its
 // output. It returns how long the whole login took.
 func (ws *workspace) login(timeout time.Duration) (time.Duration, error) {
+	timeout = scaled(timeout)
 	start := time.Now()
 	conn, err := net.DialTimeout("tcp", ws.sshAddr, timeout)
 	if err != nil {
@@ -467,7 +485,7 @@ type guardian struct {
 // fastEnv scales guardian's periods down so each scenario takes seconds.
 func fastEnv() map[string]string {
 	return map[string]string{
-		"GUARDIAN_PROTECT_EVERY": "1s", "GUARDIAN_PROBE_EVERY": "1s", "GUARDIAN_PROBE_TIMEOUT": "1s",
+		"GUARDIAN_PROTECT_EVERY": "1s", "GUARDIAN_PROBE_EVERY": "1s", "GUARDIAN_PROBE_TIMEOUT": scaled(time.Second).String(),
 		"GUARDIAN_CPU_EVERY": "500ms", "GUARDIAN_MEMORY_POLL": "500ms", "GUARDIAN_FORK_SCAN": "250ms",
 		"GUARDIAN_KILL_GRACE": "1s", "GUARDIAN_KILL_WAIT": "5s",
 		"GUARDIAN_HANG_ALERT_AFTER": "2s", "GUARDIAN_HANG_KILL_ONE_AFTER": "4s", "GUARDIAN_HANG_KILL_THREE_AFTER": "6s", "GUARDIAN_HANG_KILL_ALL_AFTER": "8s", "GUARDIAN_HANG_RECOVERY": "3s",
@@ -525,7 +543,7 @@ func (g *guardian) start() {
 			g.p.cmd.Process.Signal(syscall.SIGTERM)
 			select {
 			case <-g.p.done:
-			case <-time.After(5 * time.Second):
+			case <-time.After(scaled(5 * time.Second)):
 				g.p.cmd.Process.Kill()
 			}
 		}
@@ -536,7 +554,7 @@ func (g *guardian) start() {
 			g.t.Logf("guardian log:\n%s", g.logs.String())
 		}
 	})
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(scaled(20 * time.Second))
 	for time.Now().Before(deadline) {
 		if !g.p.alive() {
 			g.t.Fatalf("guardian exited at start: %v\n%s", g.p.state, g.logs.String())
@@ -740,9 +758,9 @@ func countExe(ws *workspace, exe string) int {
 	return n
 }
 
-// eventually polls cond until it holds or d passes.
+// eventually polls cond until it holds or d (scaled) passes.
 func eventually(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(d)
+	deadline := time.Now().Add(scaled(d))
 	for time.Now().Before(deadline) {
 		if cond() {
 			return true

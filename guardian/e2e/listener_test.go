@@ -76,7 +76,7 @@ func TestHostileListenerGetsNoProtection(t *testing.T) {
 		if !strings.Contains(body, strconv.Itoa(id.PID)) {
 			t.Errorf("the fake sshd died but is not in the cleanup answer %s", body)
 		}
-	case <-time.After(5 * time.Second):
+	case <-time.After(scaled(5 * time.Second)):
 		t.Errorf("the fake sshd (pid %d) survived the cleanup: it was protected; answer %s", id.PID, body)
 	}
 	if !ws.stillSame(ws.init.id) {
@@ -120,7 +120,7 @@ func readBanner(addr string) string {
 		return ""
 	}
 	defer c.Close()
-	c.SetDeadline(time.Now().Add(time.Second))
+	c.SetDeadline(time.Now().Add(scaled(time.Second)))
 	line, _ := bufio.NewReader(c).ReadString('\n')
 	return strings.TrimSpace(line)
 }

@@ -159,7 +159,7 @@ func TestGuardianInAPod(t *testing.T) {
 	hog := start(t, sb.command(ws.rel, "/usr/bin/setpriv", "--bounding-set", userDrop, "--", bins.workload, "hog", "-mb", "700", "-step", "8", "-every", "5ms"))
 	select {
 	case <-hog.done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(scaled(30 * time.Second)):
 		t.Fatalf("guardian did not kill a hog beyond the limit: %v", g.alerts())
 	}
 	if !eventually(10*time.Second, func() bool { _, ok := g.hasAlert("memory-kill"); return ok }) {

@@ -71,7 +71,7 @@ func TestGuardianRestartKeepsLimitsAndState(t *testing.T) {
 	select {
 	case <-hog.done:
 		t.Logf("restart → waiting hog dead: %v", hog.ended.Sub(restartAt).Round(time.Millisecond))
-	case <-time.After(15 * time.Second):
+	case <-time.After(scaled(15 * time.Second)):
 		t.Fatal("the restarted guardian did not resolve the OOM left while it was down")
 	}
 	if after := knobs(); !equal(after, before) {

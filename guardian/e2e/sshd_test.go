@@ -94,7 +94,7 @@ func TestRenamedProcessesGetNoProtection(t *testing.T) {
 			if !strings.Contains(body, strconv.Itoa(p.cmd.Process.Pid)) {
 				t.Errorf("%s (pid %d) died but is not in the cleanup answer %s", name, p.cmd.Process.Pid, body)
 			}
-		case <-time.After(5 * time.Second):
+		case <-time.After(scaled(5 * time.Second)):
 			t.Errorf("%s (pid %d) survived the cleanup: it was protected", name, p.cmd.Process.Pid)
 		}
 	}
