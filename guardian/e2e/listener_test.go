@@ -61,8 +61,10 @@ func TestHostileListenerGetsNoProtection(t *testing.T) {
 	}
 	t.Logf("port taken (banner %q) → alert in %v: %s", banner, time.Since(takenAt).Round(time.Millisecond), a.Message)
 	time.Sleep(2 * time.Second) // two more protector cycles
-	if a, err := sched.Get(id.PID); err != nil || a.Policy != unix.SCHED_NORMAL || a.Nice < 0 {
-		t.Errorf("fake sshd scheduling = %+v, %v; want SCHED_OTHER at nice >= 0", a, err)
+	// No real-time and no negative nice. The fake busy-loops, so the CPU
+	// storm loop may have put it below normal (SCHED_IDLE): that is fine.
+	if a, err := sched.Get(id.PID); err != nil || a.Policy == unix.SCHED_RR || a.Policy == unix.SCHED_FIFO || a.Nice < 0 {
+		t.Errorf("fake sshd scheduling = %+v, %v; want no real-time and nice >= 0", a, err)
 	}
 	if adj, err := ws.fs.OOMScoreAdj(id.PID); err != nil || adj == -1000 {
 		t.Errorf("fake sshd oom_score_adj = %d, %v; want not -1000", adj, err)

@@ -131,6 +131,22 @@ func TestListenerIdentity(t *testing.T) {
 			t.Errorf("alerts = %v; want listener-not-sshd", r.alertKinds())
 		}
 	})
+	t.Run("a connection that runs a replaced sshd binary is not protected", func(t *testing.T) {
+		r := newRig(t, testConfig())
+		if got := r.protected(t, victim.ReasonSession); !slices.Equal(got, []int{30}) {
+			t.Fatalf("protected sessions = %v; want [30] before the replacement", got)
+		}
+		r.replaceExe(t, 30) // sshd re-executed a replaced /usr/sbin/sshd for this connection
+		if got := r.protected(t, victim.ReasonSession); len(got) != 0 {
+			t.Errorf("protected sessions = %v; want none", got)
+		}
+		if !r.has("session-not-sshd") {
+			t.Errorf("alerts = %v; want session-not-sshd", r.alertKinds())
+		}
+		if got := r.protected(t, victim.ReasonListener); !slices.Equal(got, []int{20}) {
+			t.Errorf("protected listeners = %v; want the verified listener [20] kept", got)
+		}
+	})
 	t.Run("a configured sshd executable the listener does not run protects nothing", func(t *testing.T) {
 		cfg := testConfig()
 		cfg.SSHDExe = "/usr/sbin/sshd.real"

@@ -120,9 +120,13 @@ func (g *Guardian) setOOM(p victim.Process, want, cur int) {
 // cgroup. Attach and detach reset it: a restarted container is a new
 // cgroup with a fresh root filesystem, whose sshd is learnt again.
 type sshdState struct {
-	trust   victim.SSHDTrust
-	raised  map[victim.Key]raisedProc // processes guardian gave real-time scheduling or the fallback nice
-	demoted map[victim.Key]bool       // processes that lost real-time for using too much CPU: never raised again
+	trust victim.SSHDTrust
+	// sessionFiles are the session executables (Config.SessionExes) as
+	// found in the verified listener's root when it was first verified;
+	// with trust.Want they are the only files a protected session may run.
+	sessionFiles map[victim.FileID]bool
+	raised       map[victim.Key]raisedProc // processes guardian gave real-time scheduling or the fallback nice
+	demoted      map[victim.Key]bool       // processes that lost real-time for using too much CPU: never raised again
 }
 
 // raisedProc is a process guardian raised, with the CPU time it had used
@@ -213,12 +217,61 @@ func (g *Guardian) verifyListener(p victim.Process, pids []int) bool {
 		g.mu.Unlock()
 		g.log.Info("sshd executable recorded", "pid", p.PID, "exe", exe.Path, "file", exe.File.String())
 	}
+	if v.Qualifies {
+		g.learnSessionFiles(p.PID)
+	}
 	if !v.Qualifies {
 		g.raise("listener-not-sshd", strconv.Itoa(p.PID), alert.Critical,
 			fmt.Sprintf("pid %d (%s) holds the SSH port %d but is not the workspace's sshd: %s; it gets no protection", p.PID, exe.Path, g.cfg.SSHPort, v.Why),
 			map[string]string{"pid": strconv.Itoa(p.PID), "exe": exe.Path, "why": v.Why})
 	}
 	return v.Qualifies
+}
+
+// learnSessionFiles resolves, once per cgroup, the session executables in
+// the root of the verified listener pid; a path that does not exist there
+// (OpenSSH before 9.8 has no sshd-session) is left out.
+func (g *Guardian) learnSessionFiles(pid int) {
+	g.mu.Lock()
+	known := g.sshd.sessionFiles != nil
+	g.mu.Unlock()
+	if known {
+		return
+	}
+	files := map[victim.FileID]bool{}
+	for _, path := range g.cfg.SessionExes {
+		if f, err := g.procs.FileInRoot(pid, path); err == nil && f.Known() {
+			files[f] = true
+		}
+	}
+	g.mu.Lock()
+	g.sshd.sessionFiles = files
+	g.mu.Unlock()
+}
+
+// dropUnverifiedSessions removes from prot every sshd session process
+// that does not run the workspace's sshd file or one of its session
+// executables, and alerts naming it. sshd re-executes its binary for every
+// connection: without this, root could replace the binary, connect, and
+// get a process immune to kills (and holding the listener's inherited
+// oom_score_adj -1000) under the verified listener.
+func (g *Guardian) dropUnverifiedSessions(procs []victim.Process, prot victim.Protected) {
+	g.mu.Lock()
+	want, sessionFiles := g.sshd.trust.Want.File, g.sshd.sessionFiles
+	g.mu.Unlock()
+	for _, p := range procs {
+		if prot[p.Key()] != victim.ReasonSession {
+			continue
+		}
+		f, err := g.procs.ExeFile(p.PID)
+		if err == nil && f.Known() && (f == want || sessionFiles[f]) {
+			continue
+		}
+		delete(prot, p.Key())
+		g.raise("session-not-sshd", strconv.Itoa(p.PID), alert.Critical,
+			fmt.Sprintf("pid %d (%s), started by the sshd listener, runs %s, not the workspace's sshd: it gets no protection", p.PID, p.Exe, f),
+			map[string]string{"pid": strconv.Itoa(p.PID), "exe": p.Exe})
+	}
 }
 
 // sshdTrust returns what a listener is checked against. A configured

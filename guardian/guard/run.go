@@ -240,5 +240,7 @@ func (g *Guardian) snapshot() ([]victim.Process, victim.Protected, error) {
 		SessionExes: g.cfg.SessionExes, SessionDepth: 2, Self: g.self, Exes: g.cfg.ProtectExes,
 	}
 	g.mu.Unlock()
-	return procs, victim.Protect(procs, rules), nil
+	prot := victim.Protect(procs, rules)
+	g.dropUnverifiedSessions(procs, prot)
+	return procs, prot, nil
 }
