@@ -80,6 +80,12 @@ type Config struct {
 	// processes: a restarted container (new cgroup) is guarded within about
 	// this long after its process starts.
 	WatchEvery time.Duration
+
+	// ListenRetry is the first wait before binding the API port again
+	// while it is taken (see ListenAPI), doubled each time up to
+	// ListenRetryMax.
+	ListenRetry    time.Duration
+	ListenRetryMax time.Duration
 }
 
 // Defaults returns guardian's standard tuning: limits at 90 %/98 % of M,
@@ -109,6 +115,8 @@ func Defaults() Config {
 		Storm:      victim.StormPolicy{CPUFraction: 0.9, Runnable: 2, MinShare: 0.01, Calm: 10 * time.Second},
 		ProbeEvery: 30 * time.Second,
 		WatchEvery: time.Second,
+
+		ListenRetry: 250 * time.Millisecond, ListenRetryMax: 5 * time.Second,
 	}
 }
 
@@ -143,6 +151,9 @@ func (c Config) Validate() error {
 	}
 	if h := c.Hang; !(0 < h.AlertAfter && h.AlertAfter < h.KillOne && h.KillOne < h.KillThree && h.KillThree < h.KillAll) {
 		errs = append(errs, fmt.Errorf("hang steps must increase strictly from above zero: alert %v < kill one %v < kill three %v < kill all %v", h.AlertAfter, h.KillOne, h.KillThree, h.KillAll))
+	}
+	if c.ListenRetry <= 0 || c.ListenRetryMax < c.ListenRetry {
+		errs = append(errs, fmt.Errorf("listen retry (%v) must be positive and at most the listen retry max (%v)", c.ListenRetry, c.ListenRetryMax))
 	}
 	if c.Hang.Recovery <= 0 {
 		errs = append(errs, fmt.Errorf("hang recovery must be positive, got %v", c.Hang.Recovery))

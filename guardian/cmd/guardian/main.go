@@ -137,6 +137,8 @@ type variables struct {
 	ProbeEvery   *time.Duration `envconfig:"PROBE_EVERY"`
 	ProbeTimeout *time.Duration `envconfig:"PROBE_TIMEOUT"`
 	WatchEvery   *time.Duration `envconfig:"WATCH_EVERY"`
+	ListenRetry  *time.Duration `envconfig:"LISTEN_RETRY"`
+	ListenMax    *time.Duration `envconfig:"LISTEN_RETRY_MAX"`
 
 	Listen       *string        `envconfig:"LISTEN"`
 	HTTPHeader   *time.Duration `envconfig:"HTTP_READ_HEADER_TIMEOUT"`
@@ -181,6 +183,7 @@ func bind(o *options) variables {
 		StormEvery: &g.StormEvery, StormCPU: &g.Storm.CPUFraction, StormRunnable: &g.Storm.Runnable, StormMinShare: &g.Storm.MinShare, StormCalm: &g.Storm.Calm,
 
 		ProbeEvery: &g.ProbeEvery, ProbeTimeout: &o.ProbeTimeout, WatchEvery: &g.WatchEvery,
+		ListenRetry: &g.ListenRetry, ListenMax: &g.ListenRetryMax,
 
 		HTTPHeader: &o.HTTP.ReadHeaderTimeout, HTTPRead: &o.HTTP.ReadTimeout, HTTPWrite: &o.HTTP.WriteTimeout,
 		HTTPIdle: &o.HTTP.IdleTimeout, HTTPMaxConns: &o.HTTP.MaxConns,
@@ -277,18 +280,27 @@ func run() error {
 	if err := g.Start(ctx); err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", c.Listen)
-	if err != nil {
-		return fmt.Errorf("GUARDIAN_LISTEN: %w", err)
-	}
+	ctx, fail := context.WithCancelCause(ctx)
+	defer fail(nil)
 	srv := c.HTTP.NewServer(httpapi.New(g, c.CleanupToken, reg, log))
 	go func() {
+		// The port may be taken by the workspace (see ListenAPI): the
+		// API, probes included, answers once it is taken back.
+		ln, err := g.ListenAPI(ctx, c.Listen)
+		if err != nil {
+			fail(fmt.Errorf("GUARDIAN_LISTEN: %w", err))
+			return
+		}
+		log.Info("API listening", "addr", ln.Addr().String())
 		if err := srv.Serve(c.HTTP.Listener(ln)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			log.Error("http server", "err", err)
 		}
 	}()
-	log.Info("guardian running", "workspace", name, "api", ln.Addr().String(), "ssh", c.SSHAddr)
+	log.Info("guardian running", "workspace", name, "api", c.Listen, "ssh", c.SSHAddr)
 	runErr := g.Run(ctx)
+	if cause := context.Cause(ctx); runErr == nil && cause != nil && !errors.Is(cause, context.Canceled) {
+		runErr = cause
+	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	srv.Shutdown(shutdown)

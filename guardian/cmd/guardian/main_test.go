@@ -100,7 +100,7 @@ var nonDefault = map[string]string{
 	"STORM_EVERY": "2s", "STORM_CPU_FRACTION": "0.8", "STORM_RUNNABLE": "3", "STORM_MIN_SHARE": "0.05", "STORM_CALM": "20s",
 	"PROBE_EVERY": "15s", "PROBE_TIMEOUT": "2s", "WATCH_EVERY": "2s",
 	"HTTP_READ_HEADER_TIMEOUT": "3s", "HTTP_READ_TIMEOUT": "7s", "HTTP_WRITE_TIMEOUT": "90s", "HTTP_IDLE_TIMEOUT": "15s", "HTTP_MAX_CONNS": "16",
-	"LISTEN": ":9191", "CLEANUP_TOKEN": "t0ken", "WEBHOOK_URL": "http://alerts.example/hook", "ALERT_WINDOW": "30s",
+	"LISTEN": ":9191", "LISTEN_RETRY": "100ms", "LISTEN_RETRY_MAX": "2s", "CLEANUP_TOKEN": "t0ken", "WEBHOOK_URL": "http://alerts.example/hook", "ALERT_WINDOW": "30s",
 	"ALERT_RATE_PER_MIN": "10", "ALERT_BURST": "2", "STATE_PATH": "/state/s.json", "STATE_MAX_BYTES": "128Ki", "ALERT_MAX_TEXT": "256", "ALERT_MAX_FIELDS": "8",
 	"LOG_LEVEL": "DEBUG",
 }

@@ -6,6 +6,7 @@
 //	workload spin [-nice -20]                               burn one CPU (optionally try to renice itself first)
 //	workload idle [-comm name] [-mb 10]                     hold some memory and sleep
 //	workload fakesshd -addr 127.0.0.1:22                    take the SSH port: answer an SSH banner, burn one CPU
+//	workload listen -addr 127.0.0.1:9090                    take a port and hold it, idle (guardian's API port)
 package main
 
 import (
@@ -62,6 +63,15 @@ func main() {
 		threads(fs.Args())
 	case "fakesshd":
 		fakeSSHD(*addr)
+	case "listen":
+		ln, err := net.Listen("tcp", *addr)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "listen:", err)
+			os.Exit(1)
+		}
+		for range time.Tick(time.Hour) {
+			_ = ln.Addr() // the listener stays referenced: held until killed
+		}
 	default:
 		fmt.Fprintln(os.Stderr, "unknown subcommand", os.Args[1])
 		os.Exit(2)
