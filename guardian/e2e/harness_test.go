@@ -75,6 +75,11 @@ var timeScale = func() float64 {
 	return f
 }()
 
+// emulated reports whether the scenarios run on an emulated CPU (a time
+// scale above 1): the few scenario sizes that only measure emulation
+// speed there are made smaller.
+func emulated() bool { return timeScale > 1 }
+
 // scaled is d stretched by the time scale.
 func scaled(d time.Duration) time.Duration { return time.Duration(float64(d) * timeScale) }
 
