@@ -46,7 +46,7 @@ func TestScenariosOnCgroupV2(t *testing.T) {
 			t.Skipf("needs %s on the host (make test installs it): %v", p, err)
 		}
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), 28*time.Minute)
 	defer cancel()
 	dir := t.TempDir()
 	init, err := guestvm.BuildInit(ctx, dir)
@@ -79,7 +79,7 @@ func TestScenariosOnCgroupV2(t *testing.T) {
 		Kernel: kernel, Init: init, Programs: guestPrograms, Files: files,
 		// cgroupfs's real-kernel tests first (the v2 adapter itself), then
 		// the scenarios.
-		Command: []string{"/bin/sh", "-c", `rc=0; for t in cgroupfs e2e; do "$0/$t.test" -test.v -test.count=1 -test.timeout=30m -test.run "$1" || rc=1; done; exit $rc`, guestBin, run},
+		Command: []string{"/bin/sh", "-c", `rc=0; for t in cgroupfs e2e; do "$0/$t.test" -test.v -test.count=1 -test.timeout=25m -test.run "$1" || rc=1; done; exit $rc`, guestBin, run},
 		// Under TCG the guest runs several times slower than the host (an
 		// idle login: about 0.7 s against 0.1 s): the scenarios get
 		// proportionally more time, nothing else changes.
