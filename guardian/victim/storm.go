@@ -15,7 +15,9 @@ type StormPolicy struct {
 	// share of its CPU capacity (the quota) over an observation.
 	CPUFraction float64
 	// Runnable: the workspace is saturated too while at least Runnable
-	// times its capacity in unprotected processes are runnable at once.
+	// times its capacity in unprotected processes are runnable at once, at
+	// both ends of an observation (a burst of processes starting up is
+	// runnable for an instant and is no storm).
 	// On a busy host the workspace may not even get its quota, yet a
 	// login waits behind every spinner all the same.
 	Runnable float64
@@ -60,14 +62,19 @@ func (t *StormTracker) Observe(now time.Time, cpu, cpus float64, elapsed time.Du
 		t.demoted = map[Key]bool{}
 	}
 	alive := make(map[Key]bool, len(cur))
-	runnable := 0
 	for _, p := range cur {
 		alive[p.Key()] = true
-		if p.State == "R" && !protected.Has(p.Identity) {
-			runnable++
-		}
 	}
-	act := StormAction{Saturated: cpu >= t.Policy.CPUFraction || (t.Policy.Runnable > 0 && float64(runnable) >= t.Policy.Runnable*cpus)}
+	crowded := func(procs []Process) bool {
+		runnable := 0
+		for _, p := range procs {
+			if p.State == "R" && !protected.Has(p.Identity) {
+				runnable++
+			}
+		}
+		return t.Policy.Runnable > 0 && float64(runnable) >= t.Policy.Runnable*cpus
+	}
+	act := StormAction{Saturated: cpu >= t.Policy.CPUFraction || (crowded(prev) && crowded(cur))}
 	for k := range t.demoted {
 		if !alive[k] {
 			delete(t.demoted, k)

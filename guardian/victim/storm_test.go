@@ -45,12 +45,20 @@ func TestStormTracker(t *testing.T) {
 			want: []got{{}, {Saturated: true, Demote: []int{50, 51}}},
 		},
 		{
-			name: "on a busy host the quota is not reached, but more runnable processes than twice the CPUs are a storm",
+			name: "on a busy host the quota is not reached, but more runnable processes than twice the CPUs at two looks in a row are a storm",
+			obs: []obs{
+				{0.4, []Process{sshd, shell, running(spinner(50, 0)), running(spinner(51, 0)), running(spinner(52, 0))}},
+				{0.4, []Process{sshd, shell, running(spinner(50, 2)), running(spinner(51, 1)), running(spinner(52, 1))}},
+			},
+			want: []got{{}, {Saturated: true, Demote: []int{50, 51, 52}}},
+		},
+		{
+			name: "processes runnable at one look only (starting up) are no storm",
 			obs: []obs{
 				{0.4, []Process{sshd, shell, spinner(50, 0), spinner(51, 0), spinner(52, 0)}},
 				{0.4, []Process{sshd, shell, running(spinner(50, 2)), running(spinner(51, 1)), running(spinner(52, 1))}},
 			},
-			want: []got{{}, {Saturated: true, Demote: []int{50, 51, 52}}},
+			want: []got{{}, {}},
 		},
 		{
 			name: "two runnable processes on 1.5 CPUs are no storm",
