@@ -25,7 +25,7 @@ type CleanupResult struct {
 
 // Cleanup is the one-click recovery: it kills every unprotected process the
 // same way fork-bomb containment does (freeze, SIGKILL, thaw, until none is
-// left). It returns ErrBusy at once while another emergency action runs.
+// left), small logins included. It returns ErrBusy at once while another emergency action runs.
 func (g *Guardian) Cleanup(ctx context.Context) (CleanupResult, error) {
 	if !g.emergency.TryLock() {
 		return CleanupResult{}, ErrBusy
@@ -34,7 +34,7 @@ func (g *Guardian) Cleanup(ctx context.Context) (CleanupResult, error) {
 	if g.cg == nil {
 		return CleanupResult{}, ErrNoWorkspace
 	}
-	res := g.containLocked(ctx, "cleanup")
+	res := g.containLocked(ctx, "cleanup", 0) // the user asked: their logins go too
 	out := CleanupResult{Killed: res.killed}
 	if !res.contained {
 		out.Note = fmt.Sprintf("unprotected processes remained after %d rounds", res.rounds-1)

@@ -38,6 +38,11 @@ type Config struct {
 	PidsReserve   int
 	FreezeTimeout time.Duration
 	ContainRounds int
+	// SpareLoginMax: a fork-bomb containment spares login subtrees (a
+	// login shell under an sshd session, with its descendants) of at most
+	// this many processes, so a login in progress beside the bomb
+	// survives it (victim.SpareSmallLogins); 0 spares none.
+	SpareLoginMax int
 
 	ProtectEvery time.Duration
 	SSHPort      int
@@ -100,7 +105,7 @@ func Defaults() Config {
 		HandleOOM: true, MemoryPoll: 2 * time.Second,
 		PidsMax: 4096, ForkThreshold: 50, ForkWindow: 10 * time.Second, ForkScan: 50 * time.Millisecond,
 		ForkGrowthFraction: 0.25, ForkHorizon: time.Second, PidsReserve: 64,
-		FreezeTimeout: 2 * time.Second, ContainRounds: 20,
+		FreezeTimeout: 2 * time.Second, ContainRounds: 20, SpareLoginMax: 16,
 		ProtectEvery: 30 * time.Second, SSHPort: 22,
 		SessionExes: []string{"/usr/lib/openssh/sshd-session", "/usr/lib/openssh/sshd-auth"},
 		ProtectPID1: true, ProtectInit: true,
@@ -157,6 +162,9 @@ func (c Config) Validate() error {
 	}
 	if c.Hang.Recovery <= 0 {
 		errs = append(errs, fmt.Errorf("hang recovery must be positive, got %v", c.Hang.Recovery))
+	}
+	if c.SpareLoginMax < 0 {
+		errs = append(errs, fmt.Errorf("spare login max must not be negative, got %d", c.SpareLoginMax))
 	}
 	if c.PidsMax <= 0 || c.ForkThreshold <= 0 || c.ContainRounds <= 0 || c.KillMax <= 0 {
 		errs = append(errs, errors.New("pids max, fork threshold, contain rounds and kill max must be positive"))

@@ -155,17 +155,20 @@ type containResult struct {
 	took      time.Duration
 }
 
-// contain freezes the cgroup, SIGKILLs every unprotected process, thaws
-// and repeats until no unprotected process is left. Freezing first stops a
+// contain freezes the cgroup, SIGKILLs every unprotected process but small
+// logins at work (Config.SpareLoginMax), thaws and repeats until none is
+// left. Freezing first stops a
 // bomb from replacing what is killed. The caller must not hold the
 // emergency lock.
 func (g *Guardian) contain(ctx context.Context, reason string) containResult {
 	g.emergency.Lock()
 	defer g.emergency.Unlock()
-	return g.containLocked(ctx, reason)
+	return g.containLocked(ctx, reason, g.cfg.SpareLoginMax)
 }
 
-func (g *Guardian) containLocked(ctx context.Context, reason string) containResult {
+// containLocked is contain with the emergency lock held; login subtrees of
+// at most spareLogins processes survive it (victim.SpareSmallLogins).
+func (g *Guardian) containLocked(ctx context.Context, reason string, spareLogins int) containResult {
 	start := g.now()
 	var res containResult
 	killed := map[victim.Key]bool{}
@@ -180,7 +183,7 @@ func (g *Guardian) containLocked(ctx context.Context, reason string) containResu
 		procs, prot, err := g.snapshot()
 		var victims []victim.Process
 		if err == nil {
-			victims = victim.Unprotected(procs, prot)
+			victims = victim.SpareSmallLogins(procs, prot, spareLogins)
 			for _, v := range victims {
 				if err := g.killer.Signal(v.Identity, unix.SIGKILL); err == nil && !killed[v.Key()] {
 					killed[v.Key()] = true

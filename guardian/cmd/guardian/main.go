@@ -101,6 +101,7 @@ type variables struct {
 	PidsReserve   *int           `envconfig:"PIDS_RESERVE"`
 	FreezeTimeout *time.Duration `envconfig:"FREEZE_TIMEOUT"`
 	ContainRounds *int           `envconfig:"CONTAIN_ROUNDS"`
+	SpareLoginMax *int           `envconfig:"CONTAIN_SPARE_LOGIN_MAX"`
 
 	SSHAddr      *string        `envconfig:"SSH_ADDR"` // its port is guard.Config.SSHPort
 	SessionExes  *[]string      `envconfig:"SSHD_SESSION_EXES"`
@@ -170,7 +171,7 @@ func bind(o *options) variables {
 
 		PidsMax: &g.PidsMax, ForkThreshold: &g.ForkThreshold, ForkWindow: &g.ForkWindow, ForkScan: &g.ForkScan,
 		ForkGrowth: &g.ForkGrowthFraction, ForkHorizon: &g.ForkHorizon, PidsReserve: &g.PidsReserve,
-		FreezeTimeout: &g.FreezeTimeout, ContainRounds: &g.ContainRounds,
+		FreezeTimeout: &g.FreezeTimeout, ContainRounds: &g.ContainRounds, SpareLoginMax: &g.SpareLoginMax,
 
 		SSHAddr: &o.SSHAddr, SessionExes: &g.SessionExes, ProtectExes: &g.ProtectExes, ProtectPID1: &g.ProtectPID1,
 		ProtectInit: &g.ProtectInit, ProtectEvery: &g.ProtectEvery, RTPriority: &g.RTPriority, RTRuntimeUS: &g.RTRuntimeUS,
