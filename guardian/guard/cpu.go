@@ -15,30 +15,13 @@ import (
 // cpuLoop measures the workspace's CPU use and escalates a hang: CPU above
 // the threshold while SSH is unreachable.
 func (g *Guardian) cpuLoop(ctx context.Context) {
-	var prevUsage time.Duration
-	var prevAt time.Time
-	var prevProcs []victim.Process
+	var last cpuLook
 	g.every(ctx, "cpu", g.cfg.CPUEvery, func(ctx context.Context) {
-		usage, err := g.cg.CPUUsage()
-		if err != nil {
-			g.log.Error("read CPU usage", "err", err)
+		s, ok := g.sampleCPU("cpu", &last)
+		if !ok {
 			return
 		}
-		now := g.now()
-		procs, prot, err := g.snapshot()
-		if err != nil {
-			g.log.Error("cpu: snapshot", "err", err)
-			return
-		}
-		defer func() { prevUsage, prevAt, prevProcs = usage, now, procs }()
-		if prevAt.IsZero() {
-			return
-		}
-		cpus, err := g.cg.CPUs()
-		if err != nil || cpus == 0 || cpus > g.cpus {
-			cpus = g.cpus
-		}
-		frac := victim.CPUFraction(usage-prevUsage, now.Sub(prevAt), cpus)
+		now, frac, procs, prot := s.at, s.frac, s.procs, s.prot
 		g.metrics.cpuFraction.Set(frac)
 		// SSH matters only with CPU above the threshold (the tracker
 		// ignores it otherwise), so only then is it probed now; below,
@@ -60,10 +43,60 @@ func (g *Guardian) cpuLoop(ctx context.Context) {
 			fmt.Sprintf("workspace CPU at %.0f%% and SSH unreachable for %v", 100*frac, act.Hung.Round(time.Second)),
 			map[string]string{"hung_s": strconv.Itoa(int(act.Hung.Seconds())), "kill": strconv.Itoa(act.Kill)})
 		if act.Kill != 0 {
-			g.killTopCPU(ctx, prevProcs, procs, prot, act.Kill)
+			g.killTopCPU(ctx, s.prev, procs, prot, act.Kill)
 		}
 		g.saveLogged()
 	})
+}
+
+// cpuLook is one look at the workspace's CPU: the cgroup's usage counter
+// and the process snapshot, and when.
+type cpuLook struct {
+	usage time.Duration
+	at    time.Time
+	procs []victim.Process
+}
+
+// cpuSample is what two looks in a row tell: the share of the workspace's
+// CPU capacity used between them (victim.CPUFraction) and the snapshots at
+// both ends, with the protected set of the newer one.
+type cpuSample struct {
+	at      time.Time
+	elapsed time.Duration
+	frac    float64
+	cpus    float64 // the workspace's capacity in CPUs
+	prev    []victim.Process
+	procs   []victim.Process
+	prot    victim.Protected
+}
+
+// sampleCPU takes a new look, keeps it in last for the next call and
+// returns the sample since the previous one; ok is false on the first
+// look and when a read fails (logged under loop's name).
+func (g *Guardian) sampleCPU(loop string, last *cpuLook) (s cpuSample, ok bool) {
+	usage, err := g.cg.CPUUsage()
+	if err != nil {
+		g.log.Error(loop+": read CPU usage", "err", err)
+		return s, false
+	}
+	now := g.now()
+	procs, prot, err := g.snapshot()
+	if err != nil {
+		g.log.Error(loop+": snapshot", "err", err)
+		return s, false
+	}
+	prev := *last
+	*last = cpuLook{usage: usage, at: now, procs: procs}
+	if prev.at.IsZero() {
+		return s, false
+	}
+	cpus, err := g.cg.CPUs()
+	if err != nil || cpus == 0 || cpus > g.cpus {
+		cpus = g.cpus
+	}
+	elapsed := now.Sub(prev.at)
+	return cpuSample{at: now, elapsed: elapsed, frac: victim.CPUFraction(usage-prev.usage, elapsed, cpus), cpus: cpus,
+		prev: prev.procs, procs: procs, prot: prot}, true
 }
 
 // killTopCPU terminates the n busiest unprotected processes (all of them

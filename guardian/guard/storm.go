@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"strconv"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -27,33 +26,15 @@ import (
 // lowered or restored, never anything worse.
 func (g *Guardian) stormLoop(ctx context.Context) {
 	tr := &victim.StormTracker{Policy: g.cfg.Storm}
-	var prevUsage time.Duration
-	var prevAt time.Time
-	var prevProcs []victim.Process
+	var last cpuLook
 	storming := false
 	g.every(ctx, "storm", g.cfg.StormEvery, func(ctx context.Context) {
-		usage, err := g.cg.CPUUsage()
-		if err != nil {
-			g.log.Error("storm: read CPU usage", "err", err)
+		s, ok := g.sampleCPU("storm", &last)
+		if !ok {
 			return
 		}
-		now := g.now()
-		procs, prot, err := g.snapshot()
-		if err != nil {
-			g.log.Error("storm: snapshot", "err", err)
-			return
-		}
-		defer func() { prevUsage, prevAt, prevProcs = usage, now, procs }()
-		if prevAt.IsZero() {
-			return
-		}
-		cpus, err := g.cg.CPUs()
-		if err != nil || cpus == 0 || cpus > g.cpus {
-			cpus = g.cpus
-		}
-		elapsed := now.Sub(prevAt)
-		frac := victim.CPUFraction(usage-prevUsage, elapsed, cpus)
-		act := tr.Observe(now, frac, cpus, elapsed, prevProcs, procs, prot)
+		frac := s.frac
+		act := tr.Observe(s.at, frac, s.cpus, s.elapsed, s.prev, s.procs, s.prot)
 		demoted := 0
 		for _, p := range act.Demote {
 			if a, err := g.sched.Get(p.PID); err == nil && a.Policy == unix.SCHED_IDLE {
