@@ -42,10 +42,14 @@ type Limits struct {
 // Unified reports whether this machine runs cgroup v2 only: the cgroup2
 // hierarchy is mounted at V1Root itself (a production node, or the test
 // VM), not beside v1 controllers.
-func Unified() bool {
+func Unified() bool { return unified }
+
+// unified is read once: the machine's hierarchy does not change under a
+// test binary, and Dir and Command ask for every path they build.
+var unified = func() bool {
 	_, err := os.Stat(filepath.Join(V1Root, "cgroup.controllers"))
 	return err == nil
-}
+}()
 
 // unifiedControllers are what a workspace cgroup needs on a v2-only
 // machine: its parent must delegate them.
