@@ -104,7 +104,7 @@ func Defaults() Config {
 		HighFraction: 0.90, MaxFraction: 0.98, AlertFraction: 0.95, KillFraction: 0.97,
 		HandleOOM: true, MemoryPoll: 2 * time.Second,
 		PidsMax: 4096, ForkThreshold: 50, ForkWindow: 10 * time.Second, ForkScan: 50 * time.Millisecond,
-		ForkGrowthFraction: 0.25, ForkHorizon: time.Second, PidsReserve: 64,
+		ForkGrowthFraction: 0.125, ForkHorizon: time.Second, PidsReserve: 64,
 		FreezeTimeout: 2 * time.Second, ContainRounds: 20, SpareLoginMax: 16,
 		ProtectEvery: 30 * time.Second, SSHPort: 22,
 		SessionExes: []string{"/usr/lib/openssh/sshd-session", "/usr/lib/openssh/sshd-auth"},

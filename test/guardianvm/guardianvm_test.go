@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -37,21 +38,81 @@ const guestTimeScale = "8"
 const guestBin = "/opt/e2e/bin"
 
 func TestScenariosOnCgroupV2(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root like guardian/e2e itself")
+	run := os.Getenv("LABKEEP_V2_RUN") // a -test.run filter, to run one scenario by hand
+	if run == "" {
+		run = "."
 	}
-	kernel := guestvm.RequireKernel(t)
+	// cgroupfs's real-kernel tests first (the v2 adapter itself), then the
+	// scenarios.
+	console := &lineLog{tb: t, start: time.Now()}
+	code := runInGuest(t, console, `rc=0; for t in cgroupfs e2e; do "$0/$t.test" -test.v -test.count=1 -test.timeout=25m -test.run "$1" || rc=1; done; exit $rc`, run)
+	results := console.results()
+	t.Logf("on cgroup v2: exit %d, %d scenarios: %v", code, len(results), results)
+	if len(results) == 0 {
+		t.Fatal("the guest ran no scenario")
+	}
+	for name, r := range results {
+		if r == "FAIL" {
+			t.Errorf("%s failed on cgroup v2 (its output is above)", name)
+		}
+	}
+	if code != 0 && !t.Failed() {
+		t.Errorf("the scenarios' test binary exited %d in the guest", code)
+	}
+}
+
+// BenchmarkScenariosOnCgroupV2 runs guardian's end-to-end benchmarks
+// (LABKEEP_V2_BENCH, a -test.bench filter, all by default) once each in the
+// guest and reports each guest figure as a sub-benchmark here. The guest's
+// CPU is emulated (TCG, several times slower than the host, more for
+// process creation): its latencies are no production figures; the ratios
+// between with and without guardian measured in the same guest are.
+func BenchmarkScenariosOnCgroupV2(b *testing.B) {
+	filter := os.Getenv("LABKEEP_V2_BENCH")
+	if filter == "" {
+		filter = "."
+	}
+	for b.Loop() {
+		console := &lineLog{tb: b, start: time.Now()}
+		if code := runInGuest(b, console, `"$0/e2e.test" -test.run '^$' -test.bench "$1" -test.benchtime 1x -test.timeout=25m`, filter); code != 0 {
+			b.Fatalf("the benchmarks exited %d in the guest (output above)", code)
+		}
+		if len(console.benches) == 0 {
+			b.Fatal("the guest ran no benchmark")
+		}
+		for _, r := range console.benches {
+			b.Run(r.name, func(b *testing.B) {
+				for range b.N {
+				}
+				for unit, v := range r.metrics {
+					b.ReportMetric(v, unit)
+				}
+			})
+		}
+	}
+}
+
+// runInGuest builds guardian, its workload tool and the two test binaries,
+// boots them in the cgroup v2 guest and runs script there with /bin/sh
+// ($0 is the binaries' directory, $1 arg); it returns the script's exit
+// code and fails tb when the guest cannot run it.
+func runInGuest(tb testing.TB, console *lineLog, script, arg string) int {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		tb.Skip("needs root like guardian/e2e itself")
+	}
+	kernel := guestvm.RequireKernel(tb)
 	for _, p := range guestPrograms {
 		if _, err := os.Stat(p); err != nil {
-			t.Skipf("needs %s on the host (make test installs it): %v", p, err)
+			tb.Skipf("needs %s on the host (make test installs it): %v", p, err)
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 28*time.Minute)
 	defer cancel()
-	dir := t.TempDir()
+	dir := tb.TempDir()
 	init, err := guestvm.BuildInit(ctx, dir)
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
 	files := map[string]string{}
 	for _, f := range guestFiles {
@@ -66,20 +127,13 @@ func TestScenariosOnCgroupV2(t *testing.T) {
 		cmd := exec.CommandContext(ctx, "go", args...)
 		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go %v: %v\n%s", args, err, b)
+			tb.Fatalf("go %v: %v\n%s", args, err, b)
 		}
 		files[guestBin+"/"+name] = filepath.Join(dir, name)
 	}
-	run := os.Getenv("LABKEEP_V2_RUN") // a -test.run filter, to run one scenario by hand
-	if run == "" {
-		run = "."
-	}
-	console := &lineLog{t: t, start: time.Now()}
 	code, err := guestvm.Run(ctx, guestvm.Spec{
 		Kernel: kernel, Init: init, Programs: guestPrograms, Files: files,
-		// cgroupfs's real-kernel tests first (the v2 adapter itself), then
-		// the scenarios.
-		Command: []string{"/bin/sh", "-c", `rc=0; for t in cgroupfs e2e; do "$0/$t.test" -test.v -test.count=1 -test.timeout=25m -test.run "$1" || rc=1; done; exit $rc`, guestBin, run},
+		Command: []string{"/bin/sh", "-c", script, guestBin, arg},
 		// Under TCG the guest runs several times slower than the host (an
 		// idle login: about 0.7 s against 0.1 s): the scenarios get
 		// proportionally more time, nothing else changes.
@@ -88,33 +142,34 @@ func TestScenariosOnCgroupV2(t *testing.T) {
 		Output: console,
 	})
 	if err != nil {
-		t.Fatal(err)
+		tb.Fatal(err)
 	}
-	results := console.results()
-	t.Logf("on cgroup v2 (kernel %s): exit %d, %d scenarios: %v", filepath.Base(kernel), code, len(results), results)
-	if len(results) == 0 {
-		t.Fatal("the guest ran no scenario")
-	}
-	for name, r := range results {
-		if r == "FAIL" {
-			t.Errorf("%s failed on cgroup v2 (its output is above)", name)
-		}
-	}
-	if code != 0 && !t.Failed() {
-		t.Errorf("the scenarios' test binary exited %d in the guest", code)
-	}
+	tb.Logf("guest kernel %s", filepath.Base(kernel))
+	return code
 }
 
 // resultLine is go test -v's verdict for a top-level test.
 var resultLine = regexp.MustCompile(`^--- (PASS|FAIL|SKIP): (Test\w+)`)
 
+// benchLine is a benchmark's result line: name, iterations, then value
+// and unit pairs.
+var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+(.*)$`)
+
+// benchResult is one benchmark's figures in the guest.
+type benchResult struct {
+	name    string
+	metrics map[string]float64
+}
+
 // lineLog logs the guest's console line by line as it arrives (so a hung
-// scenario shows where it hangs) and collects the verdicts.
+// scenario shows where it hangs) and collects the verdicts and benchmark
+// results.
 type lineLog struct {
-	t       *testing.T
+	tb      testing.TB
 	start   time.Time
 	partial string
 	verdict map[string]string
+	benches []benchResult
 }
 
 func (l *lineLog) Write(p []byte) (int, error) {
@@ -126,7 +181,17 @@ func (l *lineLog) Write(p []byte) (int, error) {
 		}
 		line := l.partial[:i]
 		l.partial = l.partial[i+1:]
-		l.t.Logf("[guest %6.1fs] %s", time.Since(l.start).Seconds(), line)
+		l.tb.Logf("[guest %6.1fs] %s", time.Since(l.start).Seconds(), line)
+		if m := benchLine.FindStringSubmatch(line); m != nil {
+			r := benchResult{name: strings.TrimPrefix(m[1], "Benchmark"), metrics: map[string]float64{}}
+			f := strings.Fields(m[2])
+			for i := 0; i+1 < len(f); i += 2 {
+				if v, err := strconv.ParseFloat(f[i], 64); err == nil {
+					r.metrics[f[i+1]] = v
+				}
+			}
+			l.benches = append(l.benches, r)
+		}
 		if m := resultLine.FindStringSubmatch(line); m != nil {
 			if l.verdict == nil {
 				l.verdict = map[string]string{}
