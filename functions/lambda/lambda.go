@@ -1,8 +1,14 @@
-// Package lambda adapts the session functions' http.Handler to AWS Lambda:
-// API Gateway HTTP API (payload v2) and Lambda function URL requests become
-// ordinary *http.Request values, and EventBridge schedule events become a
-// POST to the scheduler path (reapTick). It holds no domain logic, so Lambda
-// behaves exactly like the Knative server.
+// Package lambda adapts the session functions' http.Handler to AWS Lambda.
+// It recognises exactly two kinds of invocation: API Gateway HTTP API
+// (payload format 2.0) and Lambda function URL requests, which become
+// ordinary *http.Request values, and EventBridge scheduled events (a
+// scheduled rule's or EventBridge Scheduler's default notification), which
+// become a POST to the scheduler path (reapTick) carrying the scheduler
+// token. Anything else — API Gateway REST or HTTP API payload 1.0, ALB,
+// S3, SQS, a hand-made test event — fails the invocation with
+// ErrUnrecognisedEvent and never reaches the handler: an event of unknown
+// shape must not be taken for a scheduler that holds the token. It holds
+// no domain logic, so Lambda behaves exactly like the Knative server.
 package lambda
 
 import (
@@ -10,6 +16,7 @@ import (
 	"context"
 	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -19,44 +26,96 @@ import (
 	"github.com/aws/aws-lambda-go/events"
 )
 
+// ErrUnrecognisedEvent is returned, and the invocation fails without
+// anything being called, for an event that is neither an HTTP API
+// (payload 2.0) or function URL request nor an EventBridge scheduled event.
+var ErrUnrecognisedEvent = errors.New("unrecognised Lambda event")
+
+// Markers of the recognised events, as AWS sends them.
+const (
+	// httpPayloadVersion is the "version" of HTTP API payload format 2.0,
+	// which function URLs use too (REST APIs send none, HTTP API payload
+	// 1.0 sends "1.0").
+	httpPayloadVersion = "2.0"
+	// scheduledVersion and scheduledDetailType mark the EventBridge event
+	// envelope of a schedule.
+	scheduledVersion    = "0"
+	scheduledDetailType = "Scheduled Event"
+)
+
+// scheduledSources are the sources of scheduled events: "aws.events" for
+// an EventBridge scheduled rule, "aws.scheduler" for an EventBridge
+// Scheduler schedule whose target input is left unset. PutEvents refuses
+// sources beginning with "aws.", so no application's event can carry them.
+var scheduledSources = map[string]bool{"aws.events": true, "aws.scheduler": true}
+
 // Adapter turns Lambda invocations into requests to Handler.
 type Adapter struct {
 	Handler http.Handler
-	// ScheduledPath receives events that are not HTTP requests (EventBridge
-	// schedules), as a POST with the event as body; "" rejects them.
+	// ScheduledPath receives EventBridge scheduled events, as a POST with
+	// the event as body; "" refuses them.
 	ScheduledPath string
 	// SchedulerToken is sent as "Authorization: Bearer …" with scheduled
 	// events, as a scheduler calling over HTTP would.
 	SchedulerToken string
 }
 
-// Invoke is the Lambda entry point (pass it to lambda.Start).
-func (a Adapter) Invoke(ctx context.Context, payload json.RawMessage) (events.APIGatewayV2HTTPResponse, error) {
-	var probe struct {
-		RequestContext struct {
-			HTTP struct {
-				Method string `json:"method"`
-			} `json:"http"`
-		} `json:"requestContext"`
+// eventKind is what an invocation's payload is.
+type eventKind int
+
+const (
+	httpEvent eventKind = iota + 1
+	scheduledEvent
+)
+
+// envelope holds the fields that tell the recognised events apart.
+type envelope struct {
+	Version        string `json:"version"`
+	RequestContext struct {
+		HTTP struct {
+			Method string `json:"method"`
+		} `json:"http"`
+	} `json:"requestContext"`
+	Source     string `json:"source"`
+	DetailType string `json:"detail-type"`
+}
+
+// classify says which recognised event payload is, or returns
+// ErrUnrecognisedEvent naming what it found.
+func classify(payload []byte) (eventKind, error) {
+	var env envelope
+	if err := json.Unmarshal(payload, &env); err != nil {
+		return 0, fmt.Errorf("%w: payload is not a JSON object: %v", ErrUnrecognisedEvent, err)
 	}
-	_ = json.Unmarshal(payload, &probe)
+	// The two versions differ, so no payload is both.
+	switch {
+	case env.Version == httpPayloadVersion && env.RequestContext.HTTP.Method != "":
+		return httpEvent, nil
+	case env.Version == scheduledVersion && env.DetailType == scheduledDetailType && scheduledSources[env.Source]:
+		return scheduledEvent, nil
+	}
+	return 0, fmt.Errorf("%w: want an API Gateway HTTP API (payload %s) or function URL request, or an EventBridge %q event from aws.events or aws.scheduler; got version %q, requestContext.http.method %q, source %q, detail-type %q",
+		ErrUnrecognisedEvent, httpPayloadVersion, scheduledDetailType, env.Version, env.RequestContext.HTTP.Method, env.Source, env.DetailType)
+}
+
+// Invoke is the Lambda entry point (pass it to lambda.Start). An event it
+// does not recognise, or cannot decode, is an error: the invocation fails
+// and Handler is not called.
+func (a Adapter) Invoke(ctx context.Context, payload json.RawMessage) (events.APIGatewayV2HTTPResponse, error) {
+	kind, err := classify(payload)
+	if err != nil {
+		return events.APIGatewayV2HTTPResponse{}, err
+	}
 	var req *http.Request
-	var err error
-	if probe.RequestContext.HTTP.Method != "" {
+	switch kind {
+	case httpEvent:
 		var ev events.APIGatewayV2HTTPRequest
 		if err := json.Unmarshal(payload, &ev); err != nil {
 			return events.APIGatewayV2HTTPResponse{}, fmt.Errorf("decoding HTTP event: %w", err)
 		}
 		req, err = httpRequest(ctx, ev)
-	} else {
-		if a.ScheduledPath == "" {
-			return events.APIGatewayV2HTTPResponse{}, fmt.Errorf("not an HTTP event and no scheduled path configured")
-		}
-		req, err = http.NewRequestWithContext(ctx, http.MethodPost, a.ScheduledPath, bytes.NewReader(payload))
-		if err == nil {
-			req.Header.Set("Content-Type", "application/json")
-			req.Header.Set("Authorization", "Bearer "+a.SchedulerToken)
-		}
+	case scheduledEvent:
+		req, err = a.scheduledRequest(ctx, payload)
 	}
 	if err != nil {
 		return events.APIGatewayV2HTTPResponse{}, err
@@ -68,6 +127,24 @@ func (a Adapter) Invoke(ctx context.Context, payload json.RawMessage) (events.AP
 		res.Headers[k] = strings.Join(v, ", ")
 	}
 	return res, nil
+}
+
+// scheduledRequest is the POST to ScheduledPath a scheduled event becomes.
+func (a Adapter) scheduledRequest(ctx context.Context, payload []byte) (*http.Request, error) {
+	var ev events.EventBridgeEvent
+	if err := json.Unmarshal(payload, &ev); err != nil {
+		return nil, fmt.Errorf("decoding scheduled event: %w", err)
+	}
+	if a.ScheduledPath == "" {
+		return nil, fmt.Errorf("scheduled event from %s, but no scheduled path is configured", ev.Source)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, a.ScheduledPath, bytes.NewReader(payload))
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set("Authorization", "Bearer "+a.SchedulerToken)
+	return req, nil
 }
 
 func httpRequest(ctx context.Context, ev events.APIGatewayV2HTTPRequest) (*http.Request, error) {

@@ -2,68 +2,135 @@ package lambda
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
+	"os"
+	"path/filepath"
 	"testing"
 
-	"github.com/aws/aws-lambda-go/events"
 	"github.com/google/go-cmp/cmp"
 )
 
-// echo reports what the handler received, so the test sees the mapping.
-var echo = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+// seen is what the handler received, so the test sees the mapping.
+type seen struct {
+	Request, Auth, ContentType, Cookie, RemoteAddr, Body string
+}
+
+// recorder is a handler that records every request it serves and answers
+// 418 with two values of one header.
+type recorder struct{ got []seen }
+
+func (h *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
-	w.Header().Set("X-Seen", r.Method+" "+r.URL.RequestURI())
+	h.got = append(h.got, seen{
+		Request: r.Method + " " + r.URL.RequestURI(), Auth: r.Header.Get("Authorization"),
+		ContentType: r.Header.Get("Content-Type"), Cookie: r.Header.Get("Cookie"), RemoteAddr: r.RemoteAddr, Body: string(body),
+	})
 	w.Header().Add("X-Multi", "a")
 	w.Header().Add("X-Multi", "b")
 	w.WriteHeader(http.StatusTeapot)
-	json.NewEncoder(w).Encode(map[string]string{
-		"auth": r.Header.Get("Authorization"), "ctype": r.Header.Get("Content-Type"), "body": string(body),
-	})
-})
+}
 
-func TestInvoke(t *testing.T) {
-	a := Adapter{Handler: echo, ScheduledPath: "/reapTick", SchedulerToken: "sched"}
-	httpEvent := events.APIGatewayV2HTTPRequest{
-		RawPath: "/getSession", RawQueryString: "id=42",
-		Headers: map[string]string{"authorization": "Bearer tok", "content-type": "application/json"},
-		Body:    base64.StdEncoding.EncodeToString([]byte(`{"x":1}`)), IsBase64Encoded: true,
+// sample is an event JSON sample from testdata/.
+func sample(t *testing.T, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
 	}
-	httpEvent.RequestContext.HTTP.Method = "POST"
-	httpPayload, _ := json.Marshal(httpEvent)
+	return string(data)
+}
+
+// HTTP API (payload 2.0) and function URL requests reach the handler as
+// the request they describe; EventBridge scheduled events as a POST of the
+// event to the scheduler path with the scheduler token.
+func TestInvokeServesRecognisedEvents(t *testing.T) {
 	tests := []struct {
-		name     string
-		payload  string
-		wantSeen string
-		wantBody map[string]string
-		wantErr  bool
+		name    string
+		payload string
+		want    seen
 	}{
-		{"HTTP API v2 request", string(httpPayload), "POST /getSession?id=42",
-			map[string]string{"auth": "Bearer tok", "ctype": "application/json", "body": `{"x":1}`}, false},
-		{"EventBridge schedule goes to the scheduler path", `{"source":"aws.events","detail-type":"Scheduled Event"}`, "POST /reapTick",
-			map[string]string{"auth": "Bearer sched", "ctype": "application/json", "body": `{"source":"aws.events","detail-type":"Scheduled Event"}`}, false},
+		{"HTTP API payload 2.0 request (base64 body, query, cookies)", sample(t, "http-api-v2.json"), seen{
+			Request: "POST /getSession?id=42", Auth: "Bearer tok", ContentType: "application/json",
+			Cookie: "a=1; b=2", RemoteAddr: "198.51.100.7", Body: `{"x":1}`,
+		}},
+		{"function URL request", sample(t, "function-url.json"), seen{
+			Request: "POST /openSession", Auth: "Bearer tok", ContentType: "application/json",
+			RemoteAddr: "198.51.100.7", Body: `{"lab":"linux-vm"}`,
+		}},
+		{"EventBridge scheduled rule", sample(t, "eventbridge-scheduled-rule.json"), seen{
+			Request: "POST /reapTick", Auth: "Bearer sched", ContentType: "application/json",
+			Body: sample(t, "eventbridge-scheduled-rule.json"),
+		}},
+		{"EventBridge Scheduler default notification", sample(t, "eventbridge-scheduler.json"), seen{
+			Request: "POST /reapTick", Auth: "Bearer sched", ContentType: "application/json",
+			Body: sample(t, "eventbridge-scheduler.json"),
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
+			h := &recorder{}
+			a := Adapter{Handler: h, ScheduledPath: "/reapTick", SchedulerToken: "sched"}
 			res, err := a.Invoke(context.Background(), json.RawMessage(tc.payload))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.StatusCode != http.StatusTeapot || res.Headers["X-Seen"] != tc.wantSeen || res.Headers["X-Multi"] != "a, b" {
-				t.Errorf("response = %d %v", res.StatusCode, res.Headers)
+			if res.StatusCode != http.StatusTeapot || res.Headers["X-Multi"] != "a, b" {
+				t.Errorf("response = %d %v, want 418 with X-Multi \"a, b\"", res.StatusCode, res.Headers)
 			}
-			var got map[string]string
-			if err := json.Unmarshal([]byte(res.Body), &got); err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tc.wantBody, got); diff != "" {
+			if diff := cmp.Diff([]seen{tc.want}, h.got); diff != "" {
 				t.Errorf("handler saw (-want +got):\n%s", diff)
 			}
 		})
 	}
-	if _, err := (Adapter{Handler: echo}).Invoke(context.Background(), json.RawMessage(`{}`)); err == nil {
-		t.Error("a non-HTTP event without a scheduled path was accepted")
+}
+
+// Every other event fails the invocation with ErrUnrecognisedEvent and
+// never reaches the handler: in particular none is taken for a scheduled
+// run, which would carry the scheduler token.
+func TestInvokeRefusesOtherEvents(t *testing.T) {
+	tests := []struct {
+		name    string
+		payload string
+	}{
+		{"API Gateway REST API request", sample(t, "apigw-rest-v1.json")},
+		{"HTTP API payload 1.0 request", sample(t, "http-api-v1.json")},
+		{"ALB request", sample(t, "alb.json")},
+		{"S3 event", sample(t, "s3.json")},
+		{"EventBridge event that is not a schedule", sample(t, "eventbridge-ec2-state.json")},
+		{"scheduled event from a source that is not AWS's scheduler", `{"version":"0","id":"1","detail-type":"Scheduled Event","source":"my.app","account":"123456789012","time":"2026-12-01T10:00:00Z","region":"eu-west-1","resources":[],"detail":{}}`},
+		{"scheduled event without the envelope version", `{"source":"aws.events","detail-type":"Scheduled Event"}`},
+		{"scheduled event with version 2.0", `{"version":"2.0","source":"aws.events","detail-type":"Scheduled Event"}`},
+		{"requestContext.http.method without version 2.0", `{"rawPath":"/reapTick","requestContext":{"http":{"method":"POST"}}}`},
+		{"empty object", `{}`},
+		{"null", `null`},
+		{"array", `[]`},
+		{"string", `"reapTick"`},
+		{"garbage", `not json at all`},
+		{"truncated JSON", `{"version":"2.0","requestContext":`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &recorder{}
+			a := Adapter{Handler: h, ScheduledPath: "/reapTick", SchedulerToken: "sched"}
+			res, err := a.Invoke(context.Background(), json.RawMessage(tc.payload))
+			if !errors.Is(err, ErrUnrecognisedEvent) {
+				t.Errorf("Invoke = %d, %v; want an error wrapping %v", res.StatusCode, err, ErrUnrecognisedEvent)
+			}
+			if len(h.got) != 0 {
+				t.Errorf("the handler was called with %+v", h.got)
+			}
+		})
+	}
+}
+
+// Without a scheduler path a scheduled event is refused, not served.
+func TestInvokeRefusesSchedulesWithoutAScheduledPath(t *testing.T) {
+	h := &recorder{}
+	_, err := Adapter{Handler: h}.Invoke(context.Background(), json.RawMessage(sample(t, "eventbridge-scheduled-rule.json")))
+	if err == nil || len(h.got) != 0 {
+		t.Errorf("Invoke = %v, handler saw %+v; want an error and no call", err, h.got)
 	}
 }
