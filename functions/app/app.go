@@ -81,6 +81,11 @@ type Config struct {
 	// refuses it, so a deployment that still sets it stops with a message
 	// instead of silently losing its grader key.
 	SSHAuthorizedKeys []string `split_words:"true"`
+	// SSHSourceCIDRs (comma-separated) are where students' SSH reaches the
+	// labs from; EgressBlockedCIDRs the internal ranges labs never reach
+	// (see kube.Config).
+	SSHSourceCIDRs     []string `envconfig:"SSH_SOURCE_CIDRS"`
+	EgressBlockedCIDRs []string `envconfig:"EGRESS_BLOCKED_CIDRS"`
 	// RetryAfter is sent with 503 no_capacity.
 	RetryAfter time.Duration `split_words:"true"`
 	// SchedulerToken authenticates reapTick calls; platform shims send it
@@ -135,6 +140,7 @@ func DefaultConfig() Config {
 		CapacityWait: l.CapacityWait, CleanupTimeout: l.CleanupTimeout, ReapDryRun: r.DryRun, ReapRunDeadline: r.RunDeadline,
 		ReapProvisionTimeout: r.ProvisionTimeout, ReapProvisionGrace: r.ProvisionGrace,
 		KubeQPS: k.QPS, KubeBurst: k.Burst, ReapWorkers: r.Workers, AdminStatusRuns: DefaultAdminStatusRuns,
+		SSHSourceCIDRs: k.SSHSourceCIDRs, EgressBlockedCIDRs: k.EgressBlockedCIDRs,
 	}
 }
 
@@ -150,7 +156,7 @@ func (c Config) Kube() (kube.Config, error) {
 		Namespace: c.Namespace, Env: c.Env, MaxLifetime: c.SessionMaxLifetime, DeadlineGrace: c.DeadlineGrace,
 		AnchorImage: c.AnchorImage, AnchorBackoffLimit: c.AnchorBackoffLimit, AnchorCompletions: c.AnchorCompletions,
 		GuardianImage: c.GuardianImage, PlatformSSHKeys: c.PlatformSSHKeys, CallTimeout: c.KubeTimeout,
-		QPS: c.KubeQPS, Burst: c.KubeBurst,
+		QPS: c.KubeQPS, Burst: c.KubeBurst, SSHSourceCIDRs: c.SSHSourceCIDRs, EgressBlockedCIDRs: c.EgressBlockedCIDRs,
 	}
 	if c.WorkspacePodFile != "" {
 		data, err := os.ReadFile(c.WorkspacePodFile)
@@ -308,7 +314,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	store, err := pgstore.Open(ctx, cfg.DatabaseURL)
+	store, err := pgstore.Open(ctx, cfg.DatabaseURL, cfg.Env)
 	if err != nil {
 		return nil, fmt.Errorf("%s_DATABASE_URL: %w", EnvPrefix, err)
 	}

@@ -27,6 +27,9 @@ import (
 
 // PG is a session store backed by a pgx connection pool.
 type PG struct {
+	// env is the environment the database belongs to (LABKEEP_ENV); it
+	// namespaces the advisory locks.
+	env  string
 	pool *pgxpool.Pool
 	// locks holds the connections that hold or wait for advisory locks, a
 	// pool of its own so a queue of opens waiting for the capacity lock can
@@ -48,9 +51,20 @@ var (
 	_ reap.StatusSource = (*PG)(nil)
 )
 
+// ErrOtherEnvironment means the database belongs to another environment:
+// Open refuses it, before migrating anything.
+var ErrOtherEnvironment = errors.New("database belongs to another environment")
+
 // Open connects to dsn (pool settings such as pool_max_conns may be given
-// in it) and migrates the schema. Close the store when done.
-func Open(ctx context.Context, dsn string) (*PG, error) {
+// in it), migrates the schema and checks that the database belongs to env
+// (LABKEEP_ENV): the first labkeep to migrate a database records its
+// environment there, and every later Open with another environment fails
+// with ErrOtherEnvironment, naming both — one environment's reaper would
+// otherwise take the other's sessions for ghosts. Close the store when done.
+func Open(ctx context.Context, dsn, env string) (*PG, error) {
+	if env == "" {
+		return nil, errors.New("database: the environment is required (the one recorded in the database)")
+	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("database url: %w", err)
@@ -63,7 +77,7 @@ func Open(ctx context.Context, dsn string) (*PG, error) {
 		pool.Close()
 		return nil, fmt.Errorf("database: %w", err)
 	}
-	if err := migrate(ctx, pool); err != nil {
+	if err := migrate(ctx, pool, env); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -82,7 +96,7 @@ func Open(ctx context.Context, dsn string) (*PG, error) {
 		locks.Close()
 		return nil, err
 	}
-	return &PG{pool: pool, locks: locks, tryLocks: tryLocks}, nil
+	return &PG{env: env, pool: pool, locks: locks, tryLocks: tryLocks}, nil
 }
 
 // Close closes both pools.
@@ -289,14 +303,15 @@ func (p *PG) Lock(ctx context.Context, name string) (unlock func(), err error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", lockKey(name)); err != nil {
+	key := lockKey(p.env, name)
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", key); err != nil {
 		// The lock may have been granted as the wait was cancelled; never
 		// return a connection that might hold it to the pool.
 		conn.Conn().Close(context.Background())
 		conn.Release()
 		return nil, fmt.Errorf("advisory lock %s: %w", name, err)
 	}
-	return releaser(conn, name), nil
+	return releaser(conn, key), nil
 }
 
 // TryLock takes the advisory lock called name if it is free and reports
@@ -307,7 +322,8 @@ func (p *PG) TryLock(ctx context.Context, name string) (unlock func(), ok bool, 
 	if err != nil {
 		return nil, false, err
 	}
-	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", lockKey(name)).Scan(&ok); err != nil {
+	key := lockKey(p.env, name)
+	if err := conn.QueryRow(ctx, "SELECT pg_try_advisory_lock($1)", key).Scan(&ok); err != nil {
 		conn.Conn().Close(context.Background())
 		conn.Release()
 		return nil, false, fmt.Errorf("advisory lock %s: %w", name, err)
@@ -316,10 +332,10 @@ func (p *PG) TryLock(ctx context.Context, name string) (unlock func(), ok bool, 
 		conn.Release()
 		return nil, false, nil
 	}
-	return releaser(conn, name), true, nil
+	return releaser(conn, key), true, nil
 }
 
-func releaser(conn *pgxpool.Conn, name string) func() {
+func releaser(conn *pgxpool.Conn, key int64) func() {
 	done := false
 	return func() {
 		if done {
@@ -329,7 +345,7 @@ func releaser(conn *pgxpool.Conn, name string) func() {
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 		defer cancel()
 		var released bool
-		if err := conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", lockKey(name)).Scan(&released); err != nil || !released {
+		if err := conn.QueryRow(ctx, "SELECT pg_advisory_unlock($1)", key).Scan(&released); err != nil || !released {
 			// Dropping the connection releases every lock it holds.
 			conn.Conn().Close(ctx)
 		}
@@ -337,9 +353,16 @@ func releaser(conn *pgxpool.Conn, name string) func() {
 	}
 }
 
-// lockKey maps a lock name to the 64-bit key Postgres advisory locks use,
-// namespaced so other applications sharing the database don't collide.
-func lockKey(name string) int64 {
+// lockKey maps a lock name to the 64-bit key PostgreSQL advisory locks
+// use, namespaced so other applications sharing the database don't
+// collide, and by environment, so two environments never share a capacity
+// or reaper lock even on one database. An empty env is the database-wide
+// namespace, for the schema migrations only: they must exclude everyone.
+// (A label value, env never contains the separator ':'.)
+func lockKey(env, name string) int64 {
+	if env != "" {
+		name = env + ":" + name
+	}
 	h := fnv.New64a()
 	h.Write([]byte("labkeep:" + name))
 	return int64(h.Sum64())

@@ -32,13 +32,13 @@ func openStore(t *testing.T) *pgstore.PG {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { srv.Stop() })
-	pg, err := pgstore.Open(ctx, srv.DSN)
+	pg, err := pgstore.Open(ctx, srv.DSN, "test")
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(pg.Close)
 	// A second Open on a migrated database must be a no-op.
-	again, err := pgstore.Open(ctx, srv.DSN)
+	again, err := pgstore.Open(ctx, srv.DSN, "test")
 	if err != nil {
 		t.Fatalf("re-open: %v", err)
 	}
