@@ -1,6 +1,6 @@
 // Package kube is the Kubernetes adapter of session.Cluster (client-go and
 // the KubeVirt clientset): it creates a session's deadline anchor, cloud-init
-// Secrets, VirtualMachines, Service and NetworkPolicy or workspace Pod;
+// Secrets, NetworkPolicy, VirtualMachines and Service or workspace Pod;
 // observes readiness; deletes by name; and gives the reaper a one-list-per-
 // kind inventory of the namespace. All objects live in one namespace, carry
 // the labels in this package, and are owned by the session's anchor Job, so
@@ -12,6 +12,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -67,6 +69,17 @@ type Config struct {
 	// means): a platform may add tolerations, a node selector or a runtime
 	// class, or drop a capability its nodes cannot grant.
 	WorkspacePod []byte
+	// SSHSourceCIDRs are where students' SSH connections reach the labs
+	// from (the internet, or the SSH ingress or load balancer in front):
+	// each session's NetworkPolicy lets SSH in from these ranges only,
+	// minus the EgressBlockedCIDRs inside them. At least one.
+	SSHSourceCIDRs []string
+	// EgressBlockedCIDRs are the ranges a lab never reaches (nor is reached
+	// from over SSH): the cluster's Pod, Service and node ranges and any
+	// other internal network. Link-local addresses (169.254.0.0/16 with
+	// the cloud metadata service, fe80::/10) are always blocked besides.
+	// Everything else is the internet, which labs may reach.
+	EgressBlockedCIDRs []string
 	// CallTimeout bounds every single API call.
 	CallTimeout time.Duration
 	// QPS and Burst are the client-side rate limits towards the API server
@@ -86,6 +99,10 @@ func DefaultConfig() Config {
 		AnchorBackoffLimit: 6,
 		AnchorCompletions:  100,
 		GuardianImage:      "ghcr.io/labkeep/guardian:latest",
+		SSHSourceCIDRs:     []string{"0.0.0.0/0", "::/0"},
+		// The private and shared ranges clusters take their Pod, Service
+		// and node addresses from (RFC 1918, RFC 6598, IPv6 ULA).
+		EgressBlockedCIDRs: []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"},
 		CallTimeout:        10 * time.Second,
 		QPS:                50,
 		Burst:              100,
@@ -128,7 +145,30 @@ func (c Config) validate() (*corev1.Pod, error) {
 	if err != nil {
 		bad("WorkspacePod", "%v", err)
 	}
+	if len(c.SSHSourceCIDRs) == 0 {
+		bad("SSHSourceCIDRs", "must name at least one range, or no student could reach a lab")
+	}
+	for _, f := range []struct {
+		field string
+		cidrs []string
+	}{{"SSHSourceCIDRs", c.SSHSourceCIDRs}, {"EgressBlockedCIDRs", c.EgressBlockedCIDRs}} {
+		for _, s := range f.cidrs {
+			if p, err := netip.ParsePrefix(s); err != nil || p.Masked() != p {
+				bad(f.field, "%q is not a CIDR with its host bits zero (like 10.0.0.0/8)", s)
+			}
+		}
+	}
 	return pod, errors.Join(errs...)
+}
+
+// linkLocal is always blocked: the cloud metadata service (169.254.169.254)
+// hands out node credentials, and nothing a lab needs lives there.
+var linkLocal = []string{"169.254.0.0/16", "fe80::/10"}
+
+// egressBlocked is every range a lab never reaches: link-local and
+// EgressBlockedCIDRs.
+func (c Config) egressBlocked() []string {
+	return append(slices.Clip(linkLocal), c.EgressBlockedCIDRs...)
 }
 
 // Cluster implements session.Cluster against a real API server.
@@ -186,9 +226,10 @@ func (c *Cluster) CountVMs(ctx context.Context) (int, error) {
 }
 
 // Provision implements session.Cluster. Order: anchor Job (everything else
-// is owned by it), per-node cloud-init Secrets, then for VM labs the
-// NetworkPolicy and Service of a multi-node session (before any VM boots,
-// so no node is ever unconfined) and the VMs; for pod labs the workspace.
+// is owned by it), per-node cloud-init Secrets, the session's
+// NetworkPolicy (before any node starts, so no node is ever unconfined),
+// then for VM labs the Service of a multi-node session and the VMs; for
+// pod labs the workspace.
 func (c *Cluster) Provision(ctx context.Context, s session.Session, lab labs.Lab) error {
 	b := builder{cfg: c.cfg, sess: s, lab: lab, pod: c.pod}
 	anchor, err := create(ctx, c, "anchor Job", b.anchor(), c.kube.BatchV1().Jobs(c.cfg.Namespace).Create)
@@ -200,6 +241,9 @@ func (c *Cluster) Provision(ctx context.Context, s session.Session, lab labs.Lab
 			return err
 		}
 	}
+	if _, err := create(ctx, c, "NetworkPolicy", b.networkPolicy(anchor), c.kube.NetworkingV1().NetworkPolicies(c.cfg.Namespace).Create); err != nil {
+		return err
+	}
 	if lab.Kind == labs.KindPod {
 		pod, err := b.workspace(anchor)
 		if err != nil {
@@ -209,9 +253,6 @@ func (c *Cluster) Provision(ctx context.Context, s session.Session, lab labs.Lab
 		return err
 	}
 	if b.multiNode() {
-		if _, err := create(ctx, c, "NetworkPolicy", b.networkPolicy(anchor), c.kube.NetworkingV1().NetworkPolicies(c.cfg.Namespace).Create); err != nil {
-			return err
-		}
 		if _, err := create(ctx, c, "Service", b.service(anchor), c.kube.CoreV1().Services(c.cfg.Namespace).Create); err != nil {
 			return err
 		}

@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net/netip"
 	"strconv"
 	"strings"
 	"time"
@@ -284,27 +285,74 @@ func (b builder) service(anchor *batchv1.Job) *corev1.Service {
 	}
 }
 
-// networkPolicy confines a session's network: its nodes may talk to each
-// other and to DNS; from outside only SSH is allowed in.
+// networkPolicy confines one session's network; every session has one,
+// created before any of its nodes, so no node ever runs unconfined. It
+// selects, by the session and environment labels, every Pod that carries
+// the session's traffic: the workspace Pod of a Pod lab, and the
+// virt-launcher Pods of a VM lab (KubeVirt and virtsim both label a
+// launcher Pod with its VMI's labels, which are the VM template's). Being
+// selected for both directions, such a Pod may exchange nothing but:
+//   - in: the lab's SSH port from cfg.SSHSourceCIDRs (a blocked range
+//     inside a source range stays blocked, so other sessions' Pods cannot
+//     reach it);
+//   - out: DNS (53 UDP and TCP) to any resolver, and anything outside the
+//     blocked ranges (egressBlocked): the internet, never the cluster's
+//     Pods, Services, nodes or a cloud's metadata service;
+//   - for a multi-node lab, anything to and from the session's own nodes.
+//
+// Connections from the Pod's own node (the kubelet's probes) are allowed
+// by NetworkPolicy's own rules; every other port (guardian's API among
+// them) is closed to the rest of the cluster.
 func (b builder) networkPolicy(anchor *batchv1.Job) *networkingv1.NetworkPolicy {
-	self := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{LabelSession: b.sess.ID}}}}
+	sel := map[string]string{LabelSession: b.sess.ID, LabelEnv: b.cfg.Env}
 	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
 	ssh, dns := intstr.FromInt32(b.lab.SSHPort), intstr.FromInt32(53)
-	return &networkingv1.NetworkPolicy{
-		ObjectMeta: b.owned(session.NetworkName(b.sess.ID), RoleNetwork, "", anchor),
-		Spec: networkingv1.NetworkPolicySpec{
-			PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{LabelSession: b.sess.ID, LabelEnv: b.cfg.Env}},
-			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
-			Ingress: []networkingv1.NetworkPolicyIngressRule{
-				{From: self},
-				{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &ssh}}},
-			},
-			Egress: []networkingv1.NetworkPolicyEgressRule{
-				{To: self},
-				{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}}},
-			},
+	blocked := b.cfg.egressBlocked()
+	spec := networkingv1.NetworkPolicySpec{
+		PodSelector: metav1.LabelSelector{MatchLabels: sel},
+		PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress},
+		Ingress: []networkingv1.NetworkPolicyIngressRule{{
+			From:  ipBlocks(b.cfg.SSHSourceCIDRs, blocked),
+			Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &ssh}},
+		}},
+		Egress: []networkingv1.NetworkPolicyEgressRule{
+			{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}}},
+			{To: ipBlocks(everywhere, blocked)},
 		},
 	}
+	if b.multiNode() {
+		self := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: sel}}}
+		spec.Ingress = append(spec.Ingress, networkingv1.NetworkPolicyIngressRule{From: self})
+		spec.Egress = append(spec.Egress, networkingv1.NetworkPolicyEgressRule{To: self})
+	}
+	return &networkingv1.NetworkPolicy{
+		ObjectMeta: b.owned(session.NetworkName(b.sess.ID), RoleNetwork, "", anchor),
+		Spec:       spec,
+	}
+}
+
+// everywhere is every IPv4 and IPv6 address.
+var everywhere = []string{"0.0.0.0/0", "::/0"}
+
+// ipBlocks is one ipBlock peer per CIDR of cidrs, each excepting the
+// blocked ranges of its family that lie strictly inside it (the only
+// exceptions the API server accepts). A CIDR equal to or inside a blocked
+// range is allowed whole: naming it is an explicit choice. cidrs and
+// blocked are valid CIDRs (Config.Validate).
+func ipBlocks(cidrs, blocked []string) []networkingv1.NetworkPolicyPeer {
+	peers := make([]networkingv1.NetworkPolicyPeer, 0, len(cidrs))
+	for _, c := range cidrs {
+		outer := netip.MustParsePrefix(c)
+		block := &networkingv1.IPBlock{CIDR: c}
+		for _, x := range blocked {
+			inner := netip.MustParsePrefix(x)
+			if inner.Addr().Is4() == outer.Addr().Is4() && inner.Bits() > outer.Bits() && outer.Contains(inner.Addr()) {
+				block.Except = append(block.Except, x)
+			}
+		}
+		peers = append(peers, networkingv1.NetworkPolicyPeer{IPBlock: block})
+	}
+	return peers
 }
 
 // workspace is the Pod of a pod-kind session, built from the one workspace

@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -9,8 +10,11 @@ import (
 	"github.com/google/go-cmp/cmp"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"sigs.k8s.io/yaml"
 
@@ -24,6 +28,7 @@ func testBuilder(t *testing.T, lab string) builder {
 	cat, err := labs.Parse([]byte(`labs:
 - {name: cluster, kind: vm, nodes: [{role: control, memory: 2Gi}, {role: worker, count: 2}], disk: {goldenPVC: {name: g, namespace: golden, size: 20Gi}}}
 - {name: shell, kind: pod, image: debian, nodes: [{role: workspace}], sshPort: 2222}
+- {name: linux, kind: vm, nodes: [{role: vm}], disk: {containerDisk: fedora}}
 `))
 	if err != nil {
 		t.Fatal(err)
@@ -222,6 +227,11 @@ func TestNewValidatesSettings(t *testing.T) {
 		"negative deadline":         func(c *Config) { c.DeadlineGrace = -2 * time.Hour },
 		"negative backoff":          func(c *Config) { c.AnchorBackoffLimit = -1 },
 		"negative completions":      func(c *Config) { c.AnchorCompletions = -1 },
+		"no SSH source":             func(c *Config) { c.SSHSourceCIDRs = nil },
+		"SSH source not a CIDR":     func(c *Config) { c.SSHSourceCIDRs = []string{"203.0.113.7"} },
+		"blocked CIDR with host bits": func(c *Config) {
+			c.EgressBlockedCIDRs = []string{"10.1.2.3/8"}
+		},
 	} {
 		cfg := base
 		mutate(&cfg)
@@ -360,4 +370,119 @@ func hasEnv(env []corev1.EnvVar, name, value string) bool {
 		}
 	}
 	return false
+}
+
+// Every session's NetworkPolicy lets in only SSH on the lab's port from
+// the SSH sources (minus the blocked ranges inside them), lets out only
+// DNS and the internet (never a blocked or link-local range), and, for a
+// multi-node lab only, anything between the session's own nodes.
+func TestNetworkPolicy(t *testing.T) {
+	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
+	port := func(p int32) *intstr.IntOrString { v := intstr.FromInt32(p); return &v }
+	dns := networkingv1.NetworkPolicyEgressRule{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: port(53)}, {Protocol: &tcp, Port: port(53)}}}
+	sel := map[string]string{LabelSession: "0b3c6a4e-1f6f-4a50-9d7e-2f3b7d1c9a11", LabelEnv: "dev"}
+	self := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: sel}}}
+	block := func(cidr string, except ...string) networkingv1.NetworkPolicyPeer {
+		return networkingv1.NetworkPolicyPeer{IPBlock: &networkingv1.IPBlock{CIDR: cidr, Except: except}}
+	}
+	v4 := []string{"169.254.0.0/16", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"}
+	v6 := []string{"fe80::/10", "fc00::/7"}
+	defaultSources := []networkingv1.NetworkPolicyPeer{block("0.0.0.0/0", v4...), block("::/0", v6...)}
+	internet := networkingv1.NetworkPolicyEgressRule{To: defaultSources}
+	ssh := func(p int32, from ...networkingv1.NetworkPolicyPeer) networkingv1.NetworkPolicyIngressRule {
+		return networkingv1.NetworkPolicyIngressRule{From: from, Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: port(p)}}}
+	}
+	both := []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}
+	tests := []struct {
+		name string
+		lab  string
+		cfg  func(*Config)
+		want networkingv1.NetworkPolicySpec
+	}{
+		{"pod lab: SSH in on the lab's port, DNS and the internet out", "shell", nil, networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: sel}, PolicyTypes: both,
+			Ingress: []networkingv1.NetworkPolicyIngressRule{ssh(2222, defaultSources...)},
+			Egress:  []networkingv1.NetworkPolicyEgressRule{dns, internet},
+		}},
+		{"single VM: the same on port 22, nothing between nodes", "linux", nil, networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: sel}, PolicyTypes: both,
+			Ingress: []networkingv1.NetworkPolicyIngressRule{ssh(22, defaultSources...)},
+			Egress:  []networkingv1.NetworkPolicyEgressRule{dns, internet},
+		}},
+		{"multi-node: also anything between the session's own nodes", "cluster", nil, networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: sel}, PolicyTypes: both,
+			Ingress: []networkingv1.NetworkPolicyIngressRule{ssh(22, defaultSources...), {From: self}},
+			Egress:  []networkingv1.NetworkPolicyEgressRule{dns, internet, {To: self}},
+		}},
+		{"configured ranges: a source inside a blocked range is allowed whole, link-local stays blocked", "shell", func(c *Config) {
+			c.SSHSourceCIDRs = []string{"10.20.0.0/16", "198.51.100.0/24", "10.0.0.0/8"}
+			c.EgressBlockedCIDRs = []string{"10.0.0.0/8", "198.51.100.128/25"}
+		}, networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: sel}, PolicyTypes: both,
+			Ingress: []networkingv1.NetworkPolicyIngressRule{ssh(2222,
+				block("10.20.0.0/16"), block("198.51.100.0/24", "198.51.100.128/25"), block("10.0.0.0/8"))},
+			Egress: []networkingv1.NetworkPolicyEgressRule{dns, {To: []networkingv1.NetworkPolicyPeer{
+				block("0.0.0.0/0", "169.254.0.0/16", "10.0.0.0/8", "198.51.100.128/25"), block("::/0", "fe80::/10")}}},
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := testBuilder(t, tc.lab)
+			if tc.cfg != nil {
+				tc.cfg(&b.cfg)
+			}
+			if err := b.cfg.Validate(); err != nil {
+				t.Fatal(err)
+			}
+			np := b.networkPolicy(&batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "u"}})
+			if diff := cmp.Diff(tc.want, np.Spec); diff != "" {
+				t.Errorf("spec (-want +got):\n%s", diff)
+			}
+			if np.Name != session.NetworkName(b.sess.ID) || np.Labels[LabelRole] != RoleNetwork || np.OwnerReferences[0].UID != "u" {
+				t.Errorf("metadata = %+v", np.ObjectMeta)
+			}
+		})
+	}
+}
+
+// The policy's selector picks exactly the Pods that carry the session's
+// traffic: the workspace Pod, and the virt-launcher Pods, which carry
+// their VMI's labels, i.e. the VM template's (as KubeVirt's and virtsim's
+// launcher Pods do); not the anchor's Pod, not another session's nodes.
+func TestNetworkPolicySelectsTheSessionsNodes(t *testing.T) {
+	anchor := &batchv1.Job{ObjectMeta: metav1.ObjectMeta{Name: "a", UID: "u"}}
+	other := testBuilder(t, "cluster")
+	other.sess.ID = "7f000000-0000-4000-8000-000000000001"
+	otherEnv := testBuilder(t, "cluster")
+	otherEnv.cfg.Env = "prod"
+	launcher := func(b builder) map[string]string {
+		l := maps.Clone(b.vm(b.lab.Nodes[0], anchor).Spec.Template.ObjectMeta.Labels)
+		l["kubevirt.io"], l["kubevirt.io/created-by"] = "virt-launcher", "vmi-uid"
+		return l
+	}
+	tests := []struct {
+		name   string
+		lab    string
+		labels func(builder) map[string]string
+		want   bool
+	}{
+		{"workspace Pod", "shell", func(b builder) map[string]string { return mustWorkspace(t, b, anchor).Labels }, true},
+		{"launcher Pod of a single VM", "linux", launcher, true},
+		{"launcher Pod of a multi-node lab", "cluster", launcher, true},
+		{"the anchor's Pod", "shell", func(b builder) map[string]string { return b.anchor().Spec.Template.Labels }, false},
+		{"another session's launcher Pod", "cluster", func(builder) map[string]string { return launcher(other) }, false},
+		{"the same session id in another environment", "cluster", func(builder) map[string]string { return launcher(otherEnv) }, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			b := testBuilder(t, tc.lab)
+			sel, err := metav1.LabelSelectorAsSelector(&b.networkPolicy(anchor).Spec.PodSelector)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := sel.Matches(labels.Set(tc.labels(b))); got != tc.want {
+				t.Errorf("selector %s matches %v = %v, want %v", sel, tc.labels(b), got, tc.want)
+			}
+		})
+	}
 }

@@ -23,16 +23,19 @@ const (
 
 // deleteOrder is the one order in which a session's objects are deleted,
 // by whoever deletes them (a close, a failed open, the reaper, an orphan
-// sweep): what runs first (VMs, the workspace Pod), then the network
-// objects, then the cloud-init Secrets, and the anchor last — so a running
-// VM is never left without the owner whose deadline would reclaim it.
+// sweep): what runs first (VMs, the workspace Pod), then the Service, then
+// the cloud-init Secrets, then the NetworkPolicy, and the anchor last — so
+// a running VM is never left without the owner whose deadline would
+// reclaim it, and a node's confinement goes as late as possible: a deleted
+// Pod keeps running through its grace period, and a policy deleted before
+// it would leave it unconfined meanwhile.
 var deleteOrder = map[ObjectKind]int{
 	KindVirtualMachine: 0,
 	KindPod:            0,
 	KindService:        1,
-	KindNetworkPolicy:  1,
 	KindSecret:         2,
-	KindAnchor:         3,
+	KindNetworkPolicy:  3,
+	KindAnchor:         4,
 }
 
 // SortForDelete orders refs in the delete order, keeping the given order
@@ -73,12 +76,14 @@ func CloudInitName(sessionID, node string) string {
 	return "lk-" + sessionID + "-" + node + "-cloudinit"
 }
 
-// NetworkName is the Service and NetworkPolicy of a multi-node session.
+// NetworkName is the NetworkPolicy of a session and the Service of a
+// multi-node session.
 func NetworkName(sessionID string) string { return "lk-" + sessionID }
 
 // Objects lists, by name and in the delete order, every object s can own:
-// one VM or workspace Pod per node, the Service and NetworkPolicy of a
-// multi-node session, one cloud-init Secret per node, and the anchor.
+// one VM or workspace Pod per node, the Service of a multi-node session,
+// one cloud-init Secret per node, the NetworkPolicy every session has, and
+// the anchor.
 func Objects(s Session) []ObjectRef {
 	node := KindVirtualMachine
 	if s.Kind == labs.KindPod {
@@ -90,11 +95,11 @@ func Objects(s Session) []ObjectRef {
 		refs = append(refs, ObjectRef{Kind: KindSecret, Name: CloudInitName(s.ID, n.Name)})
 	}
 	if len(s.Nodes) > 1 {
-		refs = append(refs,
-			ObjectRef{Kind: KindService, Name: NetworkName(s.ID)},
-			ObjectRef{Kind: KindNetworkPolicy, Name: NetworkName(s.ID)})
+		refs = append(refs, ObjectRef{Kind: KindService, Name: NetworkName(s.ID)})
 	}
-	refs = append(refs, ObjectRef{Kind: KindAnchor, Name: AnchorName(s.ID)})
+	refs = append(refs,
+		ObjectRef{Kind: KindNetworkPolicy, Name: NetworkName(s.ID)},
+		ObjectRef{Kind: KindAnchor, Name: AnchorName(s.ID)})
 	SortForDelete(refs)
 	return refs
 }

@@ -87,8 +87,8 @@ type Cluster interface {
 	// not, any environment — because they all use the same hardware.
 	CountVMs(ctx context.Context) (int, error)
 	// Provision creates the session's objects in order: deadline anchor,
-	// per-node cloud-init Secrets, VMs (plus Service and NetworkPolicy for
-	// multi-node labs) or the workspace Pod. It stops at the first error,
+	// per-node cloud-init Secrets, the session's NetworkPolicy, VMs (plus a
+	// Service for multi-node labs) or the workspace Pod. It stops at the first error,
 	// leaving what was created for Teardown. A quota refusal is returned
 	// wrapped in ErrNoCapacity.
 	Provision(ctx context.Context, s Session, lab labs.Lab) error
