@@ -117,6 +117,10 @@ type Config struct {
 	KubeBurst int     `split_words:"true"`
 	// ReapWorkers is how many items a run handles at once.
 	ReapWorkers int `split_words:"true"`
+	// ReapRetention is how long reaper run records are kept;
+	// ReapRetentionBatch how many older ones one run deletes at most.
+	ReapRetention      time.Duration `split_words:"true"`
+	ReapRetentionBatch int           `split_words:"true"`
 	// AdminStatusRuns is how many recent runs GET /adminStatus shows.
 	AdminStatusRuns int `split_words:"true"`
 }
@@ -140,6 +144,7 @@ func DefaultConfig() Config {
 		CapacityWait: l.CapacityWait, CleanupTimeout: l.CleanupTimeout, ReapDryRun: r.DryRun, ReapRunDeadline: r.RunDeadline,
 		ReapProvisionTimeout: r.ProvisionTimeout, ReapProvisionGrace: r.ProvisionGrace,
 		KubeQPS: k.QPS, KubeBurst: k.Burst, ReapWorkers: r.Workers, AdminStatusRuns: DefaultAdminStatusRuns,
+		ReapRetention: r.Retention, ReapRetentionBatch: r.RetentionBatch,
 		SSHSourceCIDRs: k.SSHSourceCIDRs, EgressBlockedCIDRs: k.EgressBlockedCIDRs,
 	}
 }
@@ -178,6 +183,7 @@ func (c Config) Reap() reap.Config {
 	return reap.Config{
 		Rules:  reap.Rules{Env: c.Env, ProvisionTimeout: c.ReapProvisionTimeout, ProvisionGrace: c.ReapProvisionGrace},
 		DryRun: c.ReapDryRun, RunDeadline: c.ReapRunDeadline, Workers: c.ReapWorkers,
+		Retention: c.ReapRetention, RetentionBatch: c.ReapRetentionBatch,
 	}
 }
 
@@ -190,6 +196,7 @@ var variables = map[string]string{
 	"GuardianImage": "GUARDIAN_IMAGE", "WorkspacePod": "WORKSPACE_POD_FILE", "CallTimeout": "KUBE_TIMEOUT", "QPS": "KUBE_QPS", "Burst": "KUBE_BURST",
 	"MaxVMs": "MAX_CONCURRENT_VMS", "CapacityWait": "CAPACITY_WAIT", "CleanupTimeout": "CLEANUP_TIMEOUT",
 	"RunDeadline": "REAP_RUN_DEADLINE", "Workers": "REAP_WORKERS",
+	"Retention": "REAP_RETENTION", "RetentionBatch": "REAP_RETENTION_BATCH",
 	"ProvisionTimeout": "REAP_PROVISION_TIMEOUT", "ProvisionGrace": "REAP_PROVISION_GRACE",
 }
 

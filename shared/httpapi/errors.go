@@ -45,6 +45,21 @@ var statusTable = []struct {
 	{reap.ErrBusy, http.StatusConflict},
 }
 
+// skippedFor lists the errors that, answering the scheduler (reapTick),
+// mean its run was skipped, not failed: the schedule did its job (another
+// run is reaping right now), so reapTick answers 200 {"skipped": true}
+// with the row's code instead of the status above.
+var skippedFor = []error{reap.ErrBusy}
+
+func skippedForScheduler(err error) bool {
+	for _, e := range skippedFor {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
 // StatusOf returns the HTTP status and error code for err.
 func StatusOf(err error) (status int, code string) {
 	for _, row := range statusTable {

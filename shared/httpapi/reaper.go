@@ -106,9 +106,29 @@ func (a *API) admin(w http.ResponseWriter, r *http.Request) bool {
 	return true
 }
 
+// Skipped is reapTick's answer when the run did not happen for a reason
+// that is no failure of the schedule (see skippedForScheduler): 200, so a
+// scheduler neither retries nor alerts.
+type Skipped struct {
+	Trigger reap.Trigger `json:"trigger"`
+	Skipped bool         `json:"skipped"`
+	// Code and Message say why, as the error would for another caller.
+	Code    string `json:"code"`
+	Message string `json:"message"`
+}
+
+// reapNow runs the reaper for trigger t and answers its report. A
+// scheduled run skipped (another run already going) is 200 skipped:true;
+// the admin button gets the error's own status (409 busy), because a
+// person pressing it wants to know the run they asked for did not happen.
 func (a *API) reapNow(w http.ResponseWriter, r *http.Request, rr ReaperRunner, t reap.Trigger) {
 	report, err := rr.RunOnce(r.Context(), t)
 	if err != nil {
+		if t == reap.TriggerSchedule && skippedForScheduler(err) {
+			_, code := StatusOf(err)
+			writeJSON(w, http.StatusOK, Skipped{Trigger: t, Skipped: true, Code: code, Message: err.Error()})
+			return
+		}
 		a.writeError(w, r, err, nil)
 		return
 	}

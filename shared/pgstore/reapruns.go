@@ -3,6 +3,8 @@ package pgstore
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -61,4 +63,16 @@ func (p *PG) RecentRuns(ctx context.Context, limit int) ([]reap.Report, error) {
 		}
 		return r, json.Unmarshal(failures, &r.Failures)
 	})
+}
+
+// PruneRuns implements reap.Store: it deletes at most limit runs that
+// started before before, oldest first, in one short statement (the
+// reap_runs_recent index finds them), and returns how many it deleted.
+func (p *PG) PruneRuns(ctx context.Context, before time.Time, limit int) (int, error) {
+	tag, err := p.pool.Exec(ctx, `DELETE FROM reap_runs WHERE id IN (
+		SELECT id FROM reap_runs WHERE started_at < $1 ORDER BY started_at, id LIMIT $2)`, before, limit)
+	if err != nil {
+		return 0, fmt.Errorf("deleting old reaper runs: %w", err)
+	}
+	return int(tag.RowsAffected()), nil
 }

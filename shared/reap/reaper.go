@@ -44,6 +44,9 @@ type Store interface {
 	TryLock(ctx context.Context, name string) (unlock func(), ok bool, err error)
 	// RecordRun stores a finished run's report and returns its id.
 	RecordRun(ctx context.Context, r Report) (int64, error)
+	// PruneRuns deletes at most limit stored runs that started before
+	// before, oldest first, and returns how many it deleted.
+	PruneRuns(ctx context.Context, before time.Time, limit int) (int, error)
 }
 
 // Cluster is what a run needs of Kubernetes.
@@ -67,7 +70,17 @@ type Config struct {
 	RunDeadline time.Duration
 	// Workers is how many items are handled at once.
 	Workers int
+	// Retention is how long run records are kept: every run deletes the
+	// records of runs that started longer ago, at most RetentionBatch of
+	// them, so a backlog (a first run against years of records) is worked
+	// off over several runs instead of in one long statement.
+	Retention      time.Duration
+	RetentionBatch int
 }
+
+// MinRetention is the shortest Retention accepted: a day of runs, far more
+// than adminStatus and its failing-run-after-run counts look back over.
+const MinRetention = 24 * time.Hour
 
 // SchedulePeriod is how often the scheduler calls reapTick (every shipped
 // schedule is once a minute); a run's deadline must stay below it.
@@ -77,9 +90,11 @@ const SchedulePeriod = time.Minute
 // no default.
 func DefaultConfig() Config {
 	return Config{
-		Rules:       Rules{ProvisionTimeout: 10 * time.Minute, ProvisionGrace: 2 * time.Minute},
-		RunDeadline: 50 * time.Second,
-		Workers:     8,
+		Rules:          Rules{ProvisionTimeout: 10 * time.Minute, ProvisionGrace: 2 * time.Minute},
+		RunDeadline:    50 * time.Second,
+		Workers:        8,
+		Retention:      30 * 24 * time.Hour,
+		RetentionBatch: 1000,
 	}
 }
 
@@ -95,7 +110,11 @@ func (c Config) Validate() error {
 	} else if c.RunDeadline >= SchedulePeriod {
 		errs = append(errs, setting.Invalid("RunDeadline", "%s must be below the reaper's schedule period %s, so runs never overlap", c.RunDeadline, SchedulePeriod))
 	}
-	errs = append(errs, setting.AtLeast("Workers", c.Workers, 1), setting.Positive("ProvisionTimeout", c.ProvisionTimeout))
+	errs = append(errs, setting.AtLeast("Workers", c.Workers, 1), setting.Positive("ProvisionTimeout", c.ProvisionTimeout),
+		setting.AtLeast("RetentionBatch", c.RetentionBatch, 1))
+	if c.Retention < MinRetention {
+		errs = append(errs, setting.Invalid("Retention", "%s is below %s: the recent runs adminStatus reads would be deleted", c.Retention, MinRetention))
+	}
 	if c.ProvisionGrace <= 0 {
 		errs = append(errs, setting.Positive("ProvisionGrace", c.ProvisionGrace))
 	} else if c.ProvisionGrace > c.ProvisionTimeout {
@@ -136,7 +155,7 @@ func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (Report, error) {
 	}
 	if !ok {
 		r.Metrics.observeBusy(trigger)
-		return Report{}, ErrBusy
+		return Report{}, fmt.Errorf("%w: another reaper run holds the lock", ErrBusy)
 	}
 	defer unlock()
 
@@ -189,10 +208,17 @@ func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (Report, error) {
 		return a.Kind < b.Kind || (a.Kind == b.Kind && a.Session < b.Session)
 	})
 
-	report.FinishedAt = r.Now().UTC()
-	// The report is stored even if the run's deadline passed.
+	// The records are kept in bounds and the report is stored even if the
+	// run's deadline passed.
 	sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 10*time.Second)
 	defer scancel()
+	if n, err := r.Store.PruneRuns(sctx, report.StartedAt.Add(-cfg.Retention), cfg.RetentionBatch); err != nil {
+		log.Warn("cannot delete old run records", "err", err)
+		report.Failures = append(report.Failures, Failure{Kind: FailedRetention, Error: err.Error()})
+	} else {
+		report.PrunedRuns = n
+	}
+	report.FinishedAt = r.Now().UTC()
 	if id, err := r.Store.RecordRun(sctx, report); err != nil {
 		log.Error("cannot store run report", "err", err)
 	} else {

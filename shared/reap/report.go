@@ -17,6 +17,10 @@ type Report struct {
 	Failures []Failure `json:"failures"`
 	// Items lists every item the run handled, or would have in a dry run.
 	Items []Reaped `json:"items"`
+	// PrunedRuns is how many records of runs older than the retention this
+	// run deleted (in a dry run too: they are the reaper's own records,
+	// not a lab's resources).
+	PrunedRuns int `json:"prunedRuns"`
 }
 
 // Reaped is one item a run handled (or would have, in a dry run).
@@ -37,6 +41,12 @@ type Failure struct {
 	Error   string   `json:"error"`
 }
 
-// FailedInventory is the Failure kind of a run whose namespace listing
-// failed (it then reaps expired sessions only).
-const FailedInventory ItemKind = "inventory"
+// The Failure kinds that are no item's.
+const (
+	// FailedInventory: the namespace listing failed (the run then reaps
+	// expired sessions only).
+	FailedInventory ItemKind = "inventory"
+	// FailedRetention: old run records could not be deleted (the next run
+	// tries again).
+	FailedRetention ItemKind = "retention"
+)

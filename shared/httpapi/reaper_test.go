@@ -1,0 +1,97 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"labkeep/shared/reap"
+)
+
+// runner answers every RunOnce with err, or with a report of its trigger.
+type runner struct {
+	err   error
+	calls int
+}
+
+func (r *runner) RunOnce(_ context.Context, t reap.Trigger) (reap.Report, error) {
+	r.calls++
+	if r.err != nil {
+		return reap.Report{}, r.err
+	}
+	return reap.Report{Trigger: t, Counts: map[reap.ItemKind]int{reap.Expired: 1}}, nil
+}
+
+// A run already going is the schedule's success (reapTick 200 skipped) but
+// the admin's refusal (adminReapNow 409 busy); any other error is an error
+// for both. The HTTP layer over a fake runner: the real lock is test/reap's.
+func TestReapWhileARunIsGoing(t *testing.T) {
+	secret := []byte("reaper-test-secret-0123456789abcdef")
+	now := func() time.Time { return time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC) }
+	admin, err := Sign(secret, "ops", RoleAdmin, now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	const token = "scheduler-token-0123456789"
+	busy := fmt.Errorf("%w: another reaper run holds the lock", reap.ErrBusy)
+	type answer struct {
+		Status  int
+		Skipped bool
+		Code    string
+		Trigger reap.Trigger
+	}
+	tests := []struct {
+		name       string
+		path, auth string
+		err        error
+		want       answer
+	}{
+		{"scheduled run while another is going: skipped, 200", "/reapTick", token, busy,
+			answer{Status: 200, Skipped: true, Code: "busy", Trigger: reap.TriggerSchedule}},
+		{"admin run while another is going: 409 busy", "/adminReapNow", admin, busy,
+			answer{Status: 409, Code: "busy"}},
+		{"scheduled run that cannot start: 500, not skipped", "/reapTick", token, errors.New("reaper lock: connection refused"),
+			answer{Status: 500, Code: "internal"}},
+		{"scheduled run that ran: its report", "/reapTick", token, nil,
+			answer{Status: 200, Trigger: reap.TriggerSchedule}},
+		{"admin run that ran: its report", "/adminReapNow", admin, nil,
+			answer{Status: 200, Trigger: reap.TriggerAdmin}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rr := &runner{err: tc.err}
+			a := New(Options{Auth: NewAuthenticator(secret, now), Now: now, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			h := a.WithReaper(ReaperOptions{Reaper: rr, SchedulerToken: token})
+			req := httptest.NewRequest("POST", tc.path, nil)
+			req.Header.Set("Authorization", "Bearer "+tc.auth)
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			var body struct {
+				Skipped bool         `json:"skipped"`
+				Code    string       `json:"code"`
+				Trigger reap.Trigger `json:"trigger"`
+				Error   struct {
+					Code string `json:"code"`
+				} `json:"error"`
+			}
+			if err := json.Unmarshal(w.Body.Bytes(), &body); err != nil {
+				t.Fatalf("%s: %v", w.Body, err)
+			}
+			got := answer{Status: w.Code, Skipped: body.Skipped, Code: body.Code + body.Error.Code, Trigger: body.Trigger}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("answer (-want +got):\n%s\nbody %s", diff, w.Body)
+			}
+			if rr.calls != 1 {
+				t.Errorf("%d runs asked for, want 1", rr.calls)
+			}
+		})
+	}
+}
