@@ -54,6 +54,16 @@ type Config struct {
 	// JWTSecret is the HS256 secret shared with the portal (≥ 32 bytes).
 	JWTSecret string `split_words:"true"`
 	HTTPAddr  string `split_words:"true"`
+
+	// JWTAudience and JWTIssuer, when set, are the aud and iss every
+	// portal token must carry; JWTMaxLifetime bounds how long a token may
+	// be valid and JWTLeeway is the clock skew tolerated (see
+	// httpapi.TokenRules).
+	JWTAudience    string        `split_words:"true"`
+	JWTIssuer      string        `split_words:"true"`
+	JWTMaxLifetime time.Duration `split_words:"true"`
+	JWTLeeway      time.Duration `split_words:"true"`
+
 	// Kubeconfig is a kubeconfig file; empty means in-cluster credentials.
 	Kubeconfig string `split_words:"true"`
 	// KubeTimeout bounds every single Kubernetes API call.
@@ -136,6 +146,7 @@ const (
 // packages' defaults; the required settings are empty.
 func DefaultConfig() Config {
 	k, r, l, p := kube.DefaultConfig(), reap.DefaultConfig(), session.DefaultLimits(), lifetime.DefaultPolicy()
+	tok := httpapi.DefaultTokenRules()
 	return Config{
 		Namespace: k.Namespace, SessionLifetime: p.Lifetime, SessionMaxLifetime: p.MaxLifetime,
 		DeadlineGrace: k.DeadlineGrace, MaxConcurrentVms: l.MaxVMs, LabsFile: DefaultLabsFile, HTTPAddr: DefaultHTTPAddr,
@@ -143,6 +154,7 @@ func DefaultConfig() Config {
 		AnchorCompletions: k.AnchorCompletions, GuardianImage: k.GuardianImage, RetryAfter: httpapi.DefaultRetryAfter,
 		CapacityWait: l.CapacityWait, CleanupTimeout: l.CleanupTimeout, ReapDryRun: r.DryRun, ReapRunDeadline: r.RunDeadline,
 		ReapProvisionTimeout: r.ProvisionTimeout, ReapProvisionGrace: r.ProvisionGrace,
+		JWTMaxLifetime: tok.MaxLifetime, JWTLeeway: tok.Leeway,
 		KubeQPS: k.QPS, KubeBurst: k.Burst, ReapWorkers: r.Workers, AdminStatusRuns: DefaultAdminStatusRuns,
 		ReapRetention: r.Retention, ReapRetentionBatch: r.RetentionBatch,
 		SSHSourceCIDRs: k.SSHSourceCIDRs, EgressBlockedCIDRs: k.EgressBlockedCIDRs,
@@ -187,6 +199,11 @@ func (c Config) Reap() reap.Config {
 	}
 }
 
+// Tokens are the rules every portal token is held to.
+func (c Config) Tokens() httpapi.TokenRules {
+	return httpapi.TokenRules{Audience: c.JWTAudience, Issuer: c.JWTIssuer, MaxLifetime: c.JWTMaxLifetime, Leeway: c.JWTLeeway}
+}
+
 // variables maps each package config's Go field to the variable that
 // feeds it, so a package's validation error names what the operator sets.
 var variables = map[string]string{
@@ -207,6 +224,14 @@ func variable(field string) string {
 	return ""
 }
 
+// tokenVariables is variables for httpapi.TokenRules, kept apart because
+// its field names (MaxLifetime) repeat the session policy's.
+var tokenVariables = map[string]string{
+	"Audience": "JWT_AUDIENCE", "Issuer": "JWT_ISSUER", "MaxLifetime": "JWT_MAX_LIFETIME", "Leeway": "JWT_LEEWAY",
+}
+
+func tokenVariable(field string) string { return EnvPrefix + "_" + tokenVariables[field] }
+
 // MinSchedulerTokenBytes is the shortest LABKEEP_SCHEDULER_TOKEN accepted:
 // it is the only credential of an endpoint that deletes things.
 const MinSchedulerTokenBytes = 16
@@ -226,6 +251,9 @@ func (c Config) Validate() error {
 		if err = setting.Rename(err, variable); err != nil {
 			errs = append(errs, err)
 		}
+	}
+	if err := setting.Rename(c.Tokens().Validate(), tokenVariable); err != nil {
+		errs = append(errs, err)
 	}
 	if len(c.SSHAuthorizedKeys) > 0 {
 		bad("SSH_AUTHORIZED_KEYS", "was renamed LABKEEP_PLATFORM_SSH_KEYS (platform keys, authorized on every session; students get keys of their own)")
@@ -298,6 +326,10 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	auth, err := cfg.Tokens().Authenticator([]byte(cfg.JWTSecret), now)
+	if err != nil {
+		return nil, setting.Rename(err, tokenVariable)
+	}
 	var o options
 	for _, opt := range opts {
 		opt(&o)
@@ -330,7 +362,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 		Limits: cfg.Limits(), Now: now, Log: log,
 	}
 	api := httpapi.New(httpapi.Options{
-		Sessions: svc, Auth: httpapi.NewAuthenticator([]byte(cfg.JWTSecret), now),
+		Sessions: svc, Auth: auth,
 		Now: now, Log: log, RetryAfter: cfg.RetryAfter,
 	})
 	reg := prometheus.NewRegistry()

@@ -67,6 +67,11 @@ func TestInvalidConfigNamesTheVariable(t *testing.T) {
 		{"the old name of the platform keys", "LABKEEP_SSH_AUTHORIZED_KEYS", "ssh-ed25519 AAA grader"},
 		{"workspace Pod file missing", "LABKEEP_WORKSPACE_POD_FILE", "/nonexistent/workspace-pod.yaml"},
 		{"zero kube timeout", "LABKEEP_KUBE_TIMEOUT", "0s"},
+		{"negative token leeway", "LABKEEP_JWT_LEEWAY", "-1s"},
+		{"token leeway beyond clock skew", "LABKEEP_JWT_LEEWAY", "1h"},
+		{"zero token lifetime", "LABKEEP_JWT_MAX_LIFETIME", "0s"},
+		{"unparsable token lifetime", "LABKEEP_JWT_MAX_LIFETIME", "a day"},
+		{"audience with a trailing space", "LABKEEP_JWT_AUDIENCE", "labkeep "},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -176,6 +181,11 @@ func TestValidateMessages(t *testing.T) {
 			"LABKEEP_CAPACITY_WAIT: 1m0s must be below LABKEEP_REAP_PROVISION_GRACE 30s"},
 		{"capacity wait negative", func(c *Config) { c.CapacityWait = -time.Second },
 			"LABKEEP_CAPACITY_WAIT: must be positive"},
+		{"token leeway negative", func(c *Config) { c.JWTLeeway = -time.Second },
+			"LABKEEP_JWT_LEEWAY: must not be negative, got -1s"},
+		{"token lifetime zero", func(c *Config) { c.JWTMaxLifetime = 0 },
+			"LABKEEP_JWT_MAX_LIFETIME: must be positive, got 0s"},
+		{"token audience and issuer required", func(c *Config) { c.JWTAudience, c.JWTIssuer = "labkeep", "https://portal.example" }, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -211,6 +221,7 @@ func TestDefaultsAreThePackagesDefaults(t *testing.T) {
 		"kube":     cmp.Diff(wantKube, must(c.Kube())),
 		"reap":     cmp.Diff(wantReap, c.Reap()),
 		"session":  cmp.Diff(session.DefaultLimits(), c.Limits()),
+		"tokens":   cmp.Diff(httpapi.DefaultTokenRules(), c.Tokens()),
 	} {
 		if diff != "" {
 			t.Errorf("%s config from the environment differs from the package default (-want +got):\n%s", name, diff)
@@ -248,6 +259,7 @@ func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
 		"LABKEEP_REAP_DRY_RUN": "true", "LABKEEP_REAP_RUN_DEADLINE": "40s", "LABKEEP_REAP_PROVISION_TIMEOUT": "9m",
 		"LABKEEP_REAP_PROVISION_GRACE": "3m", "LABKEEP_KUBE_QPS": "7", "LABKEEP_KUBE_BURST": "9",
 		"LABKEEP_REAP_WORKERS": "3", "LABKEEP_ADMIN_STATUS_RUNS": "4",
+		"LABKEEP_JWT_AUDIENCE": "labkeep", "LABKEEP_JWT_ISSUER": "https://portal.example", "LABKEEP_JWT_MAX_LIFETIME": "2h", "LABKEEP_JWT_LEEWAY": "5s",
 		"LABKEEP_REAP_RETENTION": "48h", "LABKEEP_REAP_RETENTION_BATCH": "5",
 		"LABKEEP_SSH_SOURCE_CIDRS": "203.0.113.0/24", "LABKEEP_EGRESS_BLOCKED_CIDRS": "10.0.0.0/8,fd00::/8",
 	}
@@ -269,6 +281,7 @@ func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
 	unchanged(t, "reap.Config", reap.DefaultConfig(), c.Reap())
 	unchanged(t, "session.Limits", session.DefaultLimits(), c.Limits())
 	unchanged(t, "lifetime.Policy", lifetime.DefaultPolicy(), c.Policy())
+	unchanged(t, "httpapi.TokenRules", httpapi.DefaultTokenRules(), c.Tokens())
 }
 
 // unchanged fails for every field of got (a struct, embedded structs

@@ -43,16 +43,15 @@ type Server struct {
 	App *app.App
 	// URL is the base URL the functions answer on.
 	URL string
-	// StudentToken and AdminToken are valid for TokenLifetime.
+	// StudentToken and AdminToken are issued as the portal would under
+	// the configured token rules (LABKEEP_JWT_*): valid for
+	// LABKEEP_JWT_MAX_LIFETIME, with the audience and issuer required.
 	StudentToken, AdminToken string
 	srv                      *http.Server
 	done                     chan error
 	schedulerToken           string
 	log                      *slog.Logger
 }
-
-// TokenLifetime is how long the printed tokens are valid.
-const TokenLifetime = 24 * time.Hour
 
 // SampleStudent is the sub of the printed student token.
 const SampleStudent = "student-1"
@@ -130,9 +129,9 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 		return nil, fmt.Errorf("LABKEEP_HTTP_ADDR: %w", err)
 	}
 	s := &Server{App: a, URL: "http://" + ln.Addr().String(), done: make(chan error, 1), schedulerToken: cfg.SchedulerToken, log: log}
-	exp := time.Now().Add(TokenLifetime)
-	if s.StudentToken, err = httpapi.Sign([]byte(cfg.JWTSecret), SampleStudent, httpapi.RoleStudent, exp); err == nil {
-		s.AdminToken, err = httpapi.Sign([]byte(cfg.JWTSecret), "admin-1", httpapi.RoleAdmin, exp)
+	rules, now := cfg.Tokens(), time.Now()
+	if s.StudentToken, err = rules.Issue([]byte(cfg.JWTSecret), SampleStudent, httpapi.RoleStudent, now); err == nil {
+		s.AdminToken, err = rules.Issue([]byte(cfg.JWTSecret), "admin-1", httpapi.RoleAdmin, now)
 	}
 	if err != nil {
 		ln.Close()

@@ -28,18 +28,23 @@ func NewClient(t testing.TB, url string) Client {
 	return Client{t: t, URL: url, Now: time.Now}
 }
 
-// TokenLifetime is how long Token's tokens are valid, by the functions'
-// clock: longer than any clock a test sets forward.
-const TokenLifetime = 365 * 24 * time.Hour
-
 // Token is a JWT for sub in role ("student" or "admin"), signed with
-// JWTSecret.
+// JWTSecret and issued as a portal does under the functions' default token
+// rules: iat now by the functions' clock, valid for
+// httpapi.DefaultTokenMaxLifetime, longer than any clock a test sets
+// forward.
 func (c Client) Token(sub, role string) string {
 	c.t.Helper()
-	return c.Sign(sub, role, c.Now().Add(TokenLifetime))
+	tok, err := httpapi.DefaultTokenRules().Issue([]byte(JWTSecret), sub, role, c.Now())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return tok
 }
 
-// Sign is a JWT for sub in role expiring at exp, signed with JWTSecret.
+// Sign is a JWT for sub in role expiring at exp, signed with JWTSecret,
+// without iat: valid only while exp is within the maximum token lifetime
+// of the functions' clock.
 func (c Client) Sign(sub, role string, exp time.Time) string {
 	c.t.Helper()
 	tok, err := httpapi.Sign([]byte(JWTSecret), sub, role, exp)

@@ -10,6 +10,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"labkeep/shared/session"
+	"labkeep/shared/setting"
 )
 
 // Roles a token may carry.
@@ -36,28 +37,114 @@ func (p Principal) Actor() session.Actor {
 	return session.ActorStudent
 }
 
-// Claims are the JWT claims the portal signs: sub, role and exp.
+// Claims are the JWT claims the portal signs: sub, role and exp; iat, and
+// iss and aud where the deployment requires them.
 type Claims struct {
 	Role string `json:"role"`
 	jwt.RegisteredClaims
 }
 
+// Defaults of TokenRules.
+const (
+	// DefaultTokenMaxLifetime is as long as a portal login day: a token
+	// that leaks is useless a day later at most.
+	DefaultTokenMaxLifetime = 24 * time.Hour
+	// DefaultTokenLeeway absorbs ordinary clock skew between the portal
+	// and the functions.
+	DefaultTokenLeeway = 30 * time.Second
+	// MaxTokenLeeway is the largest leeway accepted: more is not clock
+	// skew but a second, unbounded lifetime.
+	MaxTokenLeeway = 5 * time.Minute
+)
+
+// TokenRules are what a token must satisfy besides its HS256 signature,
+// sub and role. Field names are the setting names Validate reports.
+type TokenRules struct {
+	// Audience, when set, must be one of the token's aud values; a token
+	// without aud is refused. Set it when the secret is shared with
+	// anything but this portal, so a token made for another service is
+	// not accepted here.
+	Audience string
+	// Issuer, when set, must be the token's iss; a token without iss is
+	// refused.
+	Issuer string
+	// MaxLifetime bounds how long any token may be valid. A token with
+	// iat may have exp − iat up to MaxLifetime: the life its issuer gave
+	// it, the same at every check, so a token is acceptable for its whole
+	// life or never. A token without iat has no issue time to measure
+	// from, so what it has left is bounded instead: exp − now up to
+	// MaxLifetime + Leeway (a leaked long-lived token is refused until its
+	// remaining life is no longer than one a compliant issuer could mint).
+	MaxLifetime time.Duration
+	// Leeway is the clock skew tolerated in every time check: exp, nbf
+	// and iat (an iat in the future beyond it is refused), and exp − now.
+	Leeway time.Duration
+}
+
+// DefaultTokenRules are the rules with every default: no audience or
+// issuer required.
+func DefaultTokenRules() TokenRules {
+	return TokenRules{MaxLifetime: DefaultTokenMaxLifetime, Leeway: DefaultTokenLeeway}
+}
+
+// Validate reports every invalid rule as a *setting.Error naming its field.
+func (r TokenRules) Validate() error {
+	var errs []error
+	for _, f := range []struct{ field, value string }{{"Audience", r.Audience}, {"Issuer", r.Issuer}} {
+		if strings.TrimSpace(f.value) != f.value {
+			errs = append(errs, setting.Invalid(f.field, "%q has leading or trailing white space, which no token's claim would match", f.value))
+		}
+	}
+	errs = append(errs, setting.Positive("MaxLifetime", r.MaxLifetime))
+	switch {
+	case r.Leeway < 0:
+		errs = append(errs, setting.Invalid("Leeway", "must not be negative, got %s", r.Leeway))
+	case r.Leeway > MaxTokenLeeway:
+		errs = append(errs, setting.Invalid("Leeway", "%s exceeds %s: a leeway that long is not clock skew but extra token lifetime", r.Leeway, MaxTokenLeeway))
+	}
+	return errors.Join(errs...)
+}
+
+// Issue makes a token as a portal following r would: iss and aud as r
+// requires, iat now and exp now + MaxLifetime. Used by `make run` and tests.
+func (r TokenRules) Issue(secret []byte, subject, role string, now time.Time) (string, error) {
+	c := Claims{Role: role, RegisteredClaims: jwt.RegisteredClaims{
+		Subject: subject, Issuer: r.Issuer,
+		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(r.MaxLifetime)),
+	}}
+	if r.Audience != "" {
+		c.Audience = jwt.ClaimStrings{r.Audience}
+	}
+	return sign(secret, c)
+}
+
 // Authenticator verifies the portal's HS256 tokens with the shared secret.
 type Authenticator struct {
 	secret []byte
+	rules  TokenRules
 	now    func() time.Time
 }
 
-// NewAuthenticator returns an Authenticator for secret; now is the clock
-// used for exp checks.
+// NewAuthenticator returns an Authenticator for secret under
+// DefaultTokenRules; now is the clock of every time check.
 func NewAuthenticator(secret []byte, now func() time.Time) *Authenticator {
-	return &Authenticator{secret: secret, now: now}
+	return &Authenticator{secret: secret, rules: DefaultTokenRules(), now: now}
+}
+
+// Authenticator returns an Authenticator for secret that enforces r; now
+// is the clock of every time check. Invalid rules are an error.
+func (r TokenRules) Authenticator(secret []byte, now func() time.Time) (*Authenticator, error) {
+	if err := r.Validate(); err != nil {
+		return nil, err
+	}
+	return &Authenticator{secret: secret, rules: r, now: now}, nil
 }
 
 // Authenticate returns the caller of r. Returns ErrUnauthorized (with the
 // reason) if the Authorization header is missing or not a Bearer token, or
-// the token is not HS256 with our secret, is expired, or lacks exp, sub or
-// a known role.
+// the token is not HS256 with our secret, lacks exp, sub or a known role,
+// is expired, not yet valid or issued in the future, is valid for longer
+// than the rules allow, or lacks the audience or issuer they require.
 func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
 	h := r.Header.Get("Authorization")
 	scheme, token, ok := strings.Cut(h, " ")
@@ -67,15 +154,33 @@ func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
 	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
 		return Principal{}, fmt.Errorf("%w: Authorization must be \"Bearer <token>\"", ErrUnauthorized)
 	}
-	var c Claims
-	_, err := jwt.ParseWithClaims(strings.TrimSpace(token), &c, func(*jwt.Token) (any, error) { return a.secret, nil },
+	now := a.now()
+	opts := []jwt.ParserOption{
 		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
 		jwt.WithExpirationRequired(),
-		jwt.WithTimeFunc(a.now),
-	)
+		jwt.WithIssuedAt(),
+		jwt.WithLeeway(a.rules.Leeway),
+		jwt.WithTimeFunc(func() time.Time { return now }),
+	}
+	if a.rules.Audience != "" {
+		opts = append(opts, jwt.WithAudience(a.rules.Audience))
+	}
+	if a.rules.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(a.rules.Issuer))
+	}
+	var c Claims
+	_, err := jwt.ParseWithClaims(strings.TrimSpace(token), &c, func(*jwt.Token) (any, error) { return a.secret, nil }, opts...)
 	switch {
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return Principal{}, fmt.Errorf("%w: token expired", ErrUnauthorized)
+	case errors.Is(err, jwt.ErrTokenNotValidYet):
+		return Principal{}, fmt.Errorf("%w: token not valid yet (nbf)", ErrUnauthorized)
+	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
+		return Principal{}, fmt.Errorf("%w: token issued in the future (iat)", ErrUnauthorized)
+	case errors.Is(err, jwt.ErrTokenInvalidAudience):
+		return Principal{}, fmt.Errorf("%w: token audience is not %q", ErrUnauthorized, a.rules.Audience)
+	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
+		return Principal{}, fmt.Errorf("%w: token issuer is not %q", ErrUnauthorized, a.rules.Issuer)
 	case err != nil:
 		return Principal{}, fmt.Errorf("%w: invalid token: %v", ErrUnauthorized, err)
 	case c.Subject == "":
@@ -83,14 +188,38 @@ func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
 	case c.Role != RoleStudent && c.Role != RoleAdmin:
 		return Principal{}, fmt.Errorf("%w: token role %q is neither %q nor %q", ErrUnauthorized, c.Role, RoleStudent, RoleAdmin)
 	}
+	if err := a.checkLifetime(c, now); err != nil {
+		return Principal{}, err
+	}
 	return Principal{Subject: c.Subject, Role: c.Role}, nil
 }
 
-// Sign makes a token the portal would send: HS256 with secret, for
-// subject and role, expiring at exp. Used by `make run` and tests.
+// checkLifetime applies MaxLifetime (see TokenRules) to a token whose exp
+// is known to be set.
+func (a *Authenticator) checkLifetime(c Claims, now time.Time) error {
+	exp, max := c.ExpiresAt.Time, a.rules.MaxLifetime
+	if c.IssuedAt != nil {
+		if life := exp.Sub(c.IssuedAt.Time); life > max {
+			return fmt.Errorf("%w: token lifetime (exp − iat) %s exceeds the maximum %s", ErrUnauthorized, life, max)
+		}
+		return nil
+	}
+	if left := exp.Sub(now); left > max+a.rules.Leeway {
+		return fmt.Errorf("%w: token without iat is valid for %s more (exp − now), over the maximum lifetime %s", ErrUnauthorized, left.Round(time.Second), max)
+	}
+	return nil
+}
+
+// Sign makes a token with only sub, role and exp (no iat, iss or aud),
+// HS256 with secret. Tests use it for tokens no compliant portal would
+// issue; Issue makes the tokens a portal does.
 func Sign(secret []byte, subject, role string, exp time.Time) (string, error) {
-	return jwt.NewWithClaims(jwt.SigningMethodHS256, Claims{
+	return sign(secret, Claims{
 		Role:             role,
 		RegisteredClaims: jwt.RegisteredClaims{Subject: subject, ExpiresAt: jwt.NewNumericDate(exp)},
-	}).SignedString(secret)
+	})
+}
+
+func sign(secret []byte, c Claims) (string, error) {
+	return jwt.NewWithClaims(jwt.SigningMethodHS256, c).SignedString(secret)
 }
