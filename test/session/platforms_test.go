@@ -19,7 +19,7 @@ func TestLambdaAdapterOnTheRealStack(t *testing.T) {
 	a := lambda.Adapter{Handler: e.App.Handler(), ScheduledPath: "/reapTick"}
 	event := func(method, path, body string) json.RawMessage {
 		ev := events.APIGatewayV2HTTPRequest{
-			RawPath: path, Body: body,
+			Version: "2.0", RawPath: path, Body: body,
 			Headers: map[string]string{"authorization": "Bearer " + e.Token("lam", "student"), "content-type": "application/json"},
 		}
 		ev.RequestContext.HTTP.Method = method
