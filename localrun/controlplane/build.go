@@ -15,13 +15,18 @@ import (
 // Versions pins what the local control plane is built from. KubernetesVersion
 // tracks the minor of the k8s.io client libraries in go.mod (0.33 → 1.33), and
 // EtcdVersion is the etcd that Kubernetes release itself is tested with.
+// KubeVirt and CDIAPI are the kubevirt.io/api and
+// kubevirt.io/containerized-data-importer-api versions in go.mod: the
+// KubeVirt CRDs are generated from that KubeVirt release (kubevirtcrds.go).
 type Versions struct {
 	Kubernetes string // e.g. "v1.33.13"
 	Etcd       string // e.g. "v3.5.21"
+	KubeVirt   string // e.g. "v1.7.0"
+	CDIAPI     string // e.g. "v1.63.1"
 }
 
 // DefaultVersions are the versions labkeep tests against.
-var DefaultVersions = Versions{Kubernetes: "v1.33.13", Etcd: "v3.5.21"}
+var DefaultVersions = Versions{Kubernetes: "v1.33.13", Etcd: "v3.5.21", KubeVirt: "v1.7.0", CDIAPI: "v1.63.1"}
 
 // stagingModules are the k8s.io modules that k8s.io/kubernetes requires at
 // v0.0.0 and replaces with its own staging directory; outside that repository
@@ -203,17 +208,27 @@ func buildTo(ctx context.Context, mod, pkg, out string, progress io.Writer) erro
 }
 
 func goCmd(ctx context.Context, dir string, progress io.Writer, args ...string) error {
+	cmd, err := goCommand(ctx, dir, args...)
+	if err != nil {
+		return err
+	}
+	cmd.Stdout = progress
+	cmd.Stderr = progress
+	return cmd.Run()
+}
+
+// goCommand is the go command run in the wrapper module dir, outside any
+// workspace, free to update go.mod, and without cgo.
+func goCommand(ctx context.Context, dir string, args ...string) (*exec.Cmd, error) {
 	gobin := filepath.Join(os.Getenv("GOROOT"), "bin", "go")
 	if !exists(gobin) {
 		var err error
 		if gobin, err = exec.LookPath("go"); err != nil {
-			return errors.New("the go command is needed to build the control plane")
+			return nil, errors.New("the go command is needed to build the control plane")
 		}
 	}
 	cmd := exec.CommandContext(ctx, gobin, args...)
 	cmd.Dir = dir
 	cmd.Env = append(os.Environ(), "GOWORK=off", "GOFLAGS=-mod=mod", "CGO_ENABLED=0")
-	cmd.Stdout = progress
-	cmd.Stderr = progress
-	return cmd.Run()
+	return cmd, nil
 }

@@ -119,14 +119,18 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	if progress == nil {
 		progress = io.Discard
 	}
+	cache, err := DefaultCacheDir(opts.BinCache)
+	if err != nil {
+		return nil, err
+	}
 	if opts.Binaries.APIServer == "" {
-		cache, err := DefaultCacheDir(opts.BinCache)
-		if err != nil {
-			return nil, err
-		}
 		if opts.Binaries, err = EnsureBinaries(ctx, cache, DefaultVersions, progress); err != nil {
 			return nil, err
 		}
+	}
+	kubeVirtCRDs, err := EnsureKubeVirtCRDs(ctx, cache, DefaultVersions, progress)
+	if err != nil {
+		return nil, err
 	}
 	childproc.SweepStale(opts.TempRoot, "labkeep-cp")
 	dir, err := childproc.TempDir(opts.TempRoot, "labkeep-cp")
@@ -223,7 +227,7 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 
 	// CRDs first, so the garbage collector and quota controller discover
 	// them at start instead of after a resync.
-	if err := InstallKubeVirtCRDs(ctx, cp.Admin); err != nil {
+	if err := InstallKubeVirtCRDs(ctx, cp.Admin, kubeVirtCRDs); err != nil {
 		return cp, fmt.Errorf("install KubeVirt CRDs: %w", err)
 	}
 	if err := warmUpCRDs(ctx, cp.Admin); err != nil {

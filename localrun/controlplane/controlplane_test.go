@@ -70,7 +70,7 @@ func vm(name string, owner *metav1.OwnerReference) *unstructured.Unstructured {
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
 		"metadata": map[string]any{"name": name},
-		"spec":     map[string]any{"runStrategy": "Always", "template": map[string]any{"spec": map[string]any{}}},
+		"spec":     map[string]any{"runStrategy": "Always", "template": map[string]any{"spec": map[string]any{"domain": map[string]any{"devices": map[string]any{}}}}},
 	}}
 	if owner != nil {
 		u.SetOwnerReferences([]metav1.OwnerReference{*owner})

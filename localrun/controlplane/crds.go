@@ -3,6 +3,7 @@ package controlplane
 import (
 	"context"
 	"fmt"
+	"os"
 	"time"
 
 	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
@@ -15,76 +16,64 @@ import (
 	"k8s.io/client-go/rest"
 )
 
-// crdSpec names one KubeVirt resource labkeep uses.
-type crdSpec struct {
-	group, version, kind, plural, singular string
-	short                                  []string
-}
-
-// KubeVirtCRDs are the resources labkeep creates or reads: VirtualMachine and
-// VirtualMachineInstance (kubevirt.io/v1) and DataVolume
-// (cdi.kubevirt.io/v1beta1). Their schemas keep unknown fields: the API
-// server stores what the real KubeVirt would accept, and validation of VM
-// specs is KubeVirt's webhook's job, which the stand-in does not replace.
-var kubeVirtCRDs = []crdSpec{
-	{"kubevirt.io", "v1", "VirtualMachine", "virtualmachines", "virtualmachine", []string{"vm", "vms"}},
-	{"kubevirt.io", "v1", "VirtualMachineInstance", "virtualmachineinstances", "virtualmachineinstance", []string{"vmi", "vmis"}},
-	{"cdi.kubevirt.io", "v1beta1", "DataVolume", "datavolumes", "datavolume", []string{"dv", "dvs"}},
-}
-
-// InstallKubeVirtCRDs creates the KubeVirt CRDs (with status subresources)
-// and waits until each is Established, so a create right after return works.
-// Existing CRDs are left as they are.
-func InstallKubeVirtCRDs(ctx context.Context, cfg *rest.Config) error {
+// InstallKubeVirtCRDs creates the CRDs of the file EnsureKubeVirtCRDs made
+// (VirtualMachine, VirtualMachineInstance, DataVolume with KubeVirt's
+// schemas and status subresources) and waits until each is Established,
+// so a create right after return works. Existing CRDs are left as they
+// are.
+func InstallKubeVirtCRDs(ctx context.Context, cfg *rest.Config, crdFile string) error {
+	data, err := os.ReadFile(crdFile)
+	if err != nil {
+		return err
+	}
+	crds, err := decodeCRDs(data)
+	if err != nil {
+		return fmt.Errorf("%s: %w", crdFile, err)
+	}
 	cs, err := apiextensionsclient.NewForConfig(cfg)
 	if err != nil {
 		return err
 	}
-	preserve := true
-	for _, c := range kubeVirtCRDs {
-		crd := &apiextensionsv1.CustomResourceDefinition{
-			ObjectMeta: metav1.ObjectMeta{Name: c.plural + "." + c.group},
-			Spec: apiextensionsv1.CustomResourceDefinitionSpec{
-				Group: c.group,
-				Names: apiextensionsv1.CustomResourceDefinitionNames{
-					Kind: c.kind, ListKind: c.kind + "List", Plural: c.plural, Singular: c.singular,
-					ShortNames: c.short, Categories: []string{"all"},
-				},
-				Scope: apiextensionsv1.NamespaceScoped,
-				Versions: []apiextensionsv1.CustomResourceDefinitionVersion{{
-					Name: c.version, Served: true, Storage: true,
-					Schema: &apiextensionsv1.CustomResourceValidation{OpenAPIV3Schema: &apiextensionsv1.JSONSchemaProps{
-						Type:                   "object",
-						XPreserveUnknownFields: &preserve,
-					}},
-					Subresources: &apiextensionsv1.CustomResourceSubresources{Status: &apiextensionsv1.CustomResourceSubresourceStatus{}},
-					AdditionalPrinterColumns: []apiextensionsv1.CustomResourceColumnDefinition{
-						{Name: "Age", Type: "date", JSONPath: ".metadata.creationTimestamp"},
-						{Name: "Status", Type: "string", JSONPath: ".status.printableStatus"},
-						{Name: "Phase", Type: "string", JSONPath: ".status.phase"},
-					},
-				}},
-			},
-		}
+	for _, crd := range crds {
 		if _, err := cs.ApiextensionsV1().CustomResourceDefinitions().Create(ctx, crd, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 			return fmt.Errorf("create CRD %s: %w", crd.Name, err)
 		}
 	}
-	for _, c := range kubeVirtCRDs {
-		name := c.plural + "." + c.group
+	for _, c := range crds {
 		for {
-			crd, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, name, metav1.GetOptions{})
+			crd, err := cs.ApiextensionsV1().CustomResourceDefinitions().Get(ctx, c.Name, metav1.GetOptions{})
 			if err == nil && established(crd) {
 				break
 			}
 			select {
 			case <-ctx.Done():
-				return fmt.Errorf("CRD %s not established: %w", name, ctx.Err())
+				return fmt.Errorf("CRD %s not established: %w", c.Name, ctx.Err())
 			case <-time.After(50 * time.Millisecond):
 			}
 		}
 	}
 	return nil
+}
+
+// warmUpObjects are the smallest objects of each KubeVirt kind the schemas
+// accept, for warmUpCRDs.
+var warmUpObjects = []struct {
+	gvr  schema.GroupVersionResource
+	kind string
+	spec map[string]any
+}{
+	{
+		schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachines"}, "VirtualMachine",
+		map[string]any{"template": map[string]any{"spec": map[string]any{"domain": map[string]any{"devices": map[string]any{}}}}},
+	},
+	{
+		schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachineinstances"}, "VirtualMachineInstance",
+		map[string]any{"domain": map[string]any{"devices": map[string]any{}}},
+	},
+	{
+		schema.GroupVersionResource{Group: "cdi.kubevirt.io", Version: "v1beta1", Resource: "datavolumes"}, "DataVolume",
+		map[string]any{"source": map[string]any{"blank": map[string]any{}}},
+	},
 }
 
 // warmUpCRDs makes one server-side dry-run create of each KubeVirt kind:
@@ -95,15 +84,14 @@ func warmUpCRDs(ctx context.Context, cfg *rest.Config) error {
 	if err != nil {
 		return err
 	}
-	for _, c := range kubeVirtCRDs {
+	for _, w := range warmUpObjects {
 		u := &unstructured.Unstructured{Object: map[string]any{
-			"apiVersion": c.group + "/" + c.version, "kind": c.kind,
+			"apiVersion": w.gvr.GroupVersion().String(), "kind": w.kind,
 			"metadata": map[string]any{"name": "labkeep-warm-up"},
-			"spec":     map[string]any{},
+			"spec":     w.spec,
 		}}
-		gvr := schema.GroupVersionResource{Group: c.group, Version: c.version, Resource: c.plural}
-		if _, err := dyn.Resource(gvr).Namespace("default").Create(ctx, u, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
-			return fmt.Errorf("warm-up create of %s: %w", c.kind, err)
+		if _, err := dyn.Resource(w.gvr).Namespace("default").Create(ctx, u, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}); err != nil {
+			return fmt.Errorf("warm-up create of %s: %w", w.kind, err)
 		}
 	}
 	return nil

@@ -50,7 +50,7 @@ func (e *env) createVM(name string, annotations map[string]string, dataVolume st
 			"runStrategy": "Always",
 			"template": map[string]any{
 				"metadata": map[string]any{"labels": map[string]any{"labkeep.io/role": "control"}},
-				"spec":     map[string]any{"domain": map[string]any{"resources": map[string]any{"requests": map[string]any{"memory": "4Gi"}}}},
+				"spec":     map[string]any{"domain": map[string]any{"devices": map[string]any{}, "resources": map[string]any{"requests": map[string]any{"memory": "4Gi"}}}},
 			},
 		},
 	}}
@@ -200,7 +200,7 @@ func TestHaltedVMGetsNoVMI(t *testing.T) {
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
 		"metadata": map[string]any{"name": "halted"},
-		"spec":     map[string]any{"runStrategy": "Halted", "template": map[string]any{"spec": map[string]any{}}},
+		"spec":     map[string]any{"runStrategy": "Halted", "template": map[string]any{"spec": map[string]any{"domain": map[string]any{"devices": map[string]any{}}}}},
 	}}
 	if _, err := e.dyn.Resource(virtsim.VirtualMachines).Namespace(e.ns).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)

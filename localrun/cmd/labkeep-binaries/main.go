@@ -1,6 +1,7 @@
 // Command labkeep-binaries builds (once) and caches the Kubernetes binaries
 // that localrun starts (etcd, kube-apiserver, kube-controller-manager, and
-// the node's kubelet and kube-scheduler) and, when run as root (the node
+// the node's kubelet and kube-scheduler), generates KubeVirt's CRDs
+// (controlplane.EnsureKubeVirtCRDs) and, when run as root (the node
 // needs root, and so does debootstrap), the node's images; it prints the
 // binaries' directory. It also unpacks the kernel the cgroup v2 test VM
 // boots (localrun/guestvm). `make test` and `make run` call it first so the
@@ -46,6 +47,9 @@ func run() error {
 	}
 	b, err := controlplane.EnsureBinaries(ctx, dir, controlplane.DefaultVersions, os.Stderr)
 	if err != nil {
+		return err
+	}
+	if _, err := controlplane.EnsureKubeVirtCRDs(ctx, dir, controlplane.DefaultVersions, os.Stderr); err != nil {
 		return err
 	}
 	if _, err := guestvm.EnsureKernel(ctx, dir, os.Stderr); err != nil {
