@@ -27,6 +27,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 	noSub, _ := httpapi.Sign([]byte(stacktest.JWTSecret), "", "student", time.Now().Add(time.Hour))
 	badRole, _ := httpapi.Sign([]byte(stacktest.JWTSecret), "mallory", "root", time.Now().Add(time.Hour))
 	hs512, _ := jwt.NewWithClaims(jwt.SigningMethodHS512, jwt.MapClaims{"sub": "mallory", "role": "student", "exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte(stacktest.JWTSecret))
+	tooLong, _ := httpapi.Sign([]byte(stacktest.JWTSecret), "mallory", "student", time.Now().Add(365*24*time.Hour))
+	future, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "mallory", "role": "student", "iat": time.Now().Add(time.Hour).Unix(), "exp": time.Now().Add(2 * time.Hour).Unix()}).SignedString([]byte(stacktest.JWTSecret))
 	none, _ := jwt.NewWithClaims(jwt.SigningMethodNone, jwt.MapClaims{"sub": "mallory", "role": "admin", "exp": time.Now().Add(time.Hour).Unix()}).SignedString(jwt.UnsafeAllowNoneSignatureType)
 	huge := `{"lab":"` + strings.Repeat("x", httpapi.MaxBodyBytes) + `"}`
 
@@ -39,6 +41,8 @@ func TestBadInputChangesNothing(t *testing.T) {
 		{"expired token", "POST", "/openSession", expired, `{"lab":"linux-vm"}`, "", 401, "unauthorized", "expired"},
 		{"wrong key", "POST", "/openSession", wrongKey, `{"lab":"linux-vm"}`, "", 401, "unauthorized", "signature"},
 		{"no exp", "POST", "/openSession", noExp, `{"lab":"linux-vm"}`, "", 401, "unauthorized", "exp"},
+		{"token valid for a year", "POST", "/openSession", tooLong, `{"lab":"linux-vm"}`, "", 401, "unauthorized", "over the maximum lifetime"},
+		{"token issued in the future", "POST", "/openSession", future, `{"lab":"linux-vm"}`, "", 401, "unauthorized", "issued in the future"},
 		{"no sub", "POST", "/openSession", noSub, `{"lab":"linux-vm"}`, "", 401, "unauthorized", "sub"},
 		{"unknown role", "POST", "/openSession", badRole, `{"lab":"linux-vm"}`, "", 401, "unauthorized", "role"},
 		{"HS512 token", "POST", "/openSession", hs512, `{"lab":"linux-vm"}`, "", 401, "unauthorized", "signing method"},
