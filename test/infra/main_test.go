@@ -1,9 +1,11 @@
 // Package infra_test checks labkeep's deployment manifests (infra/) against
 // a real kube-apiserver that serves the real third-party CRDs (Knative
-// Serving and Eventing, read from ../shared/crds beside the repository):
-// every object must pass a server-side dry-run apply with strict field
-// validation, so a misspelt field, a wrong apiVersion or an invalid value
-// fails here instead of at `kubectl apply` time in production.
+// Serving and Eventing, fetched as pinned, checksummed modules through the
+// Go module proxy: crdsources_test.go; KubeVirt's, which the control plane
+// installs): every object must pass a server-side dry-run apply with
+// strict field validation, so a misspelt field, a wrong apiVersion or an
+// invalid value fails here instead of at `kubectl apply` time in
+// production.
 package infra_test
 
 import (
@@ -13,10 +15,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 	"time"
 
@@ -28,6 +28,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
 	"labkeep/localrun/controlplane"
@@ -54,18 +55,6 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "test/infra:", err)
 		return 1
 	}
-	// The Knative and PingSource CRDs are not labkeep's to ship: they sit in
-	// ../shared/crds beside the repository (CI has them). A clone on its
-	// own says so and skips, instead of failing every other package's run;
-	// in CI their absence is a failure.
-	if _, err := os.Stat(filepath.Join(repoRoot, "..", "shared", "crds")); err != nil {
-		if os.Getenv("CI") != "" {
-			fmt.Fprintln(os.Stderr, "test/infra: ../shared/crds (the third-party CRDs) is missing:", err)
-			return 1
-		}
-		fmt.Fprintln(os.Stderr, "test/infra: SKIPPED: ../shared/crds (the real Knative Serving and PingSource CRDs) is not beside the repository, so the manifests cannot be validated against them here")
-		return 0
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 	defer cancel()
 	cp, err := controlplane.Start(ctx, controlplane.Options{Progress: os.Stderr, StopOnSignal: true})
@@ -74,6 +63,9 @@ func run(m *testing.M) int {
 		return 1
 	}
 	defer cp.Stop()
+	for kind, reason := range notFetched {
+		fmt.Fprintf(os.Stderr, "test/infra: SKIPPED %s: %s\n", kind, reason)
+	}
 	if api, err = setUpCluster(ctx, cp); err != nil {
 		fmt.Fprintln(os.Stderr, "test/infra:", err)
 		return 1
@@ -102,12 +94,13 @@ func findRepoRoot() (string, error) {
 
 // cluster is the control plane as these tests use it.
 type cluster struct {
+	admin  *rest.Config // system:masters; impersonates ServiceAccounts
 	dyn    dynamic.Interface
 	mapper meta.RESTMapper
 	groups map[string]bool // API groups the server serves
 }
 
-// setUpCluster installs every CRD under ../shared/crds, waits until they
+// setUpCluster installs the third-party CRDs (fetchCRDs), waits until they
 // are Established and discoverable, and creates the namespaces the
 // manifests live in (for real: a dry-run object needs an existing
 // namespace).
@@ -116,9 +109,12 @@ func setUpCluster(ctx context.Context, cp *controlplane.ControlPlane) (*cluster,
 	if err != nil {
 		return nil, err
 	}
-	c := &cluster{dyn: dyn}
-	crdDir := filepath.Join(repoRoot, "..", "shared", "crds")
-	crds, err := installCRDs(ctx, dyn, crdDir)
+	c := &cluster{admin: cp.Admin, dyn: dyn}
+	files, err := fetchCRDs(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("third-party CRDs: %w", err)
+	}
+	crds, err := installCRDs(ctx, dyn, files)
 	if err != nil {
 		return nil, err
 	}
@@ -167,23 +163,16 @@ func setUpCluster(ctx context.Context, cp *controlplane.ControlPlane) (*cluster,
 // the manifests' templates are tried there.
 const restrictedNamespace = "labkeep-psa-restricted"
 
-// installCRDs applies every CustomResourceDefinition found in the YAML
-// files under dir and waits until each is Established. It returns the
-// kinds they define.
-func installCRDs(ctx context.Context, dyn dynamic.Interface, dir string) ([]schema.GroupVersionKind, error) {
-	if _, err := os.Stat(dir); err != nil {
-		return nil, fmt.Errorf("third-party CRDs: %w (expected the shared/crds folder beside the repository)", err)
-	}
+// installCRDs applies every CustomResourceDefinition of the YAML files
+// and waits until each is Established. It returns the kinds they define.
+func installCRDs(ctx context.Context, dyn dynamic.Interface, files []string) ([]schema.GroupVersionKind, error) {
 	crdRes := schema.GroupVersionResource{Group: "apiextensions.k8s.io", Version: "v1", Resource: "customresourcedefinitions"}
 	var names []string
 	var kinds []schema.GroupVersionKind
-	err := filepath.WalkDir(dir, func(path string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() || !(strings.HasSuffix(path, ".yaml") || strings.HasSuffix(path, ".yml")) {
-			return err
-		}
+	for _, path := range files {
 		objs, err := decodeFile(path)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		for _, o := range objs {
 			if o.GetKind() != "CustomResourceDefinition" {
@@ -191,12 +180,12 @@ func installCRDs(ctx context.Context, dyn dynamic.Interface, dir string) ([]sche
 			}
 			body, err := json.Marshal(o.Object)
 			if err != nil {
-				return err
+				return nil, err
 			}
 			force := true
 			if _, err := dyn.Resource(crdRes).Patch(ctx, o.GetName(), types.ApplyPatchType, body,
 				metav1.PatchOptions{FieldManager: fieldManager, Force: &force}); err != nil {
-				return fmt.Errorf("installing CRD %s from %s: %w", o.GetName(), path, err)
+				return nil, fmt.Errorf("installing CRD %s from %s: %w", o.GetName(), path, err)
 			}
 			names = append(names, o.GetName())
 			group, _, _ := unstructured.NestedString(o.Object, "spec", "group")
@@ -210,13 +199,9 @@ func installCRDs(ctx context.Context, dyn dynamic.Interface, dir string) ([]sche
 			}
 			crdFiles = append(crdFiles, path)
 		}
-		return nil
-	})
-	if err != nil {
-		return nil, err
 	}
 	if len(names) == 0 {
-		return nil, fmt.Errorf("no CustomResourceDefinition under %s", dir)
+		return nil, fmt.Errorf("no CustomResourceDefinition in %v", files)
 	}
 	for _, name := range names {
 		err := stacktest.Until(ctx, func() (bool, string) {
