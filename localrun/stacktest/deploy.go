@@ -53,6 +53,10 @@ type Options struct {
 	// RoleBinding to the shipped Role, as an operator adds for a second
 	// environment. Empty: a namespace of its own, deleted when the test ends.
 	Namespace string
+	// DatabaseURL is another deployment's database to share (its
+	// App.Config.DatabaseURL), as a misconfigured environment would. Empty:
+	// a database of its own.
+	DatabaseURL string
 	// Quota applies infra/resourcequota.yaml to the sessions namespace.
 	Quota bool
 	// LabsYAML is the lab catalog; empty means infra/labs.yaml.
@@ -172,7 +176,10 @@ func Deploy(t testing.TB, st *stack.Stack, o Options) *Deployment {
 	if poolSize == 0 {
 		poolSize = 10
 	}
-	dsn := CreateDatabase(t, st, d.Env, poolSize)
+	dsn := o.DatabaseURL
+	if dsn == "" {
+		dsn = CreateDatabase(t, st, d.Env, poolSize)
+	}
 
 	cfg := o.config(app.DefaultConfig())
 	cfg.Env, cfg.DatabaseURL, cfg.Namespace, cfg.LabsFile, cfg.Kubeconfig = d.Env, dsn, d.Namespace, labsFile, d.Kubeconfig

@@ -6,10 +6,8 @@ import (
 	"strings"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/apimachinery/pkg/types"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"labkeep/shared/reap"
@@ -25,14 +23,15 @@ import (
 // every prod student's grading token). The Role grants no read on Secrets
 // at all. Every cloud-init Secret is owned by its session's anchor, so
 // deleting the anchor (which Teardown and orphan handling do, with
-// background propagation) lets the garbage collector reclaim it; Teardown
-// also deletes them by name.
+// background propagation) lets the garbage collector reclaim it; nothing
+// deletes them by name (their labels cannot be checked).
 //
 // Pods that KubeVirt runs for a VMI (virt-launcher Pods, which carry the
 // VMI's labels) are left out: they belong to their VMI and go with it.
-// Workspace Pods carry Ready (Running with condition Ready=True).
+// Workspace Pods carry Ready (Running with condition Ready=True) and Down
+// (PodDown); VMs KubeVirt reports down are in VMDown (see VMDown).
 func (c *Cluster) Inventory(ctx context.Context) (reap.Inventory, error) {
-	inv := reap.Inventory{ListedAt: time.Now(), VMIs: map[string]reap.VMIInfo{}, VMNames: map[string]bool{}}
+	inv := reap.Inventory{ListedAt: time.Now(), VMIs: map[string]reap.VMIInfo{}, VMNames: map[string]bool{}, VMDown: map[string]string{}}
 	envSel := metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{LabelEnv: c.cfg.Env}).String()}
 	ns := c.cfg.Namespace
 	add := func(kind session.ObjectKind, m metav1.ObjectMeta) *reap.Object {
@@ -53,6 +52,9 @@ func (c *Cluster) Inventory(ctx context.Context) (reap.Inventory, error) {
 	inv.VMs = len(vms.Items)
 	for _, vm := range vms.Items {
 		inv.VMNames[vm.Name] = true
+		if why := VMDown(&vm); why != "" {
+			inv.VMDown[vm.Name] = why
+		}
 		add(session.KindVirtualMachine, vm.ObjectMeta)
 	}
 	vmis, err := listWith(ctx, c, c.virt.KubevirtV1().VirtualMachineInstances(ns).List, metav1.ListOptions{})
@@ -94,7 +96,7 @@ func (c *Cluster) Inventory(ctx context.Context) (reap.Inventory, error) {
 			continue
 		}
 		if o := add(session.KindPod, pod.ObjectMeta); o != nil {
-			o.Ready = PodState("", pod).Ready
+			o.Ready, o.Down = PodState("", pod).Ready, PodDown(pod)
 		}
 	}
 	return inv, nil
@@ -111,46 +113,6 @@ func IsVirtLauncher(m metav1.ObjectMeta) bool {
 	}
 	ref := metav1.GetControllerOfNoCopy(&m)
 	return ref != nil && ref.Kind == "VirtualMachineInstance" && strings.HasPrefix(ref.APIVersion, "kubevirt.io/")
-}
-
-// Delete removes one object; an object already gone (or, with a UID, one
-// replaced by a newer object of the same name) counts as deleted. The
-// anchor is deleted with background propagation so the garbage collector
-// removes what it owns.
-func (c *Cluster) Delete(ctx context.Context, r session.ObjectRef) error {
-	ctx, cancel := c.call(ctx)
-	defer cancel()
-	bg := metav1.DeletePropagationBackground
-	opts := metav1.DeleteOptions{PropagationPolicy: &bg}
-	if r.UID != "" {
-		uid := types.UID(r.UID)
-		opts.Preconditions = &metav1.Preconditions{UID: &uid}
-	}
-	ns := c.cfg.Namespace
-	var err error
-	switch r.Kind {
-	case session.KindVirtualMachine:
-		err = c.virt.KubevirtV1().VirtualMachines(ns).Delete(ctx, r.Name, opts)
-	case session.KindPod:
-		err = c.kube.CoreV1().Pods(ns).Delete(ctx, r.Name, opts)
-	case session.KindService:
-		err = c.kube.CoreV1().Services(ns).Delete(ctx, r.Name, opts)
-	case session.KindNetworkPolicy:
-		err = c.kube.NetworkingV1().NetworkPolicies(ns).Delete(ctx, r.Name, opts)
-	case session.KindSecret:
-		err = c.kube.CoreV1().Secrets(ns).Delete(ctx, r.Name, opts)
-	case session.KindAnchor:
-		err = c.kube.BatchV1().Jobs(ns).Delete(ctx, r.Name, opts)
-	default:
-		return fmt.Errorf("delete: unknown kind %q", r.Kind)
-	}
-	if apierrors.IsNotFound(err) || (r.UID != "" && apierrors.IsConflict(err)) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("deleting %s %s: %w", r.Kind, r.Name, err)
-	}
-	return nil
 }
 
 // listWith runs one list call under the per-call timeout.

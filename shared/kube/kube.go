@@ -359,19 +359,3 @@ func PodState(node string, pod *corev1.Pod) session.NodeState {
 	}
 	return st
 }
-
-// Teardown implements session.Teardowner: it deletes session.Objects(s)
-// by name, with no list call, in the one delete order (a running VM is
-// never left without its owner), the anchor last with background
-// propagation so the garbage collector also removes anything it owns that
-// a name did not reach (e.g. DataVolumes). Objects already gone count as
-// deleted; every delete is tried even if an earlier one failed.
-func (c *Cluster) Teardown(ctx context.Context, s session.Session) error {
-	var errs []error
-	for _, r := range session.Objects(s) {
-		if err := c.Delete(ctx, r); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	return errors.Join(errs...)
-}
