@@ -6,7 +6,8 @@
 #     reapTick forwarder test, kubectl for the kustomize check; for the local
 #     node: containerd, runc, the CNI plugins, iproute2, iptables for the
 #     portmap plugin, debootstrap for the workspace image; qemu for the
-#     cgroup v2 VM that guardian's scenarios also run in); their packaged
+#     cgroup v2 VM that guardian's scenarios also run in; chromium for the
+#     student portal's headless-browser tests); their packaged
 #     services are never started: tests run their own instances;
 #   - the local Kubernetes binaries (etcd, kube-apiserver,
 #     kube-controller-manager, kubelet, kube-scheduler), built once from the
@@ -33,6 +34,7 @@ have_cmd iptables || need+=(iptables)
 have_cmd debootstrap || need+=(debootstrap)
 have_cmd unshare || need+=(util-linux)
 have_cmd qemu-system-x86_64 || need+=(qemu-system-x86)
+have_cmd chromium || need+=(chromium)
 
 if [ ${#need[@]} -gt 0 ]; then
   if [ "$(id -u)" = 0 ]; then
