@@ -54,6 +54,9 @@ func EnsureKubeVirtCRDs(ctx context.Context, cacheDir string, v Versions, progre
 	if v.KubeVirt == "" || v.CDIAPI == "" {
 		return "", errors.New("KubeVirt CRDs: the KubeVirt and CDI API versions must both be set")
 	}
+	if progress == nil {
+		progress = io.Discard
+	}
 	dir := filepath.Join(cacheDir, "kubevirt-"+v.KubeVirt+"_cdi-api-"+v.CDIAPI)
 	out := filepath.Join(dir, kubeVirtCRDsFile)
 	if regular(out) {
