@@ -14,7 +14,8 @@
 #     Go module proxy and cached in $LABKEEP_BIN_CACHE (default: the user
 #     cache dir), KubeVirt's CRDs (generated from kubevirt.io/kubevirt at
 #     go.mod's kubevirt.io/api version, cached beside them), the kernel of
-#     the cgroup v2 test VM (Debian's, unpacked, not installed), and, as root, the node's images (cached beside them).
+#     the cgroup v2 test VM (Debian's, unpacked, not installed), and, as
+#     root, the node's images (cached beside them).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
