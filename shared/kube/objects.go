@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -130,9 +131,23 @@ func (b builder) anchor() *batchv1.Job {
 					RestartPolicy:                 corev1.RestartPolicyNever,
 					TerminationGracePeriodSeconds: &grace,
 					AutomountServiceAccountToken:  ptr(false),
+					// pause needs nothing: the anchor's Pod meets the
+					// restricted Pod Security level, as the sessions
+					// namespace's admission policy asks of every container
+					// but guardian.
+					SecurityContext: &corev1.PodSecurityContext{
+						RunAsNonRoot:   ptr(true),
+						RunAsUser:      ptr(int64(65535)),
+						SeccompProfile: &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+					},
 					Containers: []corev1.Container{{
 						Name:  "pause",
 						Image: b.cfg.AnchorImage,
+						SecurityContext: &corev1.SecurityContext{
+							AllowPrivilegeEscalation: ptr(false),
+							ReadOnlyRootFilesystem:   ptr(true),
+							Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+						},
 						Resources: corev1.ResourceRequirements{
 							Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1m"), corev1.ResourceMemory: resource.MustParse("8Mi")},
 							Limits:   corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("10m"), corev1.ResourceMemory: resource.MustParse("16Mi")},
@@ -401,6 +416,14 @@ func (b builder) workspace(anchor *batchv1.Job) (*corev1.Pod, error) {
 	}
 	w.Resources = corev1.ResourceRequirements{Requests: b.resources(n), Limits: b.resources(n)}
 	w.VolumeMounts = append([]corev1.VolumeMount{labkeepMount}, w.VolumeMounts...)
+	// The lab's opt-ins (labs.OptInCapabilities) on top of the workspace
+	// set; ParseWorkspacePod made sure the definition has a capabilities
+	// block that drops ALL.
+	for _, c := range b.lab.Capabilities {
+		if !slices.Contains(w.SecurityContext.Capabilities.Add, corev1.Capability(c)) {
+			w.SecurityContext.Capabilities.Add = append(w.SecurityContext.Capabilities.Add, corev1.Capability(c))
+		}
+	}
 	return pod, nil
 }
 
@@ -426,7 +449,51 @@ func ParseWorkspacePod(data []byte) (*corev1.Pod, error) {
 	case len(pod.Spec.Containers[0].Ports) == 0 || pod.Spec.Containers[0].Ports[0].Name != "ssh":
 		return nil, errors.New("workspace Pod definition: the workspace's first port must be ssh")
 	}
+	if err := confined(pod.Spec.SecurityContext, pod.Spec.Containers[0].SecurityContext); err != nil {
+		return nil, fmt.Errorf("workspace Pod definition: the %s container %w", WorkspaceContainer, err)
+	}
 	return &pod, nil
+}
+
+// WorkspaceCapabilities is the workspace set: every capability a workspace
+// container may hold (a usable root shell behind sshd; the reasons are in
+// infra/guardian/workspace-pod.yaml). A definition may ask for fewer
+// (a platform whose nodes cannot grant one), never for more; a lab adds
+// only labs.OptInCapabilities. The sessions namespace's admission policy
+// (infra/admission-policy.yaml) admits the same set.
+var WorkspaceCapabilities = []corev1.Capability{
+	"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "NET_BIND_SERVICE", "SETGID", "SETUID", "SYS_CHROOT",
+}
+
+// confined checks a workspace container's security context (sc, over the
+// Pod's pod) confines root as labkeep promises: not privileged, no
+// privilege escalation (no_new_privs), the runtime's default or a node's
+// own seccomp profile, and capabilities dropped to ALL with at most the
+// workspace set added back.
+func confined(pod *corev1.PodSecurityContext, sc *corev1.SecurityContext) error {
+	if sc == nil {
+		return errors.New("has no securityContext (it must drop ALL capabilities, set allowPrivilegeEscalation: false and a RuntimeDefault seccomp profile)")
+	}
+	seccomp := sc.SeccompProfile
+	if seccomp == nil && pod != nil {
+		seccomp = pod.SeccompProfile
+	}
+	switch {
+	case sc.Privileged != nil && *sc.Privileged:
+		return errors.New("must not be privileged")
+	case sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+		return errors.New("must set allowPrivilegeEscalation: false")
+	case seccomp == nil || (seccomp.Type != corev1.SeccompProfileTypeRuntimeDefault && seccomp.Type != corev1.SeccompProfileTypeLocalhost):
+		return errors.New("must run under the RuntimeDefault (or a Localhost) seccomp profile")
+	case sc.Capabilities == nil || !slices.Contains(sc.Capabilities.Drop, "ALL"):
+		return errors.New("must drop ALL capabilities and add back only what it needs")
+	}
+	for _, c := range sc.Capabilities.Add {
+		if !slices.Contains(WorkspaceCapabilities, c) {
+			return fmt.Errorf("adds capability %s, outside the workspace set %v (a lab opts in to NET_RAW in its template)", c, WorkspaceCapabilities)
+		}
+	}
+	return nil
 }
 
 // WorkspaceContainer is the name of the student's container in a

@@ -142,8 +142,14 @@ func TestWorkspacePod(t *testing.T) {
 	if !slices.Equal(caps.Drop, []corev1.Capability{"ALL"}) || !slices.Equal(caps.Add, []corev1.Capability{"SYS_PTRACE", "SYS_NICE", "KILL", "SYS_RESOURCE"}) {
 		t.Errorf("guardian capabilities = %+v", caps)
 	}
-	if !slices.Contains(ws.SecurityContext.Capabilities.Drop, "SYS_NICE") {
-		t.Errorf("workspace keeps SYS_NICE: %+v", ws.SecurityContext.Capabilities)
+	wantSC := &corev1.SecurityContext{
+		RunAsUser:                ptr(int64(0)),
+		AllowPrivilegeEscalation: ptr(false),
+		SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: WorkspaceCapabilities},
+	}
+	if diff := cmp.Diff(wantSC, ws.SecurityContext); diff != "" {
+		t.Errorf("workspace securityContext (-want +got):\n%s", diff)
 	}
 	res := ws.Resources
 	if !res.Requests.Memory().Equal(*res.Limits.Memory()) || res.Requests.Memory().Cmp(resource.MustParse(labs.DefaultPodMemory)) != 0 {

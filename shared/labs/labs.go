@@ -51,7 +51,20 @@ type Lab struct {
 	Image string `json:"image,omitempty"`
 	// SSHPort is where students reach each node over SSH.
 	SSHPort int32 `json:"sshPort,omitempty"`
+	// Capabilities are what a pod lab's workspace container gets on top of
+	// the workspace set every workspace has (infra/guardian/workspace-pod.yaml):
+	// only names of OptInCapabilities, each at most once. Most labs need
+	// none; a networking lab asks for NET_RAW (ping, traceroute, tcpdump).
+	Capabilities []string `json:"capabilities,omitempty"`
 }
+
+// OptInCapabilities are the capabilities a pod lab may ask for beyond the
+// workspace set. NET_RAW is left out of the workspace set because raw
+// sockets let root forge packets (ARP and DNS spoofing on the Pod network)
+// and it is only needed for ping-like tools; a lab that teaches them opts
+// in. The sessions namespace's admission policy
+// (infra/admission-policy.yaml) admits the workspace set plus these.
+var OptInCapabilities = []string{"NET_RAW"}
 
 // Node is one machine of a lab.
 type Node struct {
@@ -191,6 +204,9 @@ func normalise(l Lab) (Lab, error) {
 		if l.Image != "" {
 			return l, fmt.Errorf("image: only pod labs have an image; vm labs use disk")
 		}
+		if len(l.Capabilities) > 0 {
+			return l, fmt.Errorf("capabilities: only pod labs have a workspace container to grant them to")
+		}
 		if g := l.Disk.GoldenPVC; g != nil {
 			if g.Name == "" || g.Namespace == "" {
 				return l, fmt.Errorf("disk.goldenPVC: name and namespace are required")
@@ -206,6 +222,14 @@ func normalise(l Lab) (Lab, error) {
 		}
 		if l.Disk != (Disk{}) {
 			return l, fmt.Errorf("disk: only vm labs have a disk")
+		}
+		for i, c := range l.Capabilities {
+			if !slices.Contains(OptInCapabilities, c) {
+				return l, fmt.Errorf("capabilities[%d] %q: a lab may only ask for %s", i, c, strings.Join(OptInCapabilities, ", "))
+			}
+			if slices.Contains(l.Capabilities[:i], c) {
+				return l, fmt.Errorf("capabilities[%d] %q: listed twice", i, c)
+			}
 		}
 	default:
 		return l, fmt.Errorf("kind %q: must be %q or %q", l.Kind, KindVM, KindPod)

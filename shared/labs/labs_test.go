@@ -75,6 +75,10 @@ func TestParseRejects(t *testing.T) {
 		{"long node name", `labs: [{name: a, kind: vm, nodes: [{role: averyveryverylongrole}], disk: {containerDisk: i}}]`, "15 characters"},
 		{"duplicate lab", `labs: [{name: a, kind: pod, image: i, nodes: [{role: x}]}, {name: a, kind: pod, image: i, nodes: [{role: x}]}]`, "duplicate"},
 		{"bad ssh port", `labs: [{name: a, kind: pod, image: i, sshPort: 70000, nodes: [{role: x}]}]`, "sshPort"},
+		{"a capability beyond the opt-in ones", `labs: [{name: a, kind: pod, image: i, capabilities: [SYS_ADMIN], nodes: [{role: x}]}]`, `"SYS_ADMIN": a lab may only ask for NET_RAW`},
+		{"a capability spelt with CAP_", `labs: [{name: a, kind: pod, image: i, capabilities: [CAP_NET_RAW], nodes: [{role: x}]}]`, "a lab may only ask for NET_RAW"},
+		{"a capability twice", `labs: [{name: a, kind: pod, image: i, capabilities: [NET_RAW, NET_RAW], nodes: [{role: x}]}]`, "listed twice"},
+		{"capabilities on a vm lab", `labs: [{name: a, kind: vm, capabilities: [NET_RAW], nodes: [{role: x}], disk: {containerDisk: i}}]`, "only pod labs"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -83,5 +87,26 @@ func TestParseRejects(t *testing.T) {
 				t.Errorf("Parse error = %v, want one containing %q", err, tc.wantErr)
 			}
 		})
+	}
+}
+
+// A pod lab opts in to NET_RAW; labs that say nothing get no capability
+// beyond the workspace set.
+func TestParseCapabilityOptIn(t *testing.T) {
+	c, err := Parse([]byte(`
+labs:
+- {name: net, kind: pod, image: i, capabilities: [NET_RAW], nodes: [{role: x}]}
+- {name: plain, kind: pod, image: i, nodes: [{role: x}]}
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string][]string{}
+	for _, name := range c.Names() {
+		l, _ := c.Get(name)
+		got[name] = l.Capabilities
+	}
+	if diff := cmp.Diff(map[string][]string{"net": {"NET_RAW"}, "plain": nil}, got); diff != "" {
+		t.Errorf("capabilities by lab (-want +got):\n%s", diff)
 	}
 }

@@ -34,15 +34,7 @@ func TestFunctionsCannotReadSecrets(t *testing.T) {
 		}
 		t.Cleanup(func() { _ = api.dyn.Resource(nsRes).Delete(context.Background(), ns, metav1.DeleteOptions{}) })
 	}
-	objs, err := infra.Objects(place, "rbac.yaml")
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, o := range objs {
-		if err := api.apply(ctx, o, "", false); err != nil {
-			t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
-		}
-	}
+	applyInfra(t, place, "rbac.yaml")
 	user := "system:serviceaccount:" + place.Functions + ":" + infra.ServiceAccount
 	sar := schema.GroupVersionResource{Group: "authorization.k8s.io", Version: "v1", Resource: "subjectaccessreviews"}
 	allowed := func(t *testing.T, group, resource, verb string) bool {

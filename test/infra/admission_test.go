@@ -1,0 +1,538 @@
+package infra_test
+
+import (
+	"context"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/uuid"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"labkeep/infra"
+	"labkeep/localrun/stacktest"
+	"labkeep/shared/kube"
+	"labkeep/shared/labs"
+	"labkeep/shared/session"
+)
+
+// The policy's messages, as admission-policy.yaml writes them (the start
+// of each, enough to tell the rules apart).
+const (
+	refusedNoEnvironment = "namespace has no environment (env.<namespace>)"
+	refusedLabels        = "missing or foreign labels"
+	refusedVMLabels      = "a VirtualMachine's template and disk templates must carry"
+	refusedImage         = "an image is not in the allowlist"
+	refusedHost          = "must not share the node's network, PID or IPC namespace"
+	refusedToken         = "must set automountServiceAccountToken: false"
+	refusedVolume        = "a volume is not allowed"
+	refusedEscalation    = "every container must set allowPrivilegeEscalation: false and none may be privileged"
+	refusedCapabilities  = "every container must drop ALL capabilities"
+	refusedSeccomp       = "must run under the RuntimeDefault or a Localhost seccomp profile"
+	refusedSecretType    = "a Secret must be of type Opaque"
+	refusedService       = "a Service must be of type ClusterIP"
+)
+
+var (
+	podsGVR    = schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	jobsGVR    = schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}
+	secretsGVR = schema.GroupVersionResource{Version: "v1", Resource: "secrets"}
+	svcGVR     = schema.GroupVersionResource{Version: "v1", Resource: "services"}
+	vmGVR      = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachines"}
+)
+
+// The admission policy's parameters agree with the code: the workspace set
+// plus the labs' opt-ins, guardian's capabilities as the workspace Pod
+// definition gives them, and images named by repository or by a prefix
+// ending in "/" (so "ghcr.io/labkeep" could never admit
+// "ghcr.io/labkeepevil/…").
+func TestAdmissionParamsMatchTheCode(t *testing.T) {
+	params := admissionParams(t, infra.Placement{})
+	words := func(key string) []string {
+		w := strings.Fields(params.Data[key])
+		slices.Sort(w)
+		return w
+	}
+	pod, err := kube.ParseWorkspacePod(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wantWorkspace, wantGuardian []string
+	for _, c := range kube.WorkspaceCapabilities {
+		wantWorkspace = append(wantWorkspace, string(c))
+	}
+	wantWorkspace = append(wantWorkspace, labs.OptInCapabilities...)
+	for _, c := range pod.Spec.InitContainers[0].SecurityContext.Capabilities.Add {
+		wantGuardian = append(wantGuardian, string(c))
+	}
+	slices.Sort(wantWorkspace)
+	slices.Sort(wantGuardian)
+	got := map[string][]string{"workspaceCapabilities": words("workspaceCapabilities"), "guardianCapabilities": words("guardianCapabilities"), "hostPaths": words("hostPaths")}
+	want := map[string][]string{"workspaceCapabilities": wantWorkspace, "guardianCapabilities": wantGuardian, "hostPaths": {pod.Spec.Volumes[0].HostPath.Path}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("labkeep-admission parameters (-want +got):\n%s", diff)
+	}
+	for _, key := range []string{"images", "guardianImages"} {
+		for _, r := range words(key) {
+			if strings.ContainsAny(r, ":@") {
+				t.Errorf("%s entry %q: name a repository (any tag or digest matches) or a prefix ending in /", key, r)
+			}
+		}
+	}
+}
+
+// The functions' ServiceAccount, as the API server sees it (impersonated,
+// with rbac.yaml's Role), under admission-policy.yaml: every object
+// labkeep's own builder makes for the sample labs (anchor Job, Secrets,
+// NetworkPolicy, workspace Pod, headless Service, VMs) is created for
+// real, and objects shaped otherwise are refused with the policy's
+// sentence for the rule they break. Each crafted object is one of
+// labkeep's own, read back from the server, changed in one way, and
+// created with dryRun=All (admission runs, nothing is stored). The same
+// privileged Pod from another user is admitted: the policy confines the
+// functions, not the cluster's controllers.
+func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
+	ctx := context.Background()
+	suffix := stacktest.Suffix()
+	place := infra.Placement{Functions: "adm-fn-" + suffix, Sessions: "adm-vms-" + suffix}
+	env := "adm-" + suffix
+	unlisted := "adm-other-" + suffix // a functions namespace the ConfigMap does not name
+	admin, err := kubernetes.NewForConfig(api.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ns := range []string{place.Functions, place.Sessions, unlisted} {
+		if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	}
+	applyInfra(t, place, "rbac.yaml")
+	// The same Role for the ServiceAccount of a namespace without an
+	// environment, so only the policy stands in its way.
+	if _, err := admin.RbacV1().RoleBindings(place.Sessions).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "unlisted"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: infra.ServiceAccount},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: infra.ServiceAccount, Namespace: unlisted}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	installAdmissionPolicy(t, place, env)
+	// Pods are admitted only once the namespace's default ServiceAccount
+	// exists.
+	stacktest.Eventually(t, time.Minute, func() (bool, string) {
+		_, err := admin.CoreV1().ServiceAccounts(place.Sessions).Get(ctx, "default", metav1.GetOptions{})
+		return err == nil, "no default ServiceAccount yet"
+	})
+
+	fnRC := impersonate(place.Functions)
+	fnDyn := dynamic.NewForConfigOrDie(fnRC)
+	catalog := sampleLabs(t)
+
+	// labkeep's own sessions, created by labkeep's own code as the
+	// functions. The policy becomes active a moment after it is created
+	// (the API server's informers), so the first session is retried until
+	// a crafted Pod is refused.
+	cfg := kube.DefaultConfig()
+	cfg.Namespace, cfg.Env, cfg.MaxLifetime = place.Sessions, env, time.Hour
+	cluster, err := kube.NewForConfig(cfg, fnRC)
+	if err != nil {
+		t.Fatal(err)
+	}
+	provision := func(t *testing.T, lab labs.Lab) session.Session {
+		t.Helper()
+		s := session.Session{
+			ID:      uuid.NewString(),
+			Student: "student@example.org", Lab: lab.Name, Kind: lab.Kind,
+			StudentKey: "ssh-ed25519 AAAA student", HostKey: "ssh-ed25519 AAAA host", GradingToken: "token",
+			Issued: session.Issued{HostPrivateKey: "-----BEGIN OPENSSH PRIVATE KEY-----\n-----END OPENSSH PRIVATE KEY-----\n"},
+		}
+		if err := cluster.Provision(ctx, s, lab); err != nil {
+			t.Fatalf("labkeep's own %s session refused: %v", lab.Name, err)
+		}
+		return s
+	}
+
+	// Wait for the policy: a foreign image in labkeep's anchor Job.
+	probe := &batchv1.Job{
+		ObjectMeta: metav1.ObjectMeta{Name: "probe", Labels: map[string]string{"labkeep.io/env": env}},
+		Spec: batchv1.JobSpec{Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+			RestartPolicy: corev1.RestartPolicyNever,
+			Containers:    []corev1.Container{{Name: "c", Image: "docker.io/library/busybox"}},
+		}}},
+	}
+	stacktest.Eventually(t, time.Minute, func() (bool, string) {
+		err := dryRunCreate(ctx, fnDyn, jobsGVR, place.Sessions, probe)
+		return err != nil && strings.Contains(err.Error(), "labkeep admission"), "the policy does not refuse yet: " + errString(err)
+	})
+	logTypeWarnings(t, admin)
+
+	t.Run("labkeep's own objects are admitted", func(t *testing.T) {
+		netLab, _ := catalog.Get("shell")
+		netLab.Name, netLab.Capabilities = "shell-net", []string{"NET_RAW"}
+		for _, lab := range append(labsOf(catalog), netLab) {
+			t.Run(lab.Name, func(t *testing.T) { provision(t, lab) })
+		}
+	})
+
+	// The baselines the crafted objects are made from: labkeep's own
+	// workspace Pod, anchor Job and VM, read back.
+	shellLab, _ := catalog.Get("shell")
+	vmLab, _ := catalog.Get("linux-vm")
+	podSession, vmSession := provision(t, shellLab), provision(t, vmLab)
+	workspace, err := admin.CoreV1().Pods(place.Sessions).Get(ctx, session.NodeName(podSession.ID, shellLab.Nodes[0].Name), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchor, err := admin.BatchV1().Jobs(place.Sessions).Get(ctx, session.AnchorName(podSession.ID), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	vm, err := api.dyn.Resource(vmGVR).Namespace(place.Sessions).Get(ctx, session.NodeName(vmSession.ID, vmLab.Nodes[0].Name), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// The controllers are not the functions: the Job controller creates
+	// the anchor's Pod, which carries no environment label.
+	t.Run("the Job controller's anchor Pod is admitted", func(t *testing.T) {
+		stacktest.Eventually(t, time.Minute, func() (bool, string) {
+			pods, err := admin.CoreV1().Pods(place.Sessions).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelAnchorOf + "=" + podSession.ID})
+			return err == nil && len(pods.Items) == 1, "no anchor Pod: " + errString(err)
+		})
+	})
+
+	type crafted struct {
+		gvr schema.GroupVersionResource
+		obj runtime.Object
+	}
+	pod := func(edit func(p *corev1.Pod, ws, guardian *corev1.Container)) crafted {
+		p := workspace.DeepCopy()
+		p.ObjectMeta = metav1.ObjectMeta{Name: "crafted", Labels: p.Labels, OwnerReferences: p.OwnerReferences}
+		p.Status = corev1.PodStatus{}
+		edit(p, &p.Spec.Containers[0], &p.Spec.InitContainers[0])
+		return crafted{podsGVR, p}
+	}
+	job := func(edit func(spec *corev1.PodSpec)) crafted {
+		j := anchor.DeepCopy()
+		j.ObjectMeta = metav1.ObjectMeta{Name: "crafted", Labels: j.Labels}
+		j.Status = batchv1.JobStatus{}
+		// The Job controller's selector and labels are its own to set.
+		j.Spec.Selector, j.Spec.ManualSelector = nil, nil
+		j.Spec.Template.Labels = map[string]string{kube.LabelAnchorOf: podSession.ID}
+		edit(&j.Spec.Template.Spec)
+		return crafted{jobsGVR, j}
+	}
+	virtualMachine := func(edit func(u *unstructured.Unstructured)) crafted {
+		u := vm.DeepCopy()
+		u.Object["metadata"] = map[string]any{"name": "crafted", "labels": vm.GetLabels()}
+		delete(u.Object, "status")
+		edit(u)
+		return crafted{vmGVR, u}
+	}
+	labelsOf := func(edit func(map[string]string)) map[string]string {
+		l := map[string]string{}
+		for k, v := range workspace.Labels {
+			l[k] = v
+		}
+		edit(l)
+		return l
+	}
+	hostRoot := corev1.Volume{Name: "host-root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}
+
+	tests := []struct {
+		name    string
+		from    string // the functions namespace of the ServiceAccount; "" is the admin
+		obj     crafted
+		refused string // the rule's sentence; "" means admitted
+	}{
+		{"a privileged workspace container", place.Functions, pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
+			ws.SecurityContext.Privileged, ws.SecurityContext.AllowPrivilegeEscalation = ptr(true), nil
+		}), refusedEscalation},
+		{"a workspace allowed to escalate privileges", place.Functions, pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
+			ws.SecurityContext.AllowPrivilegeEscalation = ptr(true)
+		}), refusedEscalation},
+		{"the node's root filesystem mounted in the workspace", place.Functions, pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
+			p.Spec.Volumes = append(p.Spec.Volumes, hostRoot)
+			ws.VolumeMounts = append(ws.VolumeMounts, corev1.VolumeMount{Name: "host-root", MountPath: "/host"})
+		}), refusedVolume},
+		{"guardian's cgroup hostPath mounted in the workspace", place.Functions, pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
+			ws.VolumeMounts = append(ws.VolumeMounts, corev1.VolumeMount{Name: "host-cgroup", MountPath: "/host/sys/fs/cgroup"})
+		}), refusedVolume},
+		{"guardian's powers under another image", place.Functions, pod(func(_ *corev1.Pod, _, g *corev1.Container) {
+			g.Image = "ghcr.io/labkeep/workspace:debian12"
+		}), refusedVolume},
+		{"guardian's image running another command", place.Functions, pod(func(_ *corev1.Pod, _, g *corev1.Container) {
+			g.Command = []string{"/bin/sh", "-c", "cat /host/sys/fs/cgroup/*"}
+		}), refusedVolume},
+		{"guardian asking for SYS_ADMIN", place.Functions, pod(func(_ *corev1.Pod, _, g *corev1.Container) {
+			g.SecurityContext.Capabilities.Add = append(g.SecurityContext.Capabilities.Add, "SYS_ADMIN")
+		}), refusedCapabilities},
+		{"a foreign image", place.Functions, pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
+			ws.Image = "docker.io/library/alpine:3.20"
+		}), refusedImage},
+		{"a lookalike of an allowed repository", place.Functions, pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
+			ws.Image = "registry.k8s.io/pause-miner:1"
+		}), refusedImage},
+		{"SYS_ADMIN for the workspace", place.Functions, pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
+			ws.SecurityContext.Capabilities.Add = append(ws.SecurityContext.Capabilities.Add, "SYS_ADMIN")
+		}), refusedCapabilities},
+		{"the runtime's default capabilities for the workspace", place.Functions, pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
+			ws.SecurityContext.Capabilities = nil
+		}), refusedCapabilities},
+		{"a workspace without seccomp", place.Functions, pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
+			ws.SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}
+		}), refusedSeccomp},
+		{"the node's network", place.Functions, pod(func(p *corev1.Pod, _, _ *corev1.Container) {
+			p.Spec.HostNetwork = true
+		}), refusedHost},
+		{"the node's PIDs", place.Functions, pod(func(p *corev1.Pod, _, _ *corev1.Container) {
+			p.Spec.HostPID, p.Spec.ShareProcessNamespace = true, nil
+		}), refusedHost},
+		{"a ServiceAccount token", place.Functions, pod(func(p *corev1.Pod, _, _ *corev1.Container) {
+			p.Spec.AutomountServiceAccountToken = ptr(true)
+		}), refusedToken},
+		{"no labels", place.Functions, pod(func(p *corev1.Pod, _, _ *corev1.Container) {
+			p.Labels = nil
+		}), refusedLabels},
+		{"no session label", place.Functions, pod(func(p *corev1.Pod, _, _ *corev1.Container) {
+			p.Labels = labelsOf(func(l map[string]string) { delete(l, kube.LabelSession) })
+		}), refusedLabels},
+		{"another environment's label", place.Functions, pod(func(p *corev1.Pod, _, _ *corev1.Container) {
+			p.Labels = labelsOf(func(l map[string]string) { l[kube.LabelEnv] = "prod" })
+		}), refusedLabels},
+		{"the functions of an environment the parameters do not name", unlisted, pod(func(*corev1.Pod, *corev1.Container, *corev1.Container) {}), refusedNoEnvironment},
+		{"a Job running a foreign image", place.Functions, job(func(spec *corev1.PodSpec) {
+			spec.Containers[0].Image = "docker.io/library/busybox:1"
+		}), refusedImage},
+		{"a Job mounting the node's root filesystem", place.Functions, job(func(spec *corev1.PodSpec) {
+			spec.Volumes = append(spec.Volumes, hostRoot)
+			spec.Containers[0].VolumeMounts = append(spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "host-root", MountPath: "/host"})
+		}), refusedVolume},
+		{"a Job with the runtime's default capabilities", place.Functions, job(func(spec *corev1.PodSpec) {
+			spec.Containers[0].SecurityContext.Capabilities = nil
+		}), refusedCapabilities},
+		{"a VM booting a foreign disk", place.Functions, virtualMachine(func(u *unstructured.Unstructured) {
+			vols, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "volumes")
+			for _, v := range vols {
+				if cd, ok := v.(map[string]any)["containerDisk"].(map[string]any); ok {
+					cd["image"] = "docker.io/evil/disk:1"
+				}
+			}
+			_ = unstructured.SetNestedSlice(u.Object, vols, "spec", "template", "spec", "volumes")
+		}), refusedImage},
+		{"a VM whose instances carry another environment", place.Functions, virtualMachine(func(u *unstructured.Unstructured) {
+			_ = unstructured.SetNestedField(u.Object, "prod", "spec", "template", "metadata", "labels", kube.LabelEnv)
+		}), refusedVMLabels},
+		{"a VM without labels", place.Functions, virtualMachine(func(u *unstructured.Unstructured) {
+			u.SetLabels(nil)
+		}), refusedLabels},
+		{"a service-account-token Secret", place.Functions, crafted{secretsGVR, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "crafted", Labels: workspace.Labels,
+				Annotations: map[string]string{corev1.ServiceAccountNameKey: "default"}},
+			Type: corev1.SecretTypeServiceAccountToken,
+		}}, refusedSecretType},
+		{"an Opaque Secret with labkeep's labels", place.Functions, crafted{secretsGVR, &corev1.Secret{
+			ObjectMeta: metav1.ObjectMeta{Name: "crafted", Labels: workspace.Labels}, Type: corev1.SecretTypeOpaque,
+		}}, ""},
+		{"a NodePort Service", place.Functions, crafted{svcGVR, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: "crafted", Labels: workspace.Labels},
+			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{kube.LabelSession: podSession.ID},
+				Ports: []corev1.ServicePort{{Name: "ssh", Port: 22}}},
+		}}, refusedService},
+		{"control: the privileged Pod from the cluster's admin", "", pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
+			p.Spec.Volumes = append(p.Spec.Volumes, hostRoot)
+			ws.SecurityContext.Privileged, ws.SecurityContext.AllowPrivilegeEscalation = ptr(true), nil
+			ws.Image = "docker.io/library/alpine:3.20"
+		}), ""},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			client := dynamic.Interface(api.dyn)
+			if tc.from != "" {
+				client = dynamic.NewForConfigOrDie(impersonate(tc.from))
+			}
+			err := dryRunCreate(ctx, client, tc.obj.gvr, place.Sessions, tc.obj.obj)
+			switch {
+			case tc.refused == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tc.refused != "" && err == nil:
+				t.Fatalf("admitted; want refused with %q", tc.refused)
+			case tc.refused != "" && !(apierrors.IsForbidden(err) && strings.Contains(err.Error(), "labkeep admission: ") && strings.Contains(err.Error(), tc.refused)):
+				t.Fatalf("refused with %v; want the policy's %q", err, tc.refused)
+			case err != nil:
+				t.Log(err)
+			}
+		})
+	}
+}
+
+// applyInfra creates the named manifests' objects, placed per p, for real.
+func applyInfra(t *testing.T, p infra.Placement, names ...string) {
+	t.Helper()
+	objs, err := infra.Objects(p, names...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if err := api.apply(context.Background(), o, "", false); err != nil {
+			t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+	}
+}
+
+// admissionParams is admission-policy.yaml's ConfigMap, placed per p.
+func admissionParams(t *testing.T, p infra.Placement) *corev1.ConfigMap {
+	t.Helper()
+	objs, err := infra.Objects(p, "admission-policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		if o.GetKind() == "ConfigMap" {
+			var cm corev1.ConfigMap
+			typed(t, o, &cm)
+			return &cm
+		}
+	}
+	t.Fatal("admission-policy.yaml has no ConfigMap")
+	return nil
+}
+
+// installAdmissionPolicy creates admission-policy.yaml's objects for the
+// namespaces of p: the ConfigMap in p.Sessions naming env as the
+// environment of p.Functions (instead of the file's own), the binding
+// selecting p.Sessions and reading that ConfigMap. The cluster-scoped
+// policy and binding are deleted when t ends.
+func installAdmissionPolicy(t *testing.T, p infra.Placement, env string) {
+	t.Helper()
+	ctx := context.Background()
+	objs, err := infra.Objects(p, "admission-policy.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ConfigMap":
+			data, _, _ := unstructured.NestedStringMap(o.Object, "data")
+			for k := range data {
+				if strings.HasPrefix(k, "env.") {
+					delete(data, k)
+				}
+			}
+			data["env."+p.Functions] = env
+			if err := unstructured.SetNestedStringMap(o.Object, data, "data"); err != nil {
+				t.Fatal(err)
+			}
+		case "ValidatingAdmissionPolicyBinding":
+			if err := unstructured.SetNestedField(o.Object, p.Sessions, "spec", "paramRef", "namespace"); err != nil {
+				t.Fatal(err)
+			}
+			if err := unstructured.SetNestedStringMap(o.Object, map[string]string{"kubernetes.io/metadata.name": p.Sessions},
+				"spec", "matchResources", "namespaceSelector", "matchLabels"); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := api.apply(ctx, o, "", false); err != nil {
+			t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
+		}
+		if o.GetNamespace() == "" {
+			gvk := o.GroupVersionKind()
+			m, err := api.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() {
+				_ = api.dyn.Resource(m.Resource).Delete(context.Background(), o.GetName(), metav1.DeleteOptions{})
+			})
+		}
+	}
+}
+
+// logTypeWarnings logs what the API server's type check of the policy's
+// expressions found (it checks them against the matched kinds' schemas).
+func logTypeWarnings(t *testing.T, admin kubernetes.Interface) {
+	t.Helper()
+	p, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Get(context.Background(), "labkeep-functions", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Status.TypeChecking != nil {
+		for _, w := range p.Status.TypeChecking.ExpressionWarnings {
+			t.Logf("type check of %s: %s", w.FieldRef, w.Warning)
+		}
+	}
+}
+
+// impersonate is the admin's config acting as the labkeep-functions
+// ServiceAccount of namespace ns.
+func impersonate(ns string) *rest.Config {
+	rc := rest.CopyConfig(api.admin)
+	rc.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + ns + ":" + infra.ServiceAccount,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + ns, "system:authenticated"},
+	}
+	return rc
+}
+
+// dryRunCreate creates obj in ns with dryRun=All.
+func dryRunCreate(ctx context.Context, c dynamic.Interface, gvr schema.GroupVersionResource, ns string, obj runtime.Object) error {
+	u, ok := obj.(*unstructured.Unstructured)
+	if !ok {
+		m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+		if err != nil {
+			return err
+		}
+		u = &unstructured.Unstructured{Object: m}
+	}
+	gvk := map[string]string{"pods": "Pod", "secrets": "Secret", "services": "Service", "jobs": "Job", "virtualmachines": "VirtualMachine"}[gvr.Resource]
+	u.SetAPIVersion(gvr.GroupVersion().String())
+	u.SetKind(gvk)
+	u.SetNamespace(ns)
+	_, err := c.Resource(gvr).Namespace(ns).Create(ctx, u, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	return err
+}
+
+// sampleLabs is infra/labs.yaml.
+func sampleLabs(t *testing.T) *labs.Catalog {
+	t.Helper()
+	data, err := infra.File("labs.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := labs.Parse(data)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func labsOf(c *labs.Catalog) []labs.Lab {
+	var out []labs.Lab
+	for _, n := range c.Names() {
+		l, _ := c.Get(n)
+		out = append(out, l)
+	}
+	return out
+}
+
+func errString(err error) string {
+	if err == nil {
+		return "admitted"
+	}
+	return err.Error()
+}
+
+func ptr[T any](v T) *T { return &v }
