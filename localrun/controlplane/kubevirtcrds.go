@@ -167,12 +167,18 @@ func generateKubeVirtCRDs(ctx context.Context, dir string, v Versions, progress 
 	if err != nil {
 		return nil, err
 	}
+	// KubeVirt generated its schemas (a static part of its source) from
+	// the CDI API its go.mod requires, and a DataVolume template's spec is
+	// CDI's DataVolumeSpec: that CDI API must be go.mod's.
+	if got := requiredVersion(string(kvMod), "kubevirt.io/containerized-data-importer-api"); got != v.CDIAPI {
+		return nil, fmt.Errorf("kubevirt.io/kubevirt %s was built with kubevirt.io/containerized-data-importer-api %q, not %s: keep go.mod's kubevirt.io/api and CDI API versions (and Versions) in step", v.KubeVirt, got, v.CDIAPI)
+	}
 	var gomod strings.Builder
 	fmt.Fprintf(&gomod, "module labkeep.local/kubevirtcrds\n\ngo 1.24\n\nrequire (\n")
 	for _, m := range []string{"kubevirt.io/kubevirt", "kubevirt.io/api", "kubevirt.io/client-go"} {
 		fmt.Fprintf(&gomod, "\t%s %s\n", m, v.KubeVirt)
 	}
-	fmt.Fprintf(&gomod, "\tkubevirt.io/containerized-data-importer-api %s\n)\n\nreplace (\n", v.CDIAPI)
+	gomod.WriteString(")\n\nreplace (\n")
 	for _, r := range publishedReplaces(string(kvMod)) {
 		fmt.Fprintf(&gomod, "\t%s\n", r)
 	}
@@ -186,15 +192,6 @@ func generateKubeVirtCRDs(ctx context.Context, dir string, v Versions, progress 
 	if err := goCmd(ctx, mod, progress, "mod", "tidy", "-e"); err != nil {
 		return nil, err
 	}
-	// KubeVirt's schema of a DataVolume template is CDI's DataVolumeSpec of
-	// the CDI API KubeVirt is built with: it must be go.mod's.
-	cdi, err := goOutput(ctx, mod, "list", "-m", "-f", "{{.Version}}", "kubevirt.io/containerized-data-importer-api")
-	if err != nil {
-		return nil, err
-	}
-	if got := strings.TrimSpace(string(cdi)); got != v.CDIAPI {
-		return nil, fmt.Errorf("kubevirt.io/kubevirt %s needs kubevirt.io/containerized-data-importer-api %s, not %s: update Versions.CDIAPI with go.mod", v.KubeVirt, got, v.CDIAPI)
-	}
 	gen := filepath.Join(mod, "generate")
 	if err := goCmd(ctx, mod, progress, "build", "-trimpath", "-o", gen, "."); err != nil {
 		return nil, err
@@ -204,19 +201,34 @@ func generateKubeVirtCRDs(ctx context.Context, dir string, v Versions, progress 
 	return runOutput(run)
 }
 
-// publishedReplaces returns the replace directives of a go.mod's replace
-// block whose target is a module version (not a local directory).
+// requiredVersion is the version a go.mod requires of module, or "".
+func requiredVersion(gomod, module string) string {
+	for _, line := range strings.Split(gomod, "\n") {
+		f := strings.Fields(strings.TrimPrefix(strings.TrimSpace(line), "require "))
+		if len(f) >= 2 && f[0] == module && f[1] != "=>" {
+			return f[1]
+		}
+	}
+	return ""
+}
+
+// publishedReplaces returns the replace directives of a go.mod whose
+// target is a module version (not a local directory).
 func publishedReplaces(gomod string) []string {
 	var out []string
 	in := false
 	for _, line := range strings.Split(gomod, "\n") {
 		line = strings.TrimSpace(line)
+		single := strings.HasPrefix(line, "replace ") && line != "replace ("
+		if single {
+			line = strings.TrimSpace(strings.TrimPrefix(line, "replace "))
+		}
 		switch {
 		case line == "replace (":
 			in = true
 		case in && line == ")":
 			in = false
-		case in && strings.Contains(line, "=>"):
+		case (in || single) && strings.Contains(line, "=>"):
 			target := strings.Fields(strings.SplitN(line, "=>", 2)[1])
 			if len(target) == 2 && !strings.HasPrefix(target[0], ".") && !strings.HasPrefix(target[0], "/") {
 				out = append(out, line)

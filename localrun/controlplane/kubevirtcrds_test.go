@@ -104,6 +104,8 @@ func TestPublishedReplaces(t *testing.T) {
 
 require k8s.io/api v0.33.5
 
+replace github.com/nxadm/tail => github.com/nxadm/tail v0.0.0-20211216163028-4472660a31a6
+
 replace (
 	github.com/openshift/api => github.com/openshift/api v0.0.0-20210105115604-44119421ec6b
 
@@ -113,11 +115,38 @@ replace (
 )
 `
 	want := []string{
+		"github.com/nxadm/tail => github.com/nxadm/tail v0.0.0-20211216163028-4472660a31a6",
 		"github.com/openshift/api => github.com/openshift/api v0.0.0-20210105115604-44119421ec6b",
 		"k8s.io/api => k8s.io/api v0.33.5",
 	}
 	if diff := cmp.Diff(want, publishedReplaces(gomod)); diff != "" {
 		t.Fatalf("replaces (-want +got):\n%s", diff)
+	}
+}
+
+func TestRequiredVersion(t *testing.T) {
+	gomod := `module kubevirt.io/kubevirt
+
+replace k8s.io/api => k8s.io/api v0.33.9
+
+require k8s.io/api v0.33.5
+
+require (
+	kubevirt.io/containerized-data-importer-api v1.63.1
+	kubevirt.io/api v0.0.0 // indirect
+)
+
+replace kubevirt.io/api => ./staging/src/kubevirt.io/api
+`
+	for module, want := range map[string]string{
+		"k8s.io/api": "v0.33.5",
+		"kubevirt.io/containerized-data-importer-api": "v1.63.1",
+		"kubevirt.io/api":     "v0.0.0",
+		"kubevirt.io/missing": "",
+	} {
+		if got := requiredVersion(gomod, module); got != want {
+			t.Errorf("requiredVersion(%s) = %q, want %q", module, got, want)
+		}
 	}
 }
 
