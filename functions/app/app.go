@@ -131,6 +131,11 @@ type Config struct {
 	// ReapRetentionBatch how many older ones one run deletes at most.
 	ReapRetention      time.Duration `split_words:"true"`
 	ReapRetentionBatch int           `split_words:"true"`
+	// ReapAbsentConfirm: a running session's VMI or Pod missing at one look
+	// is a ghost only if a look at least this much later misses it too;
+	// ReapDownGrace: one whose VM or Pod is reported down, after this long.
+	ReapAbsentConfirm time.Duration `split_words:"true"`
+	ReapDownGrace     time.Duration `split_words:"true"`
 	// AdminStatusRuns is how many recent runs GET /adminStatus shows.
 	AdminStatusRuns int `split_words:"true"`
 }
@@ -157,6 +162,7 @@ func DefaultConfig() Config {
 		JWTMaxLifetime: tok.MaxLifetime, JWTLeeway: tok.Leeway,
 		KubeQPS: k.QPS, KubeBurst: k.Burst, ReapWorkers: r.Workers, AdminStatusRuns: DefaultAdminStatusRuns,
 		ReapRetention: r.Retention, ReapRetentionBatch: r.RetentionBatch,
+		ReapAbsentConfirm: r.AbsentConfirm, ReapDownGrace: r.DownGrace,
 		SSHSourceCIDRs: k.SSHSourceCIDRs, EgressBlockedCIDRs: k.EgressBlockedCIDRs,
 	}
 }
@@ -193,7 +199,8 @@ func (c Config) Limits() session.Limits {
 // Reap is the reaper's configuration.
 func (c Config) Reap() reap.Config {
 	return reap.Config{
-		Rules:  reap.Rules{Env: c.Env, ProvisionTimeout: c.ReapProvisionTimeout, ProvisionGrace: c.ReapProvisionGrace},
+		Rules: reap.Rules{Env: c.Env, ProvisionTimeout: c.ReapProvisionTimeout, ProvisionGrace: c.ReapProvisionGrace,
+			AbsentConfirm: c.ReapAbsentConfirm, DownGrace: c.ReapDownGrace},
 		DryRun: c.ReapDryRun, RunDeadline: c.ReapRunDeadline, Workers: c.ReapWorkers,
 		Retention: c.ReapRetention, RetentionBatch: c.ReapRetentionBatch,
 	}
@@ -214,6 +221,7 @@ var variables = map[string]string{
 	"MaxVMs": "MAX_CONCURRENT_VMS", "CapacityWait": "CAPACITY_WAIT", "CleanupTimeout": "CLEANUP_TIMEOUT",
 	"RunDeadline": "REAP_RUN_DEADLINE", "Workers": "REAP_WORKERS",
 	"Retention": "REAP_RETENTION", "RetentionBatch": "REAP_RETENTION_BATCH",
+	"AbsentConfirm": "REAP_ABSENT_CONFIRM", "DownGrace": "REAP_DOWN_GRACE",
 	"ProvisionTimeout": "REAP_PROVISION_TIMEOUT", "ProvisionGrace": "REAP_PROVISION_GRACE",
 }
 

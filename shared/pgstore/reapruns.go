@@ -76,3 +76,39 @@ func (p *PG) PruneRuns(ctx context.Context, before time.Time, limit int) (int, e
 	}
 	return int(tag.RowsAffected()), nil
 }
+
+// Suspects implements reap.Store: the suspects the last run handed on.
+func (p *PG) Suspects(ctx context.Context) ([]reap.Suspect, error) {
+	rows, err := p.pool.Query(ctx, `SELECT session_id, object, trouble, detail, since FROM reap_suspects`)
+	if err != nil {
+		return nil, fmt.Errorf("reading reaper suspects: %w", err)
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (reap.Suspect, error) {
+		var s reap.Suspect
+		err := row.Scan(&s.Session, &s.Object, &s.Trouble, &s.Detail, &s.Since)
+		s.Since = s.Since.UTC()
+		return s, err
+	})
+}
+
+// SaveSuspects implements reap.Store: it replaces the stored suspects with
+// s in one transaction, so a run that fails half-way leaves the last set.
+func (p *PG) SaveSuspects(ctx context.Context, s []reap.Suspect) error {
+	ids, objects, troubles, details, since := make([]string, len(s)), make([]string, len(s)), make([]string, len(s)), make([]string, len(s)), make([]time.Time, len(s))
+	for i, x := range s {
+		ids[i], objects[i], troubles[i], details[i], since[i] = x.Session, x.Object, string(x.Trouble), x.Detail, x.Since
+	}
+	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `DELETE FROM reap_suspects`); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `INSERT INTO reap_suspects (session_id, object, trouble, detail, since)
+			SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::timestamptz[])
+			ON CONFLICT DO NOTHING`, ids, objects, troubles, details, since)
+		return err
+	})
+	if err != nil {
+		return fmt.Errorf("storing reaper suspects: %w", err)
+	}
+	return nil
+}

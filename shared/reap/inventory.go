@@ -18,6 +18,9 @@ type Object struct {
 	// Ready is, for a workspace Pod, whether it is Running with condition
 	// Ready=True (false for every other kind).
 	Ready bool
+	// Down is, for a workspace Pod, why it will never run again (it has
+	// ended: phase Failed or Succeeded), or empty.
+	Down string
 }
 
 // VMIInfo is one VirtualMachineInstance (any labels).
@@ -42,6 +45,10 @@ type Inventory struct {
 	VMNames map[string]bool
 	// VMIs are all VirtualMachineInstances by name (VMI name = VM name).
 	VMIs map[string]VMIInfo
+	// VMDown are the VirtualMachines KubeVirt reports as not running and
+	// not on their way to running (stopped, crash-looping, unschedulable,
+	// image or volume errors), by name, with what it reports.
+	VMDown map[string]string
 	// ListedAt is when the first list started; anything created later may
 	// be missing from the snapshot.
 	ListedAt time.Time

@@ -28,7 +28,8 @@ const (
 	Expired ItemKind = "expired"
 	// Orphan: objects of this environment whose session has no live row.
 	Orphan ItemKind = "orphan"
-	// Ghost: a live session whose VM, VMI or Pod is gone, or that never
+	// Ghost: a live session whose VM is gone, whose VMI or Pod is missing
+	// or down for good (confirmed over looks, see Plan), or that never
 	// became ready within the provisioning timeout.
 	Ghost ItemKind = "ghost"
 )
@@ -64,19 +65,65 @@ type Rules struct {
 	// this long (the row is written before the objects) before it counts
 	// as a ghost.
 	ProvisionGrace time.Duration
+	// AbsentConfirm: a running session's VMI or workspace Pod missing from
+	// one look is only a suspicion (KubeVirt recreates the VMI of a VM that
+	// should run after a guest poweroff or a drain without live
+	// migration); it is a ghost when a later look at least this long after
+	// the first still misses it.
+	AbsentConfirm time.Duration
+	// DownGrace: a running session whose VM KubeVirt reports down (see
+	// Inventory.VMDown), or whose workspace Pod has ended, is a ghost once
+	// looks have seen it so for this long.
+	DownGrace time.Duration
 }
 
-// Plan decides what a run reaps, given the live rows and a snapshot of the
+// Trouble is what a look saw wrong with a running session's node.
+type Trouble string
+
+// The troubles a look can see.
+const (
+	// Missing: the node's VMI or workspace Pod is not there.
+	Missing Trouble = "missing"
+	// Down: the node is there but reported as not running.
+	Down Trouble = "down"
+)
+
+// Suspect is one trouble of one object of a running session, seen by the
+// looks since Since and not (yet) confirmed. Runs hand the suspects on
+// through the Store: what one run suspects, a later one confirms or
+// clears.
+type Suspect struct {
+	Session string
+	// Object is the object's kind/name, e.g. VirtualMachineInstance/lk-….
+	Object  string
+	Trouble Trouble
+	// Detail is what the cluster reported (for Down), for the reason.
+	Detail string
+	// Since is the first look that saw this trouble.
+	Since time.Time
+}
+
+func (s Suspect) key() string { return s.Session + "\x00" + s.Object + "\x00" + string(s.Trouble) }
+
+// Plan decides what a run reaps, given the live rows, a snapshot of the
 // namespace (inv may be nil if it could not be listed: then only expiry is
-// decided, which needs no snapshot).
+// decided, which needs no snapshot) and the suspects earlier runs handed on
+// (prev). It returns the items and the suspects to hand on: every trouble
+// this look saw on a running session, with the Since of the earliest look
+// that saw it without a break (nil when inv is nil: nothing was looked at).
 //
 //   - A live session past its expiry (lifetime.Expired, the same rule as
 //     the countdown) is Expired — even if it is also a ghost.
 //   - A running session one of whose VMs (any VM of that name, labelled or
-//     not) or VMIs is missing, or whose workspace Pod is missing, is a
-//     Ghost; so is a provisioning session older than ProvisionTimeout with
-//     a node not ready (all ready: it only waits for a getSession to mark
-//     it running), or older than ProvisionGrace with a VM or Pod missing.
+//     not) is gone is a Ghost at once. One whose VMI or workspace Pod is
+//     missing is a Ghost only when an earlier look (a suspect in prev) saw
+//     it missing too, at least AbsentConfirm ago; one whose VM is reported
+//     down or whose Pod has ended, only once looks have seen it so for
+//     DownGrace. A node back between two looks clears its suspect.
+//   - A provisioning session older than ProvisionTimeout with a node not
+//     ready (all ready: it only waits for a getSession to mark it running)
+//     is a Ghost, and so is one older than ProvisionGrace with a VM or Pod
+//     missing.
 //   - Objects labelled with this environment and a session id that has no
 //     live row are an Orphan, one item per session id; objects already
 //     being deleted are left to finish. Objects without a session label are
@@ -84,8 +131,13 @@ type Rules struct {
 //
 // Items come out in a stable order: expired, ghosts, orphans, each by
 // session id.
-func Plan(now time.Time, live []session.Session, inv *Inventory, r Rules) []Item {
+func Plan(now time.Time, live []session.Session, inv *Inventory, prev []Suspect, r Rules) ([]Item, []Suspect) {
 	var expired, ghosts, orphans []Item
+	var suspects []Suspect
+	seen := make(map[string]Suspect, len(prev))
+	for _, s := range prev {
+		seen[s.key()] = s
+	}
 	liveIDs := make(map[string]bool, len(live))
 	for _, s := range live {
 		liveIDs[s.ID] = true
@@ -98,7 +150,9 @@ func Plan(now time.Time, live []session.Session, inv *Inventory, r Rules) []Item
 		if inv == nil {
 			continue
 		}
-		if reason := ghostReason(now, s, inv, r); reason != "" {
+		reason, troubles := ghostReason(now, s, inv, seen, r)
+		suspects = append(suspects, troubles...)
+		if reason != "" {
 			ghosts = append(ghosts, Item{Kind: Ghost, SessionID: s.ID, Session: s, Reason: reason,
 				End: session.EndReason{Kind: session.EndGhost, Actor: session.ActorReaper, Detail: reason}})
 		}
@@ -120,15 +174,47 @@ func Plan(now time.Time, live []session.Session, inv *Inventory, r Rules) []Item
 	for _, list := range [][]Item{expired, ghosts, orphans} {
 		sort.Slice(list, func(i, j int) bool { return list[i].SessionID < list[j].SessionID })
 	}
-	return append(append(expired, ghosts...), orphans...)
+	sort.Slice(suspects, func(i, j int) bool { return suspects[i].key() < suspects[j].key() })
+	return append(append(expired, ghosts...), orphans...), suspects
 }
 
-func ghostReason(now time.Time, s session.Session, inv *Inventory, r Rules) string {
+// ghostReason says why s is a ghost ("" if it is not) and lists the
+// troubles this look saw on it, each with the Since of the suspect in seen
+// it continues.
+func ghostReason(now time.Time, s session.Session, inv *Inventory, seen map[string]Suspect, r Rules) (string, []Suspect) {
 	age := now.Sub(s.StartedAt)
 	running := s.Status == session.StatusRunning
 	timedOut := s.Status == session.StatusProvisioning && r.ProvisionTimeout > 0 && age > r.ProvisionTimeout
 	pastGrace := running || age > r.ProvisionGrace
 	allReady := true
+	var troubles []Suspect
+	reason := ""
+	// suspect records a trouble of a running session's object and reports
+	// whether the looks have now confirmed it.
+	suspect := func(kind, name string, t Trouble, detail string) bool {
+		sus := Suspect{Session: s.ID, Object: kind + "/" + name, Trouble: t, Detail: detail, Since: now}
+		earlier, ok := seen[sus.key()]
+		if ok && earlier.Since.Before(now) {
+			sus.Since = earlier.Since
+		}
+		troubles = append(troubles, sus)
+		lasted := now.Sub(sus.Since)
+		if t == Missing {
+			return ok && lasted >= r.AbsentConfirm
+		}
+		return lasted >= r.DownGrace
+	}
+	confirm := func(kind, name string, t Trouble, detail string) {
+		if !suspect(kind, name, t, detail) || reason != "" {
+			return
+		}
+		since := troubles[len(troubles)-1].Since.UTC().Format(time.RFC3339)
+		if t == Missing {
+			reason = fmt.Sprintf("%s %s missing at every look since %s", kind, name, since)
+		} else {
+			reason = fmt.Sprintf("%s %s %s since %s", kind, name, detail, since)
+		}
+	}
 	if s.Kind == labs.KindPod {
 		pods := map[string]Object{}
 		for _, o := range inv.Objects {
@@ -139,8 +225,13 @@ func ghostReason(now time.Time, s session.Session, inv *Inventory, r Rules) stri
 		for _, n := range s.Nodes {
 			name := session.NodeName(s.ID, n.Name)
 			pod, ok := pods[name]
-			if !ok && pastGrace {
-				return fmt.Sprintf("workspace Pod %s no longer exists", name)
+			switch {
+			case !ok && running:
+				confirm(string(session.KindPod), name, Missing, "")
+			case !ok && pastGrace:
+				return fmt.Sprintf("workspace Pod %s no longer exists", name), nil
+			case ok && running && pod.Down != "":
+				confirm(string(session.KindPod), name, Down, pod.Down)
 			}
 			allReady = allReady && ok && pod.Ready
 		}
@@ -149,22 +240,30 @@ func ghostReason(now time.Time, s session.Session, inv *Inventory, r Rules) stri
 			name := session.NodeName(s.ID, n.Name)
 			if !inv.VMNames[name] {
 				if pastGrace {
-					return fmt.Sprintf("VirtualMachine %s no longer exists", name)
+					return fmt.Sprintf("VirtualMachine %s no longer exists", name), nil
 				}
 				allReady = false
 				continue
 			}
 			vmi, ok := inv.VMIs[name]
-			if !ok && running {
-				return fmt.Sprintf("VirtualMachineInstance %s no longer exists", name)
+			if running {
+				if !ok {
+					confirm("VirtualMachineInstance", name, Missing, "")
+				}
+				if down := inv.VMDown[name]; down != "" {
+					confirm(string(session.KindVirtualMachine), name, Down, down)
+				}
 			}
 			allReady = allReady && ok && vmi.Ready
 		}
 	}
+	if reason != "" {
+		return reason, troubles
+	}
 	// A provisioning row whose nodes are all ready only waits for someone
 	// to read it (getSession marks it running): never a ghost.
 	if timedOut && !allReady {
-		return fmt.Sprintf("did not become ready within %s", r.ProvisionTimeout)
+		return fmt.Sprintf("did not become ready within %s", r.ProvisionTimeout), troubles
 	}
-	return ""
+	return "", troubles
 }

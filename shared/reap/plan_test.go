@@ -16,7 +16,8 @@ var t0 = time.Date(2026, 11, 30, 12, 0, 0, 0, time.UTC)
 
 var policy = lifetime.Policy{Lifetime: time.Hour, MaxLifetime: 3 * time.Hour}
 
-var rules = Rules{Env: "prod", ProvisionTimeout: 10 * time.Minute, ProvisionGrace: 2 * time.Minute}
+var rules = Rules{Env: "prod", ProvisionTimeout: 10 * time.Minute, ProvisionGrace: 2 * time.Minute,
+	AbsentConfirm: 30 * time.Second, DownGrace: 5 * time.Minute}
 
 func vmSession(id string, status session.Status, started time.Time, nodes ...string) session.Session {
 	s := session.Session{ID: id, Student: "s-" + id, Lab: "lab", Kind: labs.KindVM, Status: status, Window: policy.Open(started)}
@@ -63,14 +64,44 @@ func summarize(items []Item) []planned {
 	return out
 }
 
+func podSession(id string, status session.Status, started time.Time) session.Session {
+	s := vmSession(id, status, started, "ws")
+	s.Kind = labs.KindPod
+	return s
+}
+
+// suspected is a Suspect as the table writes it: session, object, trouble
+// and how long before now it was first seen.
+type suspected struct {
+	Session, Object string
+	Trouble         Trouble
+	Ago             time.Duration
+}
+
 func TestPlan(t *testing.T) {
 	now := t0.Add(30 * time.Minute)
 	a := session.NodeName("a", "vm")
+	vmiA := "VirtualMachineInstance/" + a
+	wsP := "Pod/" + session.NodeName("p", "ws")
+	seen := func(session, object string, t Trouble, ago time.Duration) []Suspect {
+		return []Suspect{{Session: session, Object: object, Trouble: t, Since: now.Add(-ago)}}
+	}
+	down := func(inv *Inventory, name, why string) *Inventory {
+		inv.VMDown = map[string]string{name: why}
+		return inv
+	}
+	endedPod := func(id string) Object {
+		o := obj(session.KindPod, session.NodeName(id, "ws"), id)
+		o.Down = "ended (phase Failed)"
+		return o
+	}
 	tests := []struct {
-		name string
-		live []session.Session
-		inv  *Inventory
-		want []planned
+		name         string
+		live         []session.Session
+		inv          *Inventory
+		prev         []Suspect
+		want         []planned
+		wantSuspects []suspected
 	}{
 		{
 			name: "running session within its lifetime, everything present: nothing",
@@ -104,10 +135,86 @@ func TestPlan(t *testing.T) {
 			want: []planned{{Kind: Ghost, SessionID: "a"}},
 		},
 		{
-			name: "running session whose VMI vanished (node lost): ghost",
+			name:         "running session whose VMI is missing at one look: only a suspect (KubeVirt may be recreating it)",
+			live:         []session.Session{vmSession("a", session.StatusRunning, t0, "vm")},
+			inv:          inventory(nil, []string{a}),
+			wantSuspects: []suspected{{"a", vmiA, Missing, 0}},
+		},
+		{
+			name: "VMI missing at two looks AbsentConfirm apart: ghost",
 			live: []session.Session{vmSession("a", session.StatusRunning, t0, "vm")},
 			inv:  inventory(nil, []string{a}),
-			want: []planned{{Kind: Ghost, SessionID: "a"}},
+			prev: seen("a", vmiA, Missing, time.Minute),
+			want: []planned{{Kind: Ghost, SessionID: "a"}}, wantSuspects: []suspected{{"a", vmiA, Missing, time.Minute}},
+		},
+		{
+			name: "VMI missing at two looks closer than AbsentConfirm (an admin run right after the schedule's): still only a suspect",
+			live: []session.Session{vmSession("a", session.StatusRunning, t0, "vm")},
+			inv:  inventory(nil, []string{a}),
+			prev: seen("a", vmiA, Missing, 10*time.Second), wantSuspects: []suspected{{"a", vmiA, Missing, 10 * time.Second}},
+		},
+		{
+			name: "VMI back at the second look (recreated between runs): nothing, and the suspect is cleared",
+			live: []session.Session{vmSession("a", session.StatusRunning, t0, "vm")},
+			inv:  inventory([]string{a}, nil),
+			prev: seen("a", vmiA, Missing, time.Minute),
+		},
+		{
+			name: "suspect of a session no longer live: dropped",
+			inv:  inventory(nil, nil),
+			prev: seen("gone", "VirtualMachineInstance/lk-gone-vm", Missing, time.Minute),
+		},
+		{
+			name:         "VM reported down for less than DownGrace: only a suspect",
+			live:         []session.Session{vmSession("a", session.StatusRunning, t0, "vm")},
+			inv:          down(inventory([]string{a}, nil), a, "CrashLoopBackOff"),
+			prev:         seen("a", "VirtualMachine/"+a, Down, 4*time.Minute),
+			wantSuspects: []suspected{{"a", "VirtualMachine/" + a, Down, 4 * time.Minute}},
+		},
+		{
+			name:         "VM reported down for DownGrace: ghost",
+			live:         []session.Session{vmSession("a", session.StatusRunning, t0, "vm")},
+			inv:          down(inventory(nil, []string{a}), a, "Stopped"),
+			prev:         append(seen("a", "VirtualMachine/"+a, Down, 5*time.Minute), seen("a", vmiA, Missing, 10*time.Second)...),
+			want:         []planned{{Kind: Ghost, SessionID: "a"}},
+			wantSuspects: []suspected{{"a", "VirtualMachine/" + a, Down, 5 * time.Minute}, {"a", vmiA, Missing, 10 * time.Second}},
+		},
+		{
+			name: "provisioning session's VMI missing (still booting): no suspect",
+			live: []session.Session{vmSession("a", session.StatusProvisioning, now.Add(-5*time.Minute), "vm")},
+			inv:  down(inventory(nil, []string{a}), a, "Stopped"),
+		},
+		{
+			name:         "running pod session whose Pod is missing at one look: only a suspect",
+			live:         []session.Session{podSession("p", session.StatusRunning, t0)},
+			inv:          inventory(nil, nil),
+			wantSuspects: []suspected{{"p", wsP, Missing, 0}},
+		},
+		{
+			name: "running pod session whose Pod is missing at two looks: ghost",
+			live: []session.Session{podSession("p", session.StatusRunning, t0)},
+			inv:  inventory(nil, nil),
+			prev: seen("p", wsP, Missing, time.Minute),
+			want: []planned{{Kind: Ghost, SessionID: "p"}}, wantSuspects: []suspected{{"p", wsP, Missing, time.Minute}},
+		},
+		{
+			name:         "running pod session whose Pod has ended, first seen now: only a suspect",
+			live:         []session.Session{podSession("p", session.StatusRunning, t0)},
+			inv:          inventory(nil, nil, endedPod("p")),
+			wantSuspects: []suspected{{"p", wsP, Down, 0}},
+		},
+		{
+			name: "running pod session whose Pod has been ended for DownGrace: ghost",
+			live: []session.Session{podSession("p", session.StatusRunning, t0)},
+			inv:  inventory(nil, nil, endedPod("p")),
+			prev: seen("p", wsP, Down, 6*time.Minute),
+			want: []planned{{Kind: Ghost, SessionID: "p"}}, wantSuspects: []suspected{{"p", wsP, Down, 6 * time.Minute}},
+		},
+		{
+			name: "a suspect of another trouble does not confirm this one",
+			live: []session.Session{vmSession("a", session.StatusRunning, t0, "vm")},
+			inv:  inventory(nil, []string{a}),
+			prev: seen("a", "VirtualMachine/"+a, Down, time.Hour), wantSuspects: []suspected{{"a", vmiA, Missing, 0}},
 		},
 		{
 			name: "running session whose VM has no labels (registered before labels): not a ghost",
@@ -160,21 +267,11 @@ func TestPlan(t *testing.T) {
 			want: []planned{{Kind: Ghost, SessionID: "p1"}},
 		},
 		{
-			name: "running pod session without its Pod: ghost; with it: nothing",
-			live: []session.Session{
-				func() session.Session {
-					s := vmSession("p1", session.StatusRunning, t0, "ws")
-					s.Kind = labs.KindPod
-					return s
-				}(),
-				func() session.Session {
-					s := vmSession("p2", session.StatusRunning, t0, "ws")
-					s.Kind = labs.KindPod
-					return s
-				}(),
-			},
+			name: "running pod session without its Pod at two looks: ghost; with it: nothing",
+			live: []session.Session{podSession("p1", session.StatusRunning, t0), podSession("p2", session.StatusRunning, t0)},
 			inv:  inventory(nil, nil, obj(session.KindPod, session.NodeName("p2", "ws"), "p2")),
-			want: []planned{{Kind: Ghost, SessionID: "p1"}},
+			prev: seen("p1", "Pod/"+session.NodeName("p1", "ws"), Missing, time.Minute),
+			want: []planned{{Kind: Ghost, SessionID: "p1"}}, wantSuspects: []suspected{{"p1", "Pod/" + session.NodeName("p1", "ws"), Missing, time.Minute}},
 		},
 		{
 			name: "objects of a session with no live row: one orphan item, VM first and anchor last",
@@ -222,9 +319,16 @@ func TestPlan(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			got := summarize(Plan(now, tc.live, tc.inv, rules))
-			if diff := cmp.Diff(tc.want, got); diff != "" {
+			items, suspects := Plan(now, tc.live, tc.inv, tc.prev, rules)
+			if diff := cmp.Diff(tc.want, summarize(items)); diff != "" {
 				t.Fatalf("plan (-want +got):\n%s", diff)
+			}
+			var got []suspected
+			for _, s := range suspects {
+				got = append(got, suspected{s.Session, s.Object, s.Trouble, now.Sub(s.Since)})
+			}
+			if diff := cmp.Diff(tc.wantSuspects, got); diff != "" {
+				t.Fatalf("suspects handed on (-want +got):\n%s", diff)
 			}
 		})
 	}
@@ -254,7 +358,7 @@ func BenchmarkPlan200(b *testing.B) {
 	inv := inventory(vmsWithVMI, nil, objs...)
 	b.ResetTimer()
 	for b.Loop() {
-		if items := Plan(now, live, inv, rules); len(items) != 150 {
+		if items, _ := Plan(now, live, inv, nil, rules); len(items) != 150 {
 			b.Fatalf("%d items", len(items))
 		}
 	}

@@ -44,6 +44,10 @@ type Store interface {
 	TryLock(ctx context.Context, name string) (unlock func(), ok bool, err error)
 	// RecordRun stores a finished run's report and returns its id.
 	RecordRun(ctx context.Context, r Report) (int64, error)
+	// Suspects returns the suspects the last run handed on.
+	Suspects(ctx context.Context) ([]Suspect, error)
+	// SaveSuspects replaces the stored suspects with these.
+	SaveSuspects(ctx context.Context, s []Suspect) error
 	// PruneRuns deletes at most limit stored runs that started before
 	// before, oldest first, and returns how many it deleted.
 	PruneRuns(ctx context.Context, before time.Time, limit int) (int, error)
@@ -90,7 +94,8 @@ const SchedulePeriod = time.Minute
 // no default.
 func DefaultConfig() Config {
 	return Config{
-		Rules:          Rules{ProvisionTimeout: 10 * time.Minute, ProvisionGrace: 2 * time.Minute},
+		Rules: Rules{ProvisionTimeout: 10 * time.Minute, ProvisionGrace: 2 * time.Minute,
+			AbsentConfirm: 30 * time.Second, DownGrace: 5 * time.Minute},
 		RunDeadline:    50 * time.Second,
 		Workers:        8,
 		Retention:      30 * 24 * time.Hour,
@@ -111,7 +116,8 @@ func (c Config) Validate() error {
 		errs = append(errs, setting.Invalid("RunDeadline", "%s must be below the reaper's schedule period %s, so runs never overlap", c.RunDeadline, SchedulePeriod))
 	}
 	errs = append(errs, setting.AtLeast("Workers", c.Workers, 1), setting.Positive("ProvisionTimeout", c.ProvisionTimeout),
-		setting.AtLeast("RetentionBatch", c.RetentionBatch, 1))
+		setting.AtLeast("RetentionBatch", c.RetentionBatch, 1), setting.Positive("AbsentConfirm", c.AbsentConfirm),
+		setting.Positive("DownGrace", c.DownGrace))
 	if c.Retention < MinRetention {
 		errs = append(errs, setting.Invalid("Retention", "%s is below %s: the recent runs adminStatus reads would be deleted", c.Retention, MinRetention))
 	}
@@ -136,9 +142,11 @@ type Reaper struct {
 }
 
 // RunOnce is reapTick and adminReapNow: it takes the reaper lock (ErrBusy if
-// another run holds it), plans from the live rows and one inventory of the
-// namespace, handles every item in its own failure scope, stores the report
-// and returns it. A failed item is in Report.Failures, not in the error:
+// another run holds it), plans from the live rows, one inventory of the
+// namespace and the suspects the last run handed on, hands this run's
+// suspects on (a dry run too: they are observations, not deletions),
+// handles every item in its own failure scope, stores the report and
+// returns it. A failed item is in Report.Failures, not in the error:
 // the error is only for a run that could not start or could not even list
 // the live sessions.
 func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (Report, error) {
@@ -177,7 +185,20 @@ func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (Report, error) {
 	} else {
 		invp = &inv
 	}
-	items := Plan(r.Now(), live, invp, cfg.Rules)
+	prev, err := r.Store.Suspects(runCtx)
+	if err != nil {
+		// Without the earlier looks nothing can be confirmed this run, and
+		// what this look sees must not replace them.
+		log.Warn("cannot read the suspects of earlier runs; confirming no ghost this run", "err", err)
+		report.Failures = append(report.Failures, Failure{Kind: FailedSuspects, Error: err.Error()})
+	}
+	items, suspects := Plan(r.Now(), live, invp, prev, cfg.Rules)
+	if invp != nil && err == nil {
+		if err := r.Store.SaveSuspects(runCtx, suspects); err != nil {
+			log.Warn("cannot hand this run's suspects on", "err", err)
+			report.Failures = append(report.Failures, Failure{Kind: FailedSuspects, Error: err.Error()})
+		}
+	}
 
 	var mu sync.Mutex
 	work := make(chan Item)

@@ -49,4 +49,8 @@ const (
 	// FailedRetention: old run records could not be deleted (the next run
 	// tries again).
 	FailedRetention ItemKind = "retention"
+	// FailedSuspects: the suspects of earlier runs could not be read or
+	// this run's stored; no missing VMI or Pod is confirmed until a run
+	// can do both.
+	FailedSuspects ItemKind = "suspects"
 )
