@@ -64,6 +64,7 @@ var routes = map[string]string{
 	"/extendSession": http.MethodPost,
 	"/getSession":    http.MethodGet,
 	"/closeSession":  http.MethodPost,
+	"/labs":          http.MethodGet,
 	"/healthz":       http.MethodGet,
 }
 
@@ -95,6 +96,7 @@ func New(o Options) *API {
 	a.mux.HandleFunc("/extendSession", a.extend)
 	a.mux.HandleFunc("/getSession", a.get)
 	a.mux.HandleFunc("/closeSession", a.close)
+	a.mux.HandleFunc("/labs", a.labs)
 	a.mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
@@ -227,6 +229,35 @@ func (a *API) get(w http.ResponseWriter, r *http.Request) {
 	a.reply(w, r, p, http.StatusOK, sess, err)
 }
 
+// labJSON is one lab a student may open, as GET /labs lists it.
+type labJSON struct {
+	Name        string `json:"name"`
+	Description string `json:"description,omitempty"`
+	Kind        string `json:"kind"`
+	// Nodes is how many machines the lab has.
+	Nodes int `json:"nodes"`
+}
+
+// labs lists the labs of the catalog, by name, for any signed-in caller
+// (the portal's lab chooser).
+func (a *API) labs(w http.ResponseWriter, r *http.Request) {
+	if _, ok := a.Authenticate(w, r); !ok {
+		return
+	}
+	if len(r.URL.Query()) > 0 {
+		a.writeError(w, r, fmt.Errorf("%w: /labs takes no query parameters", ErrBadRequest), nil)
+		return
+	}
+	out := struct {
+		Labs []labJSON `json:"labs"`
+	}{Labs: []labJSON{}}
+	for _, name := range a.svc.Labs.Names() {
+		lab, _ := a.svc.Labs.Get(name)
+		out.Labs = append(out.Labs, labJSON{Name: lab.Name, Description: lab.Description, Kind: string(lab.Kind), Nodes: len(lab.Nodes)})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
 // sessionRequest authenticates and parses the optional body of extend and
 // close, returning the student acted for.
 func (a *API) sessionRequest(w http.ResponseWriter, r *http.Request) (Principal, string, sessionRequest, bool) {
@@ -306,10 +337,39 @@ type sshJSON struct {
 }
 
 type nodeJSON struct {
-	Name  string  `json:"name"`
-	Role  string  `json:"role"`
-	Ready bool    `json:"ready"`
+	Name  string `json:"name"`
+	Role  string `json:"role"`
+	Ready bool   `json:"ready"`
+	// Phase is how far the node is: scheduled (created, no address yet),
+	// booting (it has an address, SSH not ready) or ready.
+	Phase string  `json:"phase"`
 	SSH   sshJSON `json:"ssh"`
+}
+
+// The phases of a node, in order.
+const (
+	PhaseScheduled = "scheduled"
+	PhaseBooting   = "booting"
+	PhaseReady     = "ready"
+)
+
+func nodePhase(n session.Node) string {
+	switch {
+	case n.Ready:
+		return PhaseReady
+	case n.SSHHost != "":
+		return PhaseBooting
+	}
+	return PhaseScheduled
+}
+
+// warningJSON is one warning before expiry (lifetime.Warnings).
+type warningJSON struct {
+	// BeforeSeconds is how long before expiry it comes.
+	BeforeSeconds int64     `json:"beforeSeconds"`
+	At            time.Time `json:"at"`
+	// Due is true from At until the session expires.
+	Due bool `json:"due"`
 }
 
 type sessionJSON struct {
@@ -336,7 +396,16 @@ type sessionJSON struct {
 	// only, and only when the student sent no public key: labkeep keeps no
 	// copy and can never show it again.
 	PrivateKey string `json:"privateKey,omitempty"`
+	// ExtendRefusal says why a live session cannot be extended now (at
+	// its maximum lifetime, expired, still provisioning).
+	ExtendRefusal string `json:"extendRefusal,omitempty"`
+	// Warnings are when a live session's student is warned of its end
+	// (10 and 5 minutes before expiry), each due or not at serverTime.
+	Warnings []warningJSON `json:"warnings,omitempty"`
 }
+
+// NotReadyToExtend is extendRefusal while a session is provisioning.
+const NotReadyToExtend = "the lab can be extended once it is ready"
 
 // view renders a session at the server's now for caller p.
 // remainingSeconds is the lifetime package's Remaining — the reaper's own
@@ -363,6 +432,14 @@ func (a *API) view(s session.Session, p Principal) sessionJSON {
 		left := lifetime.Remaining(s.Window, now)
 		v.RemainingSeconds = int64((left + time.Second - 1) / time.Second)
 		v.Extendable = s.Status == session.StatusRunning && lifetime.Extendable(s.Window, now)
+		if err := lifetime.ExtendRefusal(s.Window, now); err != nil {
+			v.ExtendRefusal = err.Error()
+		} else if s.Status != session.StatusRunning {
+			v.ExtendRefusal = NotReadyToExtend
+		}
+		for _, wn := range lifetime.Warnings(s.Window) {
+			v.Warnings = append(v.Warnings, warningJSON{BeforeSeconds: int64(wn.Before / time.Second), At: wn.At, Due: wn.Due(s.Window, now)})
+		}
 	}
 	if !s.ReadyAt.IsZero() {
 		t := s.ReadyAt
@@ -373,7 +450,7 @@ func (a *API) view(s session.Session, p Principal) sessionJSON {
 		v.FinishedAt = &t
 	}
 	for _, n := range s.Nodes {
-		v.Nodes = append(v.Nodes, nodeJSON{Name: n.Name, Role: n.Role, Ready: n.Ready, SSH: sshJSON{
+		v.Nodes = append(v.Nodes, nodeJSON{Name: n.Name, Role: n.Role, Ready: n.Ready, Phase: nodePhase(n), SSH: sshJSON{
 			Host: n.SSHHost, Port: n.SSHPort, User: SSHUser, KnownHosts: s.KnownHostsLine(n.SSHHost, n.SSHPort),
 		}})
 	}

@@ -73,11 +73,8 @@ var ErrExpired = errors.New("session has expired")
 // the session has already expired at now, and ErrAtCap if the expiry already
 // equals the cap.
 func (p Policy) Extend(w Window, now time.Time) (Window, error) {
-	if Expired(w, now) {
-		return w, ErrExpired
-	}
-	if !w.ExpiresAt.Before(w.MaxExpiresAt) {
-		return w, ErrAtCap
+	if err := ExtendRefusal(w, now); err != nil {
+		return w, err
 	}
 	next := now.Add(p.Lifetime)
 	if next.After(w.MaxExpiresAt) {
@@ -109,5 +106,48 @@ func Expired(w Window, now time.Time) bool {
 // Extendable reports whether Extend at now would succeed for a running
 // session: not expired and not yet at the cap.
 func Extendable(w Window, now time.Time) bool {
-	return !Expired(w, now) && w.ExpiresAt.Before(w.MaxExpiresAt)
+	return ExtendRefusal(w, now) == nil
+}
+
+// ExtendRefusal is why Extend at now would fail for a running session
+// (ErrExpired, ErrAtCap), or nil if it would succeed.
+func ExtendRefusal(w Window, now time.Time) error {
+	switch {
+	case Expired(w, now):
+		return ErrExpired
+	case !w.ExpiresAt.Before(w.MaxExpiresAt):
+		return ErrAtCap
+	}
+	return nil
+}
+
+// WarnBefore are how long before its expiry a student is warned that a
+// session is ending, the earliest warning first.
+var WarnBefore = []time.Duration{10 * time.Minute, 5 * time.Minute}
+
+// Warning is one warning of a window: at At, Before is left.
+type Warning struct {
+	Before time.Duration
+	At     time.Time
+}
+
+// Due reports whether the warning's time has come at now while the window
+// has not yet expired.
+func (wn Warning) Due(w Window, now time.Time) bool {
+	return !now.Before(wn.At) && !Expired(w, now)
+}
+
+// Warnings are w's warnings, one per WarnBefore, at ExpiresAt − Before
+// (they move with an extension). A warning that would come before the
+// session started is left out: a lifetime shorter than it never gets it.
+func Warnings(w Window) []Warning {
+	var out []Warning
+	for _, b := range WarnBefore {
+		at := w.ExpiresAt.Add(-b)
+		if at.Before(w.StartedAt) {
+			continue
+		}
+		out = append(out, Warning{Before: b, At: at})
+	}
+	return out
 }

@@ -107,3 +107,79 @@ func TestValidate(t *testing.T) {
 		})
 	}
 }
+
+func TestWarnings(t *testing.T) {
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	tests := []struct {
+		name   string
+		window Window
+		want   []Warning
+	}{
+		{"an hour: 10 and 5 minutes before expiry",
+			Window{t0, at(time.Hour), at(3 * time.Hour)},
+			[]Warning{{10 * time.Minute, at(50 * time.Minute)}, {5 * time.Minute, at(55 * time.Minute)}}},
+		{"extended: the warnings move with the expiry",
+			Window{t0, at(90 * time.Minute), at(3 * time.Hour)},
+			[]Warning{{10 * time.Minute, at(80 * time.Minute)}, {5 * time.Minute, at(85 * time.Minute)}}},
+		{"8 minutes: only the 5-minute warning",
+			Window{t0, at(8 * time.Minute), at(24 * time.Minute)},
+			[]Warning{{5 * time.Minute, at(3 * time.Minute)}}},
+		{"exactly 10 minutes: warned at the start",
+			Window{t0, at(10 * time.Minute), at(30 * time.Minute)},
+			[]Warning{{10 * time.Minute, t0}, {5 * time.Minute, at(5 * time.Minute)}}},
+		{"2 minutes: none", Window{t0, at(2 * time.Minute), at(6 * time.Minute)}, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, Warnings(tc.window)); diff != "" {
+				t.Errorf("Warnings (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestWarningDue(t *testing.T) {
+	w := Window{t0, t0.Add(time.Hour), t0.Add(3 * time.Hour)}
+	wn := Warning{10 * time.Minute, t0.Add(50 * time.Minute)}
+	tests := []struct {
+		name string
+		now  time.Time
+		want bool
+	}{
+		{"before its time", t0.Add(50*time.Minute - time.Second), false},
+		{"at its time", t0.Add(50 * time.Minute), true},
+		{"one second before expiry", t0.Add(time.Hour - time.Second), true},
+		{"expired", t0.Add(time.Hour), false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := wn.Due(w, tc.now); got != tc.want {
+				t.Errorf("Due at %s = %v, want %v", tc.now.Sub(t0), got, tc.want)
+			}
+		})
+	}
+}
+
+func TestExtendRefusal(t *testing.T) {
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+	tests := []struct {
+		name   string
+		window Window
+		now    time.Time
+		want   error
+	}{
+		{"before the cap", Window{t0, at(time.Hour), at(3 * time.Hour)}, at(time.Minute), nil},
+		{"at the cap", Window{t0, at(3 * time.Hour), at(3 * time.Hour)}, at(time.Hour), ErrAtCap},
+		{"expired", Window{t0, at(time.Hour), at(3 * time.Hour)}, at(time.Hour), ErrExpired},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := ExtendRefusal(tc.window, tc.now); !errors.Is(got, tc.want) || (tc.want == nil) != (got == nil) {
+				t.Errorf("ExtendRefusal = %v, want %v", got, tc.want)
+			}
+			if got := Extendable(tc.window, tc.now); got != (tc.want == nil) {
+				t.Errorf("Extendable = %v, want %v", got, tc.want == nil)
+			}
+		})
+	}
+}
