@@ -24,6 +24,7 @@ import (
 	"labkeep/shared/labs"
 	"labkeep/shared/lifetime"
 	"labkeep/shared/pgstore"
+	"labkeep/shared/portal"
 	"labkeep/shared/reap"
 	"labkeep/shared/session"
 	"labkeep/shared/setting"
@@ -138,6 +139,8 @@ type Config struct {
 	ReapDownGrace     time.Duration `split_words:"true"`
 	// AdminStatusRuns is how many recent runs GET /adminStatus shows.
 	AdminStatusRuns int `split_words:"true"`
+	// Portal serves the student page under /portal/ (LABKEEP_PORTAL).
+	Portal bool `envconfig:"PORTAL"`
 }
 
 // Defaults of the settings that belong to no package but the binaries.
@@ -159,7 +162,7 @@ func DefaultConfig() Config {
 		AnchorCompletions: k.AnchorCompletions, GuardianImage: k.GuardianImage, RetryAfter: httpapi.DefaultRetryAfter,
 		CapacityWait: l.CapacityWait, CleanupTimeout: l.CleanupTimeout, ReapDryRun: r.DryRun, ReapRunDeadline: r.RunDeadline,
 		ReapProvisionTimeout: r.ProvisionTimeout, ReapProvisionGrace: r.ProvisionGrace,
-		JWTMaxLifetime: tok.MaxLifetime, JWTLeeway: tok.Leeway,
+		JWTMaxLifetime: tok.MaxLifetime, JWTLeeway: tok.Leeway, Portal: portal.DefaultEnabled,
 		KubeQPS: k.QPS, KubeBurst: k.Burst, ReapWorkers: r.Workers, AdminStatusRuns: DefaultAdminStatusRuns,
 		ReapRetention: r.Retention, ReapRetentionBatch: r.RetentionBatch,
 		ReapAbsentConfirm: r.AbsentConfirm, ReapDownGrace: r.DownGrace,
@@ -310,6 +313,9 @@ type App struct {
 	Metrics *prometheus.Registry
 	// Kube is the rest config used, for other adapters.
 	Kube *rest.Config
+	// Portal is the student page (nil unless Config.Portal); add handlers
+	// under it with Portal.Handle.
+	Portal *portal.Portal
 
 	handler http.Handler
 }
@@ -386,6 +392,10 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 			return reaper.ReadStatus(ctx, store, cluster, cfg.AdminStatusRuns, cfg.MaxConcurrentVms)
 		},
 	})
+	if cfg.Portal {
+		a.Portal = portal.New()
+		a.handler = a.Portal.Mount(a.handler)
+	}
 	return a, nil
 }
 
