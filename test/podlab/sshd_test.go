@@ -32,19 +32,12 @@ func TestKilledSSHDComesBack(t *testing.T) {
 	n := killSSHD(t, s)
 	t.Logf("sshd killed → SSH back after N = %s (the session's known_hosts line still verifies the host key)", n.Round(10*time.Millisecond))
 
-	checks := []struct {
-		what, cmd, want string
-	}{
+	want, got := s.expect([]check{
 		{"a file on the container's root filesystem (new container, new root fs)", "cat /root/notes 2>/dev/null || echo lost", "lost"},
 		{"the user's background process", "pgrep -x sleep >/dev/null && echo kept || echo lost", "lost"},
 		{"a file in /dev/shm (the Pod's IPC namespace outlives the container)", "cat /dev/shm/notes 2>/dev/null || echo lost", "mine"},
 		{"the session's keys on the /etc/labkeep Secret volume", "test -s /etc/labkeep/ssh-authorized-keys && echo kept || echo lost", "kept"},
-	}
-	var got, want []string
-	for _, c := range checks {
-		got = append(got, c.what+": "+strings.TrimSpace(s.mustRun(c.cmd)))
-		want = append(want, c.what+": "+c.want)
-	}
+	})
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("after sshd was killed (-want +got):\n%s", diff)
 	}
