@@ -28,7 +28,7 @@ func (b *backend) unlabelledVM(name string) {
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "kubevirt.io/v1", "kind": "VirtualMachine",
 		"metadata": map[string]any{"name": name},
-		"spec":     map[string]any{"runStrategy": "Always", "template": map[string]any{"spec": map[string]any{}}},
+		"spec":     map[string]any{"runStrategy": "Always", "template": map[string]any{"spec": map[string]any{"domain": map[string]any{"devices": map[string]any{}}}}},
 	}}
 	if _, err := b.Dyn.Resource(stacktest.Resource("VirtualMachine")).Namespace(b.Namespace).Create(context.Background(), u, metav1.CreateOptions{}); err != nil {
 		b.t.Fatal(err)
