@@ -6,10 +6,7 @@ import (
 	"fmt"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 
 	"labkeep/shared/session"
 )
@@ -64,8 +61,7 @@ func (c *Cluster) Delete(ctx context.Context, r session.ObjectRef) error {
 	return c.deleteOwned(ctx, r, "")
 }
 
-// deleteOwned reads r (one list call by name: the Role grants list, not
-// get, on most kinds), checks its labels (sessionID "": the session its
+// deleteOwned reads r (one get), checks its labels (sessionID "": the session its
 // name belongs to), and deletes it with preconditions on the UID and
 // resourceVersion it read, so what is deleted is exactly what was checked:
 // an object relabelled or replaced in between makes the delete conflict,
@@ -132,10 +128,10 @@ func namedFor(name, id string) bool {
 	return name == prefix || (len(name) > len(prefix) && name[:len(prefix)+1] == prefix+"-")
 }
 
-// kindAPI is what a delete needs of one kind's client: a list (by name)
-// and a delete.
+// kindAPI is what a delete needs of one kind's client: a get and a
+// delete.
 type kindAPI struct {
-	list   func(context.Context, metav1.ListOptions) (runtime.Object, error)
+	get    func(context.Context, string, metav1.GetOptions) (metav1.Object, error)
 	delete func(context.Context, string, metav1.DeleteOptions) error
 }
 
@@ -146,27 +142,29 @@ func (c *Cluster) api(kind session.ObjectKind) (kindAPI, error) {
 	switch kind {
 	case session.KindVirtualMachine:
 		x := c.virt.KubevirtV1().VirtualMachines(ns)
-		return kindAPI{listing(x.List), x.Delete}, nil
+		return kindAPI{getting(x.Get), x.Delete}, nil
 	case session.KindPod:
 		x := c.kube.CoreV1().Pods(ns)
-		return kindAPI{listing(x.List), x.Delete}, nil
+		return kindAPI{getting(x.Get), x.Delete}, nil
 	case session.KindService:
 		x := c.kube.CoreV1().Services(ns)
-		return kindAPI{listing(x.List), x.Delete}, nil
+		return kindAPI{getting(x.Get), x.Delete}, nil
 	case session.KindNetworkPolicy:
 		x := c.kube.NetworkingV1().NetworkPolicies(ns)
-		return kindAPI{listing(x.List), x.Delete}, nil
+		return kindAPI{getting(x.Get), x.Delete}, nil
 	case session.KindAnchor:
 		x := c.kube.BatchV1().Jobs(ns)
-		return kindAPI{listing(x.List), x.Delete}, nil
+		return kindAPI{getting(x.Get), x.Delete}, nil
 	case session.KindSecret:
 		return kindAPI{}, errors.New("delete: Secrets are never deleted by name (their labels cannot be read): they go with their anchor")
 	}
 	return kindAPI{}, fmt.Errorf("delete: unknown kind %q", kind)
 }
 
-func listing[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error)) func(context.Context, metav1.ListOptions) (runtime.Object, error) {
-	return func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return list(ctx, o) }
+func getting[T metav1.Object](get func(context.Context, string, metav1.GetOptions) (T, error)) func(context.Context, string, metav1.GetOptions) (metav1.Object, error) {
+	return func(ctx context.Context, name string, o metav1.GetOptions) (metav1.Object, error) {
+		return get(ctx, name, o)
+	}
 }
 
 // read returns the metadata of the object called name, or nil if there is
@@ -174,18 +172,12 @@ func listing[L runtime.Object](list func(context.Context, metav1.ListOptions) (L
 func (c *Cluster) read(ctx context.Context, api kindAPI, name string) (metav1.Object, error) {
 	ctx, cancel := c.call(ctx)
 	defer cancel()
-	list, err := api.list(ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()})
-	if err != nil {
+	m, err := api.get(ctx, name, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, nil
+	case err != nil:
 		return nil, err
 	}
-	items, err := meta.ExtractList(list)
-	if err != nil {
-		return nil, err
-	}
-	for _, it := range items {
-		if m, err := meta.Accessor(it); err == nil && m.GetName() == name {
-			return m, nil
-		}
-	}
-	return nil, nil
+	return m, nil
 }
