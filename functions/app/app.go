@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"labkeep/shared/alerts"
 	"labkeep/shared/httpapi"
 	"labkeep/shared/kube"
 	"labkeep/shared/labs"
@@ -139,6 +140,16 @@ type Config struct {
 	ReapDownGrace     time.Duration `split_words:"true"`
 	// AdminStatusRuns is how many recent runs GET /adminStatus shows.
 	AdminStatusRuns int `split_words:"true"`
+	// GuardianWebhookURL, when set, is labkeep's POST /guardianAlert as
+	// the workspaces reach it: every workspace's guardian posts its alerts
+	// there with credentials of its own session (see AlertKey).
+	GuardianWebhookURL string `split_words:"true"`
+	// GuardianAlertMaxText, GuardianAlertMaxFields and
+	// GuardianAlertsPerSession bound the guardian alerts labkeep stores
+	// (alerts.Limits).
+	GuardianAlertMaxText     int `split_words:"true"`
+	GuardianAlertMaxFields   int `split_words:"true"`
+	GuardianAlertsPerSession int `split_words:"true"`
 	// Portal serves the student page under /portal/ (LABKEEP_PORTAL).
 	Portal bool `envconfig:"PORTAL"`
 }
@@ -154,7 +165,7 @@ const (
 // packages' defaults; the required settings are empty.
 func DefaultConfig() Config {
 	k, r, l, p := kube.DefaultConfig(), reap.DefaultConfig(), session.DefaultLimits(), lifetime.DefaultPolicy()
-	tok := httpapi.DefaultTokenRules()
+	tok, al := httpapi.DefaultTokenRules(), alerts.DefaultLimits()
 	return Config{
 		Namespace: k.Namespace, SessionLifetime: p.Lifetime, SessionMaxLifetime: p.MaxLifetime,
 		DeadlineGrace: k.DeadlineGrace, MaxConcurrentVms: l.MaxVMs, LabsFile: DefaultLabsFile, HTTPAddr: DefaultHTTPAddr,
@@ -167,6 +178,7 @@ func DefaultConfig() Config {
 		ReapRetention: r.Retention, ReapRetentionBatch: r.RetentionBatch,
 		ReapAbsentConfirm: r.AbsentConfirm, ReapDownGrace: r.DownGrace,
 		SSHSourceCIDRs: k.SSHSourceCIDRs, EgressBlockedCIDRs: k.EgressBlockedCIDRs,
+		GuardianAlertMaxText: al.MaxText, GuardianAlertMaxFields: al.MaxFields, GuardianAlertsPerSession: al.PerSession,
 	}
 }
 
@@ -183,6 +195,7 @@ func (c Config) Kube() (kube.Config, error) {
 		AnchorImage: c.AnchorImage, AnchorBackoffLimit: c.AnchorBackoffLimit, AnchorCompletions: c.AnchorCompletions,
 		GuardianImage: c.GuardianImage, PlatformSSHKeys: c.PlatformSSHKeys, CallTimeout: c.KubeTimeout,
 		QPS: c.KubeQPS, Burst: c.KubeBurst, SSHSourceCIDRs: c.SSHSourceCIDRs, EgressBlockedCIDRs: c.EgressBlockedCIDRs,
+		GuardianWebhookURL: c.GuardianWebhookURL, GuardianAlertKey: c.AlertKey(),
 	}
 	if c.WorkspacePodFile != "" {
 		data, err := os.ReadFile(c.WorkspacePodFile)
@@ -209,6 +222,17 @@ func (c Config) Reap() reap.Config {
 	}
 }
 
+// AlertKey derives each workspace's webhook credentials from the JWT
+// secret (alerts.Key separates the two uses): no further secret to
+// deploy. Rotating LABKEEP_JWT_SECRET invalidates the credentials live
+// workspaces hold; their alerts are refused until those sessions end.
+func (c Config) AlertKey() alerts.Key { return alerts.Key{Secret: []byte(c.JWTSecret), Env: c.Env} }
+
+// AlertLimits bound the guardian alerts labkeep stores.
+func (c Config) AlertLimits() alerts.Limits {
+	return alerts.Limits{MaxText: c.GuardianAlertMaxText, MaxFields: c.GuardianAlertMaxFields, PerSession: c.GuardianAlertsPerSession}
+}
+
 // Tokens are the rules every portal token is held to.
 func (c Config) Tokens() httpapi.TokenRules {
 	return httpapi.TokenRules{Audience: c.JWTAudience, Issuer: c.JWTIssuer, MaxLifetime: c.JWTMaxLifetime, Leeway: c.JWTLeeway}
@@ -226,6 +250,8 @@ var variables = map[string]string{
 	"Retention": "REAP_RETENTION", "RetentionBatch": "REAP_RETENTION_BATCH",
 	"AbsentConfirm": "REAP_ABSENT_CONFIRM", "DownGrace": "REAP_DOWN_GRACE",
 	"ProvisionTimeout": "REAP_PROVISION_TIMEOUT", "ProvisionGrace": "REAP_PROVISION_GRACE",
+	"GuardianWebhookURL": "GUARDIAN_WEBHOOK_URL", "MaxText": "GUARDIAN_ALERT_MAX_TEXT",
+	"MaxFields": "GUARDIAN_ALERT_MAX_FIELDS", "PerSession": "GUARDIAN_ALERTS_PER_SESSION",
 }
 
 func variable(field string) string {
@@ -258,7 +284,7 @@ func (c Config) Validate() error {
 	if kerr == nil {
 		kerr = k.Validate()
 	}
-	for _, err := range []error{c.Policy().Validate(), kerr, c.Limits().Validate(), c.Reap().Validate()} {
+	for _, err := range []error{c.Policy().Validate(), kerr, c.Limits().Validate(), c.Reap().Validate(), c.AlertLimits().Validate()} {
 		if err = setting.Rename(err, variable); err != nil {
 			errs = append(errs, err)
 		}
@@ -386,12 +412,18 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 		Config: cfg.Reap(),
 	}
 	a := &App{Config: cfg, Store: store, Cluster: cluster, Labs: catalog, Sessions: svc, API: api, Kube: rc, Reaper: reaper, Metrics: reg}
-	a.handler = api.WithReaper(httpapi.ReaperOptions{
+	// The preview is the same reaper deleting nothing; its run is
+	// recorded as a dry run.
+	preview := *reaper
+	preview.Config.DryRun = true
+	a.handler = api.WithAdmin(httpapi.AdminOptions{
+		Alerts: store, Limits: cfg.AlertLimits(), Key: cfg.AlertKey(), Preview: &preview,
+	}, api.WithReaper(httpapi.ReaperOptions{
 		Reaper: reaper, SchedulerToken: cfg.SchedulerToken, Gatherer: reg,
 		Status: func(ctx context.Context) (reap.Status, error) {
 			return reaper.ReadStatus(ctx, store, cluster, cfg.AdminStatusRuns, cfg.MaxConcurrentVms)
 		},
-	})
+	}))
 	if cfg.Portal {
 		a.Portal = portal.New()
 		a.handler = a.Portal.Mount(a.handler)

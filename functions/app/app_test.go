@@ -14,6 +14,7 @@ import (
 	"github.com/kelseyhightower/envconfig"
 
 	"labkeep/infra"
+	"labkeep/shared/alerts"
 	"labkeep/shared/httpapi"
 	"labkeep/shared/kube"
 	"labkeep/shared/lifetime"
@@ -214,6 +215,7 @@ func TestDefaultsAreThePackagesDefaults(t *testing.T) {
 	}
 	wantKube := kube.DefaultConfig()
 	wantKube.Env, wantKube.MaxLifetime = "dev", lifetime.DefaultPolicy().MaxLifetime
+	wantKube.GuardianAlertKey = c.AlertKey()
 	wantReap := reap.DefaultConfig()
 	wantReap.Env = "dev"
 	for name, diff := range map[string]string{
@@ -222,6 +224,7 @@ func TestDefaultsAreThePackagesDefaults(t *testing.T) {
 		"reap":     cmp.Diff(wantReap, c.Reap()),
 		"session":  cmp.Diff(session.DefaultLimits(), c.Limits()),
 		"tokens":   cmp.Diff(httpapi.DefaultTokenRules(), c.Tokens()),
+		"alerts":   cmp.Diff(alerts.DefaultLimits(), c.AlertLimits()),
 	} {
 		if diff != "" {
 			t.Errorf("%s config from the environment differs from the package default (-want +got):\n%s", name, diff)
@@ -263,6 +266,8 @@ func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
 		"LABKEEP_REAP_RETENTION": "48h", "LABKEEP_REAP_RETENTION_BATCH": "5",
 		"LABKEEP_REAP_ABSENT_CONFIRM": "10s", "LABKEEP_REAP_DOWN_GRACE": "2m",
 		"LABKEEP_SSH_SOURCE_CIDRS": "203.0.113.0/24", "LABKEEP_EGRESS_BLOCKED_CIDRS": "10.0.0.0/8,fd00::/8",
+		"LABKEEP_GUARDIAN_WEBHOOK_URL": "https://labkeep.example/guardianAlert", "LABKEEP_GUARDIAN_ALERT_MAX_TEXT": "1024",
+		"LABKEEP_GUARDIAN_ALERT_MAX_FIELDS": "20", "LABKEEP_GUARDIAN_ALERTS_PER_SESSION": "50",
 	}
 	for k, v := range vars {
 		t.Setenv(k, v)
@@ -283,6 +288,7 @@ func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
 	unchanged(t, "session.Limits", session.DefaultLimits(), c.Limits())
 	unchanged(t, "lifetime.Policy", lifetime.DefaultPolicy(), c.Policy())
 	unchanged(t, "httpapi.TokenRules", httpapi.DefaultTokenRules(), c.Tokens())
+	unchanged(t, "alerts.Limits", alerts.DefaultLimits(), c.AlertLimits())
 }
 
 // unchanged fails for every field of got (a struct, embedded structs

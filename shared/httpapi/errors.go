@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"time"
 
+	"labkeep/shared/alerts"
 	"labkeep/shared/reap"
 	"labkeep/shared/session"
 )
@@ -43,6 +44,7 @@ var statusTable = []struct {
 	{session.ErrNoCapacity, http.StatusServiceUnavailable},
 	{session.ErrProvisioning, http.StatusBadGateway},
 	{reap.ErrBusy, http.StatusConflict},
+	{alerts.ErrInvalid, http.StatusBadRequest},
 }
 
 // skippedFor lists the errors that, answering the scheduler (reapTick),

@@ -26,6 +26,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/kubevirt"
 
+	"labkeep/shared/alerts"
 	"labkeep/shared/labs"
 	"labkeep/shared/reap"
 	"labkeep/shared/session"
@@ -59,6 +60,13 @@ type Config struct {
 	AnchorCompletions int32
 	// GuardianImage is the sidecar of workspace Pods.
 	GuardianImage string
+	// GuardianWebhookURL, when set, is labkeep's POST /guardianAlert as
+	// workspaces reach it: each workspace Pod's guardian gets it as
+	// GUARDIAN_WEBHOOK_URL with its own session's credentials
+	// (GuardianAlertKey.WebhookURL), so a workspace can post alerts for its
+	// own session only. Empty: the definition's GUARDIAN_WEBHOOK_URL stays.
+	GuardianWebhookURL string
+	GuardianAlertKey   alerts.Key
 	// PlatformSSHKeys are the platform's own keys (a grader's, an
 	// operator's), authorized on every node of every session next to the
 	// session's student key. Whoever holds one enters every student's lab:
@@ -115,6 +123,21 @@ func (c Config) Validate() error {
 	return err
 }
 
+// guardianWebhook checks the optional webhook base URL and that there is a
+// key to sign its credentials with.
+func guardianWebhook(url string, key alerts.Key) error {
+	switch {
+	case url == "":
+		return nil
+	case !key.Enabled():
+		return setting.Invalid("GuardianWebhookURL", "needs a key for the workspaces' credentials")
+	}
+	if err := alerts.CheckWebhookURL(url); err != nil {
+		return setting.Invalid("GuardianWebhookURL", "%v", err)
+	}
+	return nil
+}
+
 // validate is Validate, also returning the parsed workspace Pod
 // definition, so New parses it once.
 func (c Config) validate() (*corev1.Pod, error) {
@@ -136,6 +159,7 @@ func (c Config) validate() (*corev1.Pod, error) {
 		setting.AtLeast("AnchorCompletions", c.AnchorCompletions, 1),
 		setting.Required("AnchorImage", c.AnchorImage),
 		setting.Required("GuardianImage", c.GuardianImage),
+		guardianWebhook(c.GuardianWebhookURL, c.GuardianAlertKey),
 		setting.Positive("CallTimeout", c.CallTimeout),
 		setting.AtLeast("Burst", c.Burst, 1))
 	if c.QPS <= 0 {

@@ -406,6 +406,23 @@ func (b builder) workspace(anchor *batchv1.Job) (*corev1.Pod, error) {
 			g.Env[i].Value = fmt.Sprintf("127.0.0.1:%d", b.lab.SSHPort)
 		}
 	}
+	// guardian posts its alerts with this session's own credentials. They
+	// sit in guardian's environment, which the workspace's root cannot read
+	// (guardian holds capabilities the workspace lacks, so the kernel
+	// closes /proc/<guardian>/environ to it), not in the session's Secret,
+	// which the workspace mounts.
+	if b.cfg.GuardianWebhookURL != "" {
+		hook := corev1.EnvVar{Name: "GUARDIAN_WEBHOOK_URL", Value: b.cfg.GuardianAlertKey.WebhookURL(b.cfg.GuardianWebhookURL, b.sess.ID)}
+		i := 0
+		for i < len(g.Env) && g.Env[i].Name != hook.Name {
+			i++
+		}
+		if i == len(g.Env) {
+			g.Env = append(g.Env, hook)
+		} else {
+			g.Env[i] = hook
+		}
+	}
 	w := &pod.Spec.Containers[0]
 	w.Image = b.lab.Image
 	w.Ports[0].ContainerPort = b.lab.SSHPort

@@ -1,0 +1,82 @@
+package httpapi
+
+import (
+	"fmt"
+	"net/http"
+	"strconv"
+
+	"github.com/google/uuid"
+
+	"labkeep/shared/alerts"
+)
+
+// Bounds of GET /adminAlerts' limit.
+const (
+	DefaultAdminAlerts = 100
+	MaxAdminAlerts     = 500
+)
+
+// adminSessions answers every live session as an admin sees it (student,
+// lab, status, time left, nodes), oldest first.
+func (a *API) adminSessions(w http.ResponseWriter, r *http.Request) {
+	if !a.admin(w, r) {
+		return
+	}
+	if len(r.URL.Query()) > 0 {
+		a.writeError(w, r, fmt.Errorf("%w: %s takes no query parameters", ErrBadRequest, r.URL.Path), nil)
+		return
+	}
+	live, err := a.svc.Store.ListLive(r.Context())
+	if err != nil {
+		a.writeError(w, r, err, nil)
+		return
+	}
+	p := Principal{Role: RoleAdmin} // a.admin let only admins through
+	out := struct {
+		Sessions []sessionJSON `json:"sessions"`
+	}{Sessions: []sessionJSON{}}
+	for _, s := range live {
+		out.Sessions = append(out.Sessions, a.view(s, p))
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// adminAlerts answers the newest guardian alerts, every session's or
+// (?session=) one session's, at most ?limit= (DefaultAdminAlerts, up to
+// MaxAdminAlerts).
+func (a *API) adminAlerts(w http.ResponseWriter, r *http.Request, store alerts.Store) {
+	if !a.admin(w, r) {
+		return
+	}
+	q := r.URL.Query()
+	for k := range q {
+		if k != "session" && k != "limit" {
+			a.writeError(w, r, fmt.Errorf("%w: unknown query parameter %q (allowed: session, limit)", ErrBadRequest, k), nil)
+			return
+		}
+	}
+	id, limit := q.Get("session"), DefaultAdminAlerts
+	if _, err := uuid.Parse(id); id != "" && err != nil {
+		a.writeError(w, r, fmt.Errorf("%w: session %q is not a session id", ErrBadRequest, id), nil)
+		return
+	}
+	if s := q.Get("limit"); s != "" {
+		n, err := strconv.Atoi(s)
+		if err != nil || n < 1 || n > MaxAdminAlerts {
+			a.writeError(w, r, fmt.Errorf("%w: limit must be a number from 1 to %d, got %q", ErrBadRequest, MaxAdminAlerts, s), nil)
+			return
+		}
+		limit = n
+	}
+	list, err := store.Alerts(r.Context(), id, limit)
+	if err != nil {
+		a.writeError(w, r, err, nil)
+		return
+	}
+	if list == nil {
+		list = []alerts.Alert{}
+	}
+	writeJSON(w, http.StatusOK, struct {
+		Alerts []alerts.Alert `json:"alerts"`
+	}{list})
+}

@@ -1,0 +1,85 @@
+package pgstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+
+	"labkeep/guardian/alert"
+	"labkeep/shared/alerts"
+	"labkeep/shared/session"
+)
+
+var _ alerts.Store = (*PG)(nil)
+
+// alertLockSpace is the first key of the per-session alert locks.
+const alertLockSpace = 7007
+
+// AddAlert implements alerts.Store: the insert and the trim to the keep
+// newest are one transaction, so a session never holds more than keep
+// alerts, however many guardian instances post at once.
+func (p *PG) AddAlert(ctx context.Context, a alerts.Alert, keep int) (alerts.Alert, error) {
+	if a.Fields == nil {
+		a.Fields = map[string]string{}
+	}
+	fields, err := json.Marshal(a.Fields)
+	if err != nil {
+		return a, err
+	}
+	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		// One writer per session at a time (a transaction-scoped lock in
+		// the two-key space, apart from lockKey's): two concurrent trims
+		// would each miss the other's row and leave keep+1.
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, alertLockSpace, a.Session); err != nil {
+			return err
+		}
+		if err := tx.QueryRow(ctx, `INSERT INTO guardian_alerts
+			(session_id, kind, subject, severity, message, fields, workspace, first_at, last_at, count, received)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11) RETURNING id`,
+			a.Session, a.Kind, a.Subject, string(a.Severity), a.Message, fields, a.Workspace, a.First, a.Last, a.Count, a.Received,
+		).Scan(&a.ID); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, `DELETE FROM guardian_alerts WHERE session_id = $1 AND id NOT IN
+			(SELECT id FROM guardian_alerts WHERE session_id = $1 ORDER BY id DESC LIMIT $2)`, a.Session, keep)
+		return err
+	})
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
+		return a, fmt.Errorf("%w: no session %s", session.ErrNoSession, a.Session)
+	}
+	return a, err
+}
+
+// Alerts implements alerts.Store.
+func (p *PG) Alerts(ctx context.Context, sessionID string, limit int) ([]alerts.Alert, error) {
+	rows, err := p.pool.Query(ctx, `SELECT id, session_id, kind, subject, severity, message, fields, workspace,
+		first_at, last_at, count, received FROM guardian_alerts
+		WHERE $1 = '' OR session_id::text = $1 ORDER BY id DESC LIMIT $2`, sessionID, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (alerts.Alert, error) {
+		var a alerts.Alert
+		var id [16]byte
+		var sev string
+		var fields []byte
+		if err := row.Scan(&a.ID, &id, &a.Kind, &a.Subject, &sev, &a.Message, &fields, &a.Workspace,
+			&a.First, &a.Last, &a.Count, &a.Received); err != nil {
+			return a, err
+		}
+		a.Session, a.Severity = formatUUID(id), alert.Severity(sev)
+		a.First, a.Last, a.Received = a.First.UTC(), a.Last.UTC(), a.Received.UTC()
+		if err := json.Unmarshal(fields, &a.Fields); err != nil {
+			return a, err
+		}
+		if len(a.Fields) == 0 {
+			a.Fields = nil
+		}
+		return a, nil
+	})
+}
