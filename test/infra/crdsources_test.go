@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"testing"
 )
 
 // crdSource is a module holding real third-party CRDs, pinned by version
@@ -100,4 +101,15 @@ func downloadModule(ctx context.Context, src crdSource) (string, error) {
 		return "", errors.New("go mod download " + at + ": no directory")
 	}
 	return info.Dir, nil
+}
+
+// A module whose content hash is not the recorded one is refused, so the
+// CRDs cannot change under an unchanged version.
+func TestCRDSourceWithAnotherHashIsRefused(t *testing.T) {
+	src := crdSources[0]
+	src.sum = "h1:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA="
+	dir, err := downloadModule(context.Background(), src)
+	if err == nil || !strings.Contains(err.Error(), "refusing CRDs from a module other than the pinned one") {
+		t.Fatalf("got dir %q, error %v; want the download refused", dir, err)
+	}
 }
