@@ -1,0 +1,264 @@
+// admin.js: labkeep's admin console (admin.html). It reads the admin
+// endpoints of its own origin with an admin JWT in the Authorization
+// header (kept in sessionStorage, gone with the tab): GET /adminStatus
+// (capacity, recent reaper runs, sessions failing run after run),
+// GET /adminSessions (live sessions), GET /adminAlerts (guardian alerts);
+// and acts with POST /adminReapNow, POST /adminReapPreview (a dry run) and
+// POST /closeSession for a student (force-close, after a second click). Every text shown comes
+// from the server and is set with textContent, never as markup: alerts
+// carry what a workspace's user chose.
+"use strict";
+
+(function () {
+  const api = new URL("..", window.location.href); // the API: the parent of /portal/
+  const tokenKey = "labkeep.adminToken";
+  const pollMs = 5000;
+  const $ = (id) => document.getElementById(id);
+  const state = { token: window.sessionStorage.getItem(tokenKey) || "", poll: 0, sessions: {} };
+
+  async function call(method, path, body) {
+    const headers = { Authorization: "Bearer " + state.token };
+    const init = { method: method, headers: headers, cache: "no-store", credentials: "omit", redirect: "error" };
+    if (body !== undefined) {
+      headers["Content-Type"] = "application/json";
+      init.body = JSON.stringify(body);
+    }
+    let res;
+    try {
+      res = await fetch(new URL(path, api), init);
+    } catch (e) {
+      return { status: 0, ok: false, data: null, offline: String(e) };
+    }
+    let data = null;
+    try {
+      data = await res.json();
+    } catch (e) {
+      data = null;
+    }
+    if (res.status === 401 || res.status === 403) {
+      signOut(errorText({ status: res.status, data: data }));
+    }
+    return { status: res.status, ok: res.ok, data: data };
+  }
+
+  function errorText(r) {
+    if (r.offline) return "cannot reach labkeep: " + r.offline;
+    const err = r.data && r.data.error;
+    return err ? err.message : "labkeep answered " + r.status;
+  }
+
+  function showMessage(text, kind) {
+    const m = $("message");
+    m.textContent = text;
+    m.className = kind || "";
+    m.hidden = !text;
+  }
+
+  function el(tag, text, cls) {
+    const e = document.createElement(tag);
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    if (cls) e.className = cls;
+    return e;
+  }
+
+  function row(cells) {
+    const tr = document.createElement("tr");
+    cells.forEach((c) => tr.appendChild(c instanceof Node ? c : el("td", c)));
+    return tr;
+  }
+
+  function fill(tableId, emptyId, rows) {
+    const body = $(tableId).tBodies[0];
+    body.replaceChildren.apply(body, rows);
+    if (emptyId) $(emptyId).hidden = rows.length > 0;
+  }
+
+  function duration(seconds) {
+    const s = Math.max(0, Math.floor(seconds));
+    const h = Math.floor(s / 3600), m = Math.floor((s % 3600) / 60), r = s % 60;
+    const two = (n) => String(n).padStart(2, "0");
+    return (h ? h + ":" + two(m) : String(m)) + ":" + two(r);
+  }
+
+  function when(iso) {
+    const d = new Date(iso);
+    return isNaN(d) ? String(iso) : d.toISOString().replace("T", " ").replace(/\.\d+Z$/, "Z");
+  }
+
+  function counts(c) {
+    const parts = Object.keys(c || {}).sort().filter((k) => c[k]).map((k) => k + " " + c[k]);
+    return parts.length ? parts.join(", ") : "nothing";
+  }
+
+  // --- sign-in ---------------------------------------------------------
+
+  function subject(token) {
+    try {
+      const claims = JSON.parse(atob(token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/")));
+      return claims.sub || "?";
+    } catch (e) {
+      return "?";
+    }
+  }
+
+  async function signIn(token) {
+    state.token = token.trim();
+    if (!state.token) {
+      showMessage("paste a token first", "error");
+      return;
+    }
+    window.sessionStorage.setItem(tokenKey, state.token);
+    const ok = await refresh();
+    if (!ok) return;
+    $("signin").hidden = true;
+    $("who-name").textContent = subject(state.token);
+    $("who").hidden = false;
+    $("console").hidden = false;
+  }
+
+  function signOut(why) {
+    state.token = "";
+    window.sessionStorage.removeItem(tokenKey);
+    window.clearTimeout(state.poll);
+    $("who").hidden = true;
+    $("console").hidden = true;
+    $("signin").hidden = false;
+    showMessage(why || "", why ? "error" : "");
+  }
+
+  // --- the picture -----------------------------------------------------
+
+  async function refresh() {
+    window.clearTimeout(state.poll);
+    const [st, ss, al] = await Promise.all([call("GET", "adminStatus"), call("GET", "adminSessions"), call("GET", "adminAlerts?limit=100")]);
+    if (!state.token) return false;
+    const bad = [st, ss, al].find((r) => !r.ok);
+    if (bad) {
+      showMessage(errorText(bad), "error");
+    } else if ($("message").className === "error") {
+      showMessage("", "");
+    }
+    if (ss.ok) renderSessions(ss.data.sessions || [], al.ok ? al.data.alerts || [] : []);
+    if (st.ok) renderStatus(st.data);
+    if (al.ok) renderAlerts(al.data.alerts || []);
+    $("updated").textContent = "updated " + new Date().toLocaleTimeString();
+    state.poll = window.setTimeout(refresh, pollMs);
+    return !bad;
+  }
+
+  function renderStatus(s) {
+    const cap = $("capacity");
+    cap.textContent = s.capacity.used + " / " + s.capacity.limit;
+    cap.dataset.used = s.capacity.used;
+    cap.dataset.limit = s.capacity.limit;
+    $("live-sessions").textContent = s.liveSessions;
+    $("live-vms").textContent = s.liveVMs;
+    $("cluster-error").textContent = s.clusterError ? "cluster: " + s.clusterError : "";
+    $("cluster-error").hidden = !s.clusterError;
+    fill("failing", "no-failing", (s.failingSessions || []).map((f) => {
+      const tr = row([el("td", f.session), f.kind, f.runsInARow, el("td", f.lastError, "error")]);
+      tr.dataset.session = f.session;
+      tr.dataset.runs = f.runsInARow;
+      tr.className = "failing";
+      return tr;
+    }));
+    fill("runs", null, (s.recentRuns || []).map((r) => {
+      const tr = row([when(r.startedAt), r.trigger + (r.dryRun ? " (dry run)" : ""), counts(r.counts),
+        el("td", (r.failures || []).length, (r.failures || []).length ? "bad" : "")]);
+      tr.dataset.run = r.id;
+      tr.dataset.failures = (r.failures || []).length;
+      return tr;
+    }));
+  }
+
+  function renderSessions(list, alerts) {
+    const perSession = {};
+    alerts.forEach((a) => { perSession[a.session] = (perSession[a.session] || 0) + 1; });
+    state.sessions = {};
+    fill("sessions", "no-sessions", list.map((s) => {
+      state.sessions[s.id] = s;
+      const nodes = (s.nodes || []).map((n) => n.name + (n.ready ? " ✓" : " …") + (n.ssh && n.ssh.host ? " " + n.ssh.host : "")).join(", ");
+      const close = el("button", "Close", "danger");
+      close.type = "button";
+      close.dataset.close = s.id;
+      close.addEventListener("click", () => forceClose(s, close));
+      const actions = el("td");
+      actions.appendChild(close);
+      const tr = row([s.student, s.lab, el("td", s.status, "status " + s.status), duration(s.remainingSeconds), nodes,
+        perSession[s.id] || 0, actions]);
+      tr.dataset.session = s.id;
+      tr.dataset.student = s.student;
+      tr.dataset.status = s.status;
+      return tr;
+    }));
+  }
+
+  function renderAlerts(list) {
+    fill("alerts", "no-alerts", list.map((a) => {
+      const s = state.sessions[a.session];
+      const tr = row([when(a.received), s ? s.student : "", el("td", a.session.slice(0, 8)),
+        el("td", a.severity, "severity-" + a.severity), a.kind, el("td", a.subject, "message"), el("td", a.message, "message"), a.count]);
+      tr.dataset.session = a.session;
+      tr.dataset.kind = a.kind;
+      tr.dataset.alert = a.id;
+      return tr;
+    }));
+  }
+
+  // --- actions ---------------------------------------------------------
+
+  async function reap(path, title) {
+    const buttons = [$("reap-now"), $("reap-preview")];
+    buttons.forEach((b) => { b.disabled = true; });
+    $("reap-note").textContent = "running…";
+    const r = await call("POST", path);
+    buttons.forEach((b) => { b.disabled = false; });
+    $("reap-note").textContent = "";
+    if (!r.ok) {
+      showMessage(errorText(r), "error");
+      return;
+    }
+    const rep = r.data;
+    $("reap-result-title").textContent = title + (rep.dryRun ? " — dry run, nothing deleted" : "") + " (run " + rep.id + ")";
+    $("reap-counts").textContent = (rep.dryRun ? "Would reap: " : "Reaped: ") + counts(rep.counts);
+    $("reap-items").replaceChildren.apply($("reap-items"), (rep.items || []).map((i) => el("li", i.kind + " " + i.session + ": " + i.reason)));
+    $("reap-failures").replaceChildren.apply($("reap-failures"), (rep.failures || []).map((f) => {
+      const li = el("li", f.kind + " " + (f.session || f.object || "") + ": " + f.error);
+      li.dataset.session = f.session || "";
+      return li;
+    }));
+    const res = $("reap-result");
+    res.dataset.run = rep.id;
+    res.dataset.dryRun = rep.dryRun ? "true" : "false";
+    res.dataset.failures = (rep.failures || []).length;
+    res.hidden = false;
+    await refresh();
+  }
+
+  // forceClose asks first: the first click arms the button ("Really
+  // close?"), a second one closes. (No window.confirm: a modal dialog
+  // would stop the polling behind it.)
+  async function forceClose(s, button) {
+    if (button.dataset.armed !== "true") {
+      button.dataset.armed = "true";
+      button.textContent = "Really close?";
+      window.clearTimeout(state.poll); // keep the armed button on screen
+      state.poll = window.setTimeout(refresh, pollMs * 2);
+      return;
+    }
+    const r = await call("POST", "closeSession", { student: s.student, id: s.id });
+    showMessage(r.ok ? "closed " + s.student + "'s session (" + r.data.status + ")" : errorText(r), r.ok ? "info" : "error");
+    await refresh();
+  }
+
+  $("signin-button").addEventListener("click", () => signIn($("token").value));
+  $("signout").addEventListener("click", () => signOut(""));
+  $("reap-now").addEventListener("click", () => reap("adminReapNow", "Reap now"));
+  $("reap-preview").addEventListener("click", () => reap("adminReapPreview", "Preview"));
+
+  if (state.token) {
+    signIn(state.token);
+  } else {
+    signOut("");
+  }
+})();
