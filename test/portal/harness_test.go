@@ -148,15 +148,8 @@ type apiSession struct {
 		Due           bool      `json:"due"`
 	} `json:"warnings"`
 	Nodes []struct {
-		Name  string `json:"name"`
+		stacktest.NodeView
 		Phase string `json:"phase"`
-		Ready bool   `json:"ready"`
-		SSH   struct {
-			Host       string `json:"host"`
-			Port       int    `json:"port"`
-			User       string `json:"user"`
-			KnownHosts string `json:"knownHosts"`
-		} `json:"ssh"`
 	} `json:"nodes"`
 }
 

@@ -216,8 +216,10 @@
       window.sessionStorage.setItem("labkeep.ownKey." + r.data.id, key ? "1" : "");
       render(r.data, r.received);
     } else {
+      // A live session comes with session_exists: show it. The failed
+      // row of a refused open says what the error says already.
+      if (r.data && live(r.data.session)) render(r.data.session, r.received);
       showError(r);
-      if (r.data && r.data.session) render(r.data.session, r.received);
     }
     updateOpen();
   }
