@@ -19,6 +19,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 
 	"labkeep/infra"
@@ -43,6 +44,7 @@ const (
 	refusedSeccomp       = "must run under the RuntimeDefault or a Localhost seccomp profile"
 	refusedSecretType    = "a Secret must be of type Opaque"
 	refusedService       = "a Service must be of type ClusterIP"
+	refusedExec          = "the functions may exec only into a workspace Pod's workspace container"
 )
 
 var (
@@ -140,6 +142,12 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 	fnRC := impersonate(place.Functions)
 	fnDyn := dynamic.NewForConfigOrDie(fnRC)
 	catalog := sampleLabs(t)
+	golden, err := labs.Parse([]byte(`labs: [{name: golden, kind: vm, nodes: [{role: vm}, {role: worker, count: 2}],
+  disk: {goldenPVC: {name: fedora, namespace: labkeep-golden, size: 20Gi}}}]`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	goldenLab, _ := golden.Get("golden")
 
 	// labkeep's own sessions, created by labkeep's own code as the
 	// functions. The policy becomes active a moment after it is created
@@ -179,10 +187,12 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 	})
 	logTypeWarnings(t, admin)
 
+	// Every sample lab, one cloning a golden PVC (dataVolumeTemplates) and
+	// a shell lab opting in to NET_RAW.
 	t.Run("labkeep's own objects are admitted", func(t *testing.T) {
 		netLab, _ := catalog.Get("shell")
 		netLab.Name, netLab.Capabilities = "shell-net", []string{"NET_RAW"}
-		for _, lab := range append(labsOf(catalog), netLab) {
+		for _, lab := range append(labsOf(catalog), goldenLab, netLab) {
 			t.Run(lab.Name, func(t *testing.T) { provision(t, lab) })
 		}
 	})
@@ -191,7 +201,7 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 	// workspace Pod, anchor Job and VM, read back.
 	shellLab, _ := catalog.Get("shell")
 	vmLab, _ := catalog.Get("linux-vm")
-	podSession, vmSession := provision(t, shellLab), provision(t, vmLab)
+	podSession, vmSession, goldenSession := provision(t, shellLab), provision(t, vmLab), provision(t, goldenLab)
 	workspace, err := admin.CoreV1().Pods(place.Sessions).Get(ctx, session.NodeName(podSession.ID, shellLab.Nodes[0].Name), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -201,6 +211,10 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	vm, err := api.dyn.Resource(vmGVR).Namespace(place.Sessions).Get(ctx, session.NodeName(vmSession.ID, vmLab.Nodes[0].Name), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	goldenVM, err := api.dyn.Resource(vmGVR).Namespace(place.Sessions).Get(ctx, session.NodeName(goldenSession.ID, goldenLab.Nodes[0].Name), metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -235,9 +249,9 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 		edit(&j.Spec.Template.Spec)
 		return crafted{jobsGVR, j}
 	}
-	virtualMachine := func(edit func(u *unstructured.Unstructured)) crafted {
-		u := vm.DeepCopy()
-		u.Object["metadata"] = map[string]any{"name": "crafted", "labels": vm.GetLabels()}
+	virtualMachine := func(from *unstructured.Unstructured, edit func(u *unstructured.Unstructured)) crafted {
+		u := from.DeepCopy()
+		u.Object["metadata"] = map[string]any{"name": "crafted", "labels": from.GetLabels()}
 		delete(u.Object, "status")
 		edit(u)
 		return crafted{vmGVR, u}
@@ -324,7 +338,7 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 		{"a Job with the runtime's default capabilities", place.Functions, job(func(spec *corev1.PodSpec) {
 			spec.Containers[0].SecurityContext.Capabilities = nil
 		}), refusedCapabilities},
-		{"a VM booting a foreign disk", place.Functions, virtualMachine(func(u *unstructured.Unstructured) {
+		{"a VM booting a foreign disk", place.Functions, virtualMachine(vm, func(u *unstructured.Unstructured) {
 			vols, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "volumes")
 			for _, v := range vols {
 				if cd, ok := v.(map[string]any)["containerDisk"].(map[string]any); ok {
@@ -333,10 +347,18 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 			}
 			_ = unstructured.SetNestedSlice(u.Object, vols, "spec", "template", "spec", "volumes")
 		}), refusedImage},
-		{"a VM whose instances carry another environment", place.Functions, virtualMachine(func(u *unstructured.Unstructured) {
+		{"a VM whose instances carry another environment", place.Functions, virtualMachine(vm, func(u *unstructured.Unstructured) {
 			_ = unstructured.SetNestedField(u.Object, "prod", "spec", "template", "metadata", "labels", kube.LabelEnv)
 		}), refusedVMLabels},
-		{"a VM without labels", place.Functions, virtualMachine(func(u *unstructured.Unstructured) {
+		{"a VM whose disk template carries another environment", place.Functions, virtualMachine(goldenVM, func(u *unstructured.Unstructured) {
+			dvts, _, _ := unstructured.NestedSlice(u.Object, "spec", "dataVolumeTemplates")
+			if len(dvts) != 1 {
+				t.Fatalf("golden VM has %d dataVolumeTemplates, want 1", len(dvts))
+			}
+			_ = unstructured.SetNestedField(dvts[0].(map[string]any), "prod", "metadata", "labels", kube.LabelEnv)
+			_ = unstructured.SetNestedSlice(u.Object, dvts, "spec", "dataVolumeTemplates")
+		}), refusedVMLabels},
+		{"a VM without labels", place.Functions, virtualMachine(vm, func(u *unstructured.Unstructured) {
 			u.SetLabels(nil)
 		}), refusedLabels},
 		{"a service-account-token Secret", place.Functions, crafted{secretsGVR, &corev1.Secret{
@@ -358,6 +380,7 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 			ws.Image = "docker.io/library/alpine:3.20"
 		}), ""},
 	}
+	t.Run("exec", func(t *testing.T) { testExec(t, admin, place.Functions, place.Sessions, workspace.Name) })
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			client := dynamic.Interface(api.dyn)
@@ -375,6 +398,56 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 			case err != nil:
 				t.Log(err)
 			}
+		})
+	}
+}
+
+// The web terminal's exec into a workspace container passes the exec
+// policy (and fails further on: no node runs the Pod here); exec into
+// guardian and attach are refused, whatever RBAC grants (the test grants
+// both itself, so only the policy stands in the way).
+func testExec(t *testing.T, admin kubernetes.Interface, from, ns, pod string) {
+	t.Helper()
+	ctx := context.Background()
+	rules := []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods/exec", "pods/attach"}, Verbs: []string{"create", "get"}}}
+	if _, err := admin.RbacV1().Roles(ns).Create(ctx, &rbacv1.Role{ObjectMeta: metav1.ObjectMeta{Name: "exec"}, Rules: rules}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := admin.RbacV1().RoleBindings(ns).Create(ctx, &rbacv1.RoleBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: "exec"},
+		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "Role", Name: "exec"},
+		Subjects:   []rbacv1.Subject{{Kind: "ServiceAccount", Name: infra.ServiceAccount, Namespace: from}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	fn := kubernetes.NewForConfigOrDie(impersonate(from))
+	tests := []struct {
+		name, subresource, container, refused string
+	}{
+		{"exec into the workspace container", "exec", kube.WorkspaceContainer, ""},
+		{"exec into guardian", "exec", "guardian", refusedExec},
+		{"exec without naming a container", "exec", "", refusedExec},
+		{"attach to the workspace container", "attach", kube.WorkspaceContainer, refusedExec},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var err error
+			// RBAC settles in the authorizer's cache a moment after it is
+			// created: retry while the refusal is RBAC's.
+			stacktest.Eventually(t, 30*time.Second, func() (bool, string) {
+				err = fn.CoreV1().RESTClient().Post().Namespace(ns).Resource("pods").Name(pod).SubResource(tc.subresource).
+					VersionedParams(&corev1.PodExecOptions{Container: tc.container, Command: []string{"sh"}, Stdout: true}, scheme.ParameterCodec).
+					Do(ctx).Error()
+				return !strings.Contains(errString(err), "RBAC"), errString(err)
+			})
+			refusedByPolicy := apierrors.IsForbidden(err) && strings.Contains(err.Error(), "labkeep admission: ")
+			switch {
+			case tc.refused == "" && (err == nil || apierrors.IsForbidden(err)):
+				t.Fatalf("%v; want it past admission and failing for want of a node", errString(err))
+			case tc.refused != "" && !(refusedByPolicy && strings.Contains(err.Error(), tc.refused)):
+				t.Fatalf("%v; want the policy's %q", errString(err), tc.refused)
+			}
+			t.Log(err)
 		})
 	}
 }
@@ -437,8 +510,10 @@ func installAdmissionPolicy(t *testing.T, p infra.Placement, env string) {
 				t.Fatal(err)
 			}
 		case "ValidatingAdmissionPolicyBinding":
-			if err := unstructured.SetNestedField(o.Object, p.Sessions, "spec", "paramRef", "namespace"); err != nil {
-				t.Fatal(err)
+			if _, ok, _ := unstructured.NestedMap(o.Object, "spec", "paramRef"); ok {
+				if err := unstructured.SetNestedField(o.Object, p.Sessions, "spec", "paramRef", "namespace"); err != nil {
+					t.Fatal(err)
+				}
 			}
 			if err := unstructured.SetNestedStringMap(o.Object, map[string]string{"kubernetes.io/metadata.name": p.Sessions},
 				"spec", "matchResources", "namespaceSelector", "matchLabels"); err != nil {
