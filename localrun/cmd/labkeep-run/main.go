@@ -8,6 +8,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -21,6 +22,7 @@ import (
 	"labkeep/localrun/devserve"
 	"labkeep/localrun/stack"
 	"labkeep/localrun/virtsim"
+	"labkeep/shared/portal"
 )
 
 // config is filled from LABKEEP_* variables (split_words: StateDir is
@@ -113,7 +115,21 @@ func run() error {
 	fmt.Printf("  state dir:  %s\n", cfg.StateDir)
 	fmt.Printf("  kubectl:    kubectl --kubeconfig %s get vm,vmi -A\n", kubeconfig)
 	fmt.Printf("  settings:   source %s\n", filepath.Join(cfg.StateDir, "env"))
+	if fns.App.Portal != nil {
+		fmt.Printf("  portal:     %s%s (sign in with the student token above)\n", browserURL(fns.URL), portal.Prefix)
+	}
 	fmt.Printf("Press Ctrl-C to stop everything.\n\n")
 	<-ctx.Done()
 	return nil
+}
+
+// browserURL is u with an unspecified listen address (":8080" listens on
+// [::]) replaced by localhost, which a browser opens and treats as a
+// secure context (the portal's copy buttons need one).
+func browserURL(u string) string {
+	host, port, err := net.SplitHostPort(strings.TrimPrefix(u, "http://"))
+	if err != nil || (host != "" && !net.ParseIP(host).IsUnspecified()) {
+		return u
+	}
+	return "http://" + net.JoinHostPort("localhost", port)
 }
