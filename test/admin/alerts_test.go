@@ -1,0 +1,165 @@
+package admin_test
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"labkeep/localrun/stacktest"
+	"labkeep/shared/alerts"
+)
+
+// alertBody is an alert as guardian posts it (guardian/alert.Alert's JSON),
+// written out here so a change of the wire format breaks this test as it
+// would break guardian.
+func alertBody(kind, message string) string {
+	return fmt.Sprintf(`{"kind":%q,"subject":"pid 4242","severity":"critical","message":%q,"fields":{"pid":"4242","comm":"python3"},`+
+		`"workspace":"ws-1","first":"2026-12-01T10:00:00Z","last":"2026-12-01T10:00:03Z","count":2}`, kind, message)
+}
+
+// post sends body to POST /guardianAlert with HTTP Basic credentials user
+// and pass (none when user is empty), as guardian does, and returns the
+// status and the error code of the answer ("" for a success).
+func post(t *testing.T, d *stacktest.Deployment, user, pass, ctype, body string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, d.Server.URL+"/guardianAlert", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if user != "" {
+		req.SetBasicAuth(user, pass)
+	}
+	if ctype != "" {
+		req.Header.Set("Content-Type", ctype)
+	}
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	raw, _ := io.ReadAll(res.Body)
+	if res.StatusCode < 300 {
+		return res.StatusCode, ""
+	}
+	var eb struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	if err := json.Unmarshal(raw, &eb); err != nil || eb.Error.Code == "" {
+		t.Fatalf("guardianAlert answered %d without labkeep's error body: %q", res.StatusCode, raw)
+	}
+	return res.StatusCode, eb.Error.Code
+}
+
+// stored is what the database holds for a session: the kinds, oldest first.
+func stored(t *testing.T, d *stacktest.Deployment, id string) []string {
+	t.Helper()
+	rows, err := d.DB.Query(t.Context(), `SELECT kind FROM guardian_alerts WHERE session_id = $1 ORDER BY id`, id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	kinds := []string{}
+	for rows.Next() {
+		var k string
+		if err := rows.Scan(&k); err != nil {
+			t.Fatal(err)
+		}
+		kinds = append(kinds, k)
+	}
+	return kinds
+}
+
+// The alert endpoint on the real stack and PostgreSQL: only a session's own
+// credentials store an alert for it (another session's token, a token of
+// another environment, a forged or missing one are refused), a bad alert
+// is refused with a clear error and stores nothing, and a session keeps
+// only its newest alerts.
+func TestGuardianAlertEndpoint(t *testing.T) {
+	d := stacktest.Deploy(t, st, stacktest.Options{MaxVMs: 8})
+	a := d.Opened("alert-a", "linux-vm")
+	b := d.Opened("alert-b", "linux-vm")
+	key := d.App.Config.AlertKey()
+	other := alerts.Key{Secret: key.Secret, Env: key.Env + "-other"}
+	ok := alertBody("memory-kill", "killed python3 (3.9 GiB)")
+
+	tests := []struct {
+		name       string
+		user, pass string
+		ctype      string
+		body       string
+		wantStatus int
+		wantCode   string
+	}{
+		{"its own session's credentials", a.ID, key.Token(a.ID), "application/json", ok, 201, ""},
+		{"another session's token", a.ID, key.Token(b.ID), "application/json", ok, 401, "unauthorized"},
+		{"a token of another environment", a.ID, other.Token(a.ID), "application/json", ok, 401, "unauthorized"},
+		{"a forged token", a.ID, strings.Repeat("0", 64), "application/json", ok, 401, "unauthorized"},
+		{"no credentials", "", "", "application/json", ok, 401, "unauthorized"},
+		{"the id in capitals", strings.ToUpper(a.ID), key.Token(strings.ToUpper(a.ID)), "application/json", ok, 401, "unauthorized"},
+		{"not a session id", "admin", key.Token("admin"), "application/json", ok, 401, "unauthorized"},
+		{"a session that does not exist", "00000000-0000-4000-8000-000000000000", key.Token("00000000-0000-4000-8000-000000000000"), "application/json", ok, 404, "no_session"},
+		{"not JSON", a.ID, key.Token(a.ID), "application/json", "kind=x", 400, "bad_request"},
+		{"not application/json", a.ID, key.Token(a.ID), "text/plain", ok, 415, "unsupported_media_type"},
+		{"a session chosen in the body", a.ID, key.Token(a.ID), "application/json", strings.Replace(ok, `{"kind"`, `{"session":"`+b.ID+`","kind"`, 1), 400, "bad_request"},
+		{"a message beyond the bound", a.ID, key.Token(a.ID), "application/json", alertBody("memory-kill", strings.Repeat("x", 513)), 400, "invalid_alert"},
+		{"a terminal escape", a.ID, key.Token(a.ID), "application/json", strings.Replace(alertBody("memory-kill", "ESC"), `"ESC"`, `"\u001b[2J"`, 1), 400, "invalid_alert"},
+		{"no kind", a.ID, key.Token(a.ID), "application/json", alertBody("", "m"), 400, "invalid_alert"},
+		{"an unknown severity", a.ID, key.Token(a.ID), "application/json", strings.Replace(ok, `"critical"`, `"fatal"`, 1), 400, "invalid_alert"},
+		{"a body beyond 64 KiB", a.ID, key.Token(a.ID), "application/json", alertBody("memory-kill", strings.Repeat("x", 70<<10)), 413, "too_large"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			status, code := post(t, d, tc.user, tc.pass, tc.ctype, tc.body)
+			if status != tc.wantStatus || code != tc.wantCode {
+				t.Errorf("guardianAlert = %d %q, want %d %q", status, code, tc.wantStatus, tc.wantCode)
+			}
+		})
+	}
+	if diff := cmp.Diff([]string{"memory-kill"}, stored(t, d, a.ID)); diff != "" {
+		t.Errorf("alerts stored for A (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{}, stored(t, d, b.ID)); diff != "" {
+		t.Errorf("alerts stored for B, whose credentials were never used (-want +got):\n%s", diff)
+	}
+
+	// The admin sees A's alert as stored, with the session the credentials
+	// named; a student may not read alerts.
+	r := d.Do("GET", "/adminAlerts?session="+a.ID, d.Token("ops", "admin"), "", "")
+	var got struct{ Alerts []alerts.Alert }
+	if err := json.Unmarshal(r.Body, &got); r.Status != 200 || err != nil || len(got.Alerts) != 1 {
+		t.Fatalf("adminAlerts = %d %s", r.Status, r.Body)
+	}
+	al := got.Alerts[0]
+	want := []string{a.ID, "memory-kill", "pid 4242", "critical", "killed python3 (3.9 GiB)", "python3", "ws-1", "2"}
+	if diff := cmp.Diff(want, []string{al.Session, al.Kind, al.Subject, string(al.Severity), al.Message, al.Fields["comm"], al.Workspace, fmt.Sprint(al.Count)}); diff != "" {
+		t.Errorf("the stored alert (-want +got):\n%s", diff)
+	}
+	if r := d.Do("GET", "/adminAlerts", d.Token("alert-a", "student"), "", ""); r.Status != 403 {
+		t.Errorf("adminAlerts as a student = %d %s, want 403", r.Status, r.Body)
+	}
+	for _, q := range []string{"?session=x", "?limit=0", "?limit=501", "?student=alert-a"} {
+		if r := d.Do("GET", "/adminAlerts"+q, d.Token("ops", "admin"), "", ""); r.Status != 400 {
+			t.Errorf("adminAlerts%s = %d %s, want 400", q, r.Status, r.Body)
+		}
+	}
+
+	// The per-session cap: B posts more than it keeps; the newest stay.
+	keep := d.App.Config.GuardianAlertsPerSession
+	for i := range keep + 3 {
+		if status, code := post(t, d, b.ID, key.Token(b.ID), "application/json", alertBody(fmt.Sprintf("k%d", i), "m")); status != 201 {
+			t.Fatalf("alert %d of B = %d %s", i, status, code)
+		}
+	}
+	kinds := stored(t, d, b.ID)
+	if len(kinds) != keep || kinds[0] != "k3" || kinds[len(kinds)-1] != fmt.Sprintf("k%d", keep+2) {
+		t.Errorf("B keeps %d alerts %s … %s, want its newest %d: k3 … k%d", len(kinds), kinds[0], kinds[len(kinds)-1], keep, keep+2)
+	}
+	if diff := cmp.Diff([]string{"memory-kill"}, stored(t, d, a.ID)); diff != "" {
+		t.Errorf("B's alerts changed A's (-want +got):\n%s", diff)
+	}
+}
