@@ -57,7 +57,9 @@ type Store interface {
 type Cluster interface {
 	// Inventory lists the namespace with a fixed number of list calls.
 	Inventory(ctx context.Context) (Inventory, error)
-	// Delete removes one object; already gone counts as deleted.
+	// Delete removes one object; already gone counts as deleted. One not
+	// labelled with this environment and the session its name belongs to
+	// is never deleted: that is an error.
 	Delete(ctx context.Context, r session.ObjectRef) error
 	// Teardowner deletes every object a session can own, by name.
 	session.Teardowner

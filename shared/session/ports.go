@@ -59,8 +59,9 @@ type RowFinisher interface {
 // Teardowner deletes what a session owns.
 type Teardowner interface {
 	// Teardown deletes every object s can own (Objects(s)), by name and in
-	// the delete order; objects already gone count as deleted. It returns
-	// nil only when every delete succeeded.
+	// the delete order; objects already gone count as deleted. An object
+	// not labelled with this environment and s is never deleted: that is an
+	// error. It returns nil only when every delete succeeded.
 	Teardown(ctx context.Context, s Session) error
 }
 

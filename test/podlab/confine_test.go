@@ -1,6 +1,7 @@
 package podlab_test
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -8,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"labkeep/localrun/stacktest"
 	"labkeep/shared/kube"
@@ -40,7 +42,8 @@ func capMask(t *testing.T, caps []corev1.Capability) string {
 // (Seccomp: 2) with no_new_privs — both sshd (the container's main
 // process) and the login shell — and sshd still accepts the session's
 // key. Root can still do what a lab's root does (chown, run a command as
-// another user, chroot), but not create a device node.
+// another user, chroot), but not create a device node. The session's
+// anchor runs its pause unprivileged.
 func TestWorkspaceRootIsConfined(t *testing.T) {
 	d := stacktest.Deploy(t, st, stacktest.Options{LabsYAML: `labs:
 - name: shell
@@ -90,6 +93,17 @@ done`)
 				t.Errorf("/proc/PID/status of the login shell and sshd (-want +got):\n%s", diff)
 			}
 			t.Logf("%s: root's CapEff %s (%v), NoNewPrivs %s, Seccomp %s", tc.lab, got["shell CapEff"], tc.caps, got["shell NoNewPrivs"], got["shell Seccomp"])
+
+			// The anchor's pause runs unprivileged too (uid 65535, no
+			// capabilities, read-only root, RuntimeDefault seccomp).
+			stacktest.Eventually(t, time.Minute, func() (bool, string) {
+				pods, err := d.Kube.CoreV1().Pods(d.Namespace).List(context.Background(), metav1.ListOptions{LabelSelector: kube.LabelAnchorOf + "=" + s.opened.ID})
+				if err != nil || len(pods.Items) != 1 {
+					return false, fmt.Sprintf("anchor Pods: %v", err)
+				}
+				cs := status(&pods.Items[0], "pause")
+				return cs.State.Running != nil && cs.RestartCount == 0, fmt.Sprintf("anchor's pause: %s, %d restarts", stateOf(cs.State), cs.RestartCount)
+			})
 
 			wantDone, gotDone := s.expect([]check{
 				{"chown to another user (CHOWN)", "touch /tmp/f && chown nobody /tmp/f && stat -c %U /tmp/f", "nobody"},
