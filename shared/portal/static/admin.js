@@ -4,9 +4,9 @@
 // (capacity, recent reaper runs, sessions failing run after run),
 // GET /adminSessions (live sessions), GET /adminAlerts (guardian alerts);
 // and acts with POST /adminReapNow, POST /adminReapPreview (a dry run) and
-// POST /closeSession for a student (force-close, after a second click). Every text shown comes
-// from the server and is set with textContent, never as markup: alerts
-// carry what a workspace's user chose.
+// POST /closeSession for a student (force-close, after a second click).
+// Every text shown comes from the server and is set with textContent,
+// never as markup: alerts carry what a workspace's user chose.
 "use strict";
 
 (function () {
