@@ -78,6 +78,9 @@ type Options struct {
 	// KubeQPS and KubeBurst are LABKEEP_KUBE_QPS and LABKEEP_KUBE_BURST.
 	KubeQPS   float32
 	KubeBurst int
+	// GuardianWebhookURL is LABKEEP_GUARDIAN_WEBHOOK_URL (workspace Pods
+	// must reach it: an address on the node's bridge, not loopback).
+	GuardianWebhookURL string
 	// PoolSize is the database pool's pool_max_conns (10 if zero).
 	PoolSize int
 	// Log is the functions' logger (Logger() if nil).
@@ -240,6 +243,7 @@ func (o Options) config(cfg app.Config) app.Config {
 		cfg.KubeBurst = o.KubeBurst
 	}
 	cfg.ReapDryRun = o.DryRun
+	cfg.GuardianWebhookURL = o.GuardianWebhookURL
 	return cfg
 }
 

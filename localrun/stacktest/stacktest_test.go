@@ -77,6 +77,8 @@ func TestOptionsConfig(t *testing.T) {
 				c.MaxConcurrentVms, c.CapacityWait, c.ReapDryRun, c.ReapRunDeadline, c.DeadlineGrace = 3, time.Second, true, 5*time.Second, time.Minute
 			}},
 		{"client rate limits", Options{KubeQPS: 500, KubeBurst: 1000}, func(c *app.Config) { c.KubeQPS, c.KubeBurst = 500, 1000 }},
+		{"guardian's webhook", Options{GuardianWebhookURL: "http://10.217.0.1:8080/guardianAlert"},
+			func(c *app.Config) { c.GuardianWebhookURL = "http://10.217.0.1:8080/guardianAlert" }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
