@@ -29,6 +29,7 @@ import (
 	"labkeep/shared/reap"
 	"labkeep/shared/session"
 	"labkeep/shared/setting"
+	"labkeep/shared/terminal"
 )
 
 // EnvPrefix is the prefix of every setting: LABKEEP_ENV, LABKEEP_…
@@ -140,6 +141,8 @@ type Config struct {
 	ReapDownGrace     time.Duration `split_words:"true"`
 	// AdminStatusRuns is how many recent runs GET /adminStatus shows.
 	AdminStatusRuns int `split_words:"true"`
+	// Portal serves the student page under /portal/ (LABKEEP_PORTAL).
+	Portal bool `envconfig:"PORTAL"`
 	// GuardianWebhookURL, when set, is labkeep's POST /guardianAlert as
 	// the workspaces reach it: every workspace's guardian posts its alerts
 	// there with credentials of its own session (see AlertKey).
@@ -150,8 +153,6 @@ type Config struct {
 	GuardianAlertMaxText     int `split_words:"true"`
 	GuardianAlertMaxFields   int `split_words:"true"`
 	GuardianAlertsPerSession int `split_words:"true"`
-	// Portal serves the student page under /portal/ (LABKEEP_PORTAL).
-	Portal bool `envconfig:"PORTAL"`
 }
 
 // Defaults of the settings that belong to no package but the binaries.
@@ -424,8 +425,15 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 			return reaper.ReadStatus(ctx, store, cluster, cfg.AdminStatusRuns, cfg.MaxConcurrentVms)
 		},
 	}))
+	// The web terminal and cleanup button (WebSocket: on-prem only).
+	term, err := terminal.New(terminal.Options{Sessions: svc, Auth: auth, API: api, Kube: rc, Namespace: cfg.Namespace, Now: now, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	a.handler = term.Mount(a.handler)
 	if cfg.Portal {
 		a.Portal = portal.New()
+		a.Portal.Handle("terminal", terminal.Page())
 		a.handler = a.Portal.Mount(a.handler)
 	}
 	return a, nil

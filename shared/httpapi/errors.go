@@ -19,6 +19,9 @@ var (
 	ErrUnsupportedMedia = errors.New("unsupported_media_type")
 	ErrMethodNotAllowed = errors.New("method_not_allowed")
 	ErrNotFound         = errors.New("not_found")
+	// ErrBadGateway: a component labkeep called on the student's behalf
+	// (a workspace Pod's guardian) refused or failed.
+	ErrBadGateway = errors.New("bad_gateway")
 )
 
 // statusTable is the one place domain and HTTP errors get their status
@@ -35,6 +38,7 @@ var statusTable = []struct {
 	{ErrUnsupportedMedia, http.StatusUnsupportedMediaType},
 	{ErrMethodNotAllowed, http.StatusMethodNotAllowed},
 	{ErrNotFound, http.StatusNotFound},
+	{ErrBadGateway, http.StatusBadGateway},
 	{session.ErrUnknownLab, http.StatusBadRequest},
 	{session.ErrInvalidKey, http.StatusBadRequest},
 	{session.ErrSessionExists, http.StatusConflict},

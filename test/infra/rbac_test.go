@@ -3,6 +3,7 @@ package infra_test
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -19,6 +20,8 @@ import (
 // every environment's grading tokens and cloud-init — yet can do all the
 // session functions and the reaper do: create and delete cloud-init
 // Secrets by name, and list the six kinds the reaper's inventory reads.
+// The web terminal adds exactly: exec into Pods, a VMI's serial console,
+// and get of the one Secret labkeep-guardian by its name.
 func TestFunctionsCannotReadSecrets(t *testing.T) {
 	ctx := context.Background()
 	suffix := fmt.Sprintf("%d", time.Now().UnixNano()%1_000_000_000)
@@ -37,8 +40,11 @@ func TestFunctionsCannotReadSecrets(t *testing.T) {
 	applyInfra(t, place, "rbac.yaml")
 	user := "system:serviceaccount:" + place.Functions + ":" + infra.ServiceAccount
 	sar := schema.GroupVersionResource{Group: "authorization.k8s.io", Version: "v1", Resource: "subjectaccessreviews"}
+	// allowed asks for verb on resource, written resource[/subresource][@name].
 	allowed := func(t *testing.T, group, resource, verb string) bool {
 		t.Helper()
+		resource, name, _ := strings.Cut(resource, "@")
+		resource, sub, _ := strings.Cut(resource, "/")
 		review := &unstructured.Unstructured{Object: map[string]any{
 			"apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
 			"spec": map[string]any{
@@ -46,6 +52,7 @@ func TestFunctionsCannotReadSecrets(t *testing.T) {
 				"groups": []any{"system:serviceaccounts", "system:serviceaccounts:" + place.Functions, "system:authenticated"},
 				"resourceAttributes": map[string]any{
 					"namespace": place.Sessions, "group": group, "resource": resource, "verb": verb,
+					"subresource": sub, "name": name,
 				},
 			},
 		}}
@@ -76,6 +83,15 @@ func TestFunctionsCannotReadSecrets(t *testing.T) {
 		{"inventory lists NetworkPolicies", "networking.k8s.io", "networkpolicies", "list", true},
 		{"inventory lists Pods", "", "pods", "list", true},
 		{"deletes anchors (the GC takes their Secrets)", "batch", "jobs", "delete", true},
+		{"web terminal reads guardian's cleanup token by its one name", "", "secrets@labkeep-guardian", "get", true},
+		{"no get of another Secret by name", "", "secrets@lk-x-a-cloudinit", "get", false},
+		{"no list of guardian's Secret", "", "secrets@labkeep-guardian", "list", false},
+		{"web terminal execs into workspace containers (SPDY)", "", "pods/exec", "create", true},
+		{"web terminal execs into workspace containers (WebSocket)", "", "pods/exec", "get", true},
+		{"no attach to a Pod's main process", "", "pods/attach", "create", false},
+		{"no proxy into Pods", "", "pods/proxy", "create", false},
+		{"web terminal opens a VMI's serial console", "subresources.kubevirt.io", "virtualmachineinstances/console", "get", true},
+		{"no VNC into a VMI", "subresources.kubevirt.io", "virtualmachineinstances/vnc", "get", false},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -1,0 +1,302 @@
+// Package terminal is the student's last way back into a lab when SSH
+// fails: a web terminal that reaches the node through the Kubernetes API —
+// pods/exec into a workspace Pod's container (kubelet → container runtime),
+// or the serial console of a KubeVirt VMI — without sshd, and a one-click
+// cleanup that asks the workspace Pod's guardian to kill every unprotected
+// process (its POST /cleanup).
+//
+// The rule of both: a student reaches only their own running session.
+// Ownership is session.Service.Get's (a session id of another student's is
+// no session of theirs); anything that is not the caller's running session
+// is refused with 403 forbidden before anything reaches the cluster.
+//
+// Endpoints (mounted under /terminal/ next to the session functions):
+//
+//	GET  /terminal/connect?session=ID[&node=NAME]   WebSocket
+//	POST /terminal/cleanup  {"session":"ID"}        Authorization: Bearer JWT
+//
+// A browser cannot set an Authorization header on a WebSocket, and a
+// cookie would make the WebSocket forgeable from another site (cross-site
+// WebSocket hijacking). So the portal's token travels in the first
+// WebSocket message, {"token":"<JWT>"}, never in the URL (which proxies
+// log), and the upgrade is refused unless its Origin is the server's own
+// (same host) — a page elsewhere can neither open the socket nor knows the
+// token. A client that is not a browser may send the Authorization header
+// with the upgrade instead; it is then checked before the upgrade and a
+// refusal is an ordinary HTTP error. After the upgrade a refusal is a close
+// with code 4000 + the HTTP status (4401, 4403, 4404, 4409) and the error
+// code and message as reason.
+//
+// On the socket, binary messages are terminal bytes both ways (the client's
+// are the terminal's input); text messages are JSON control messages: the
+// client sends {"type":"resize","cols":C,"rows":R}, the server sends
+// {"type":"connected",...} once the exec (or console) stream is up and
+// {"type":"exit",...} when it ends. Each WebSocket runs one exec: a
+// reconnect opens a new shell (the old one ended with its socket, as an SSH
+// login does); the serial console of a VM is one device, so a reconnect
+// finds it as the last connection left it.
+//
+// The terminal holds a connection open for as long as the student types, so
+// it is served only where a process can hold one (the on-prem server), not
+// from AWS Lambda or Google Cloud Functions (see infra/README.md).
+package terminal
+
+import (
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"net/url"
+	"strings"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"labkeep/shared/httpapi"
+	"labkeep/shared/labs"
+	"labkeep/shared/session"
+)
+
+// Defaults of Options.
+const (
+	// DefaultAuthTimeout is how long a new WebSocket may take to send its
+	// token before it is closed.
+	DefaultAuthTimeout = 10 * time.Second
+	// DefaultCleanupTimeout bounds a call to guardian's /cleanup, which
+	// freezes, kills and thaws in rounds until nothing unprotected is left.
+	DefaultCleanupTimeout = 30 * time.Second
+)
+
+// Options configure a Handler.
+type Options struct {
+	// Sessions decides whose session is whose (Service.Get).
+	Sessions *session.Service
+	// Auth verifies the portal's tokens, as the session functions do.
+	Auth *httpapi.Authenticator
+	// API writes errors through the one status table.
+	API *httpapi.API
+	// Kube is the functions' own credentials (their ServiceAccount): it
+	// needs pods/exec and, for VM labs, virtualmachineinstances/console in
+	// the sessions namespace, and get on the Secret GuardianSecret there.
+	Kube *rest.Config
+	// Namespace is the sessions namespace.
+	Namespace string
+	// Now is the clock (the Service's).
+	Now func() time.Time
+	Log *slog.Logger
+	// AuthTimeout and CleanupTimeout default to DefaultAuthTimeout and
+	// DefaultCleanupTimeout.
+	AuthTimeout, CleanupTimeout time.Duration
+}
+
+// Handler serves the terminal and cleanup endpoints.
+type Handler struct {
+	o        Options
+	kube     kubernetes.Interface
+	guardian *Guardian
+	mux      *http.ServeMux
+}
+
+// New returns the Handler.
+func New(o Options) (*Handler, error) {
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	if o.AuthTimeout <= 0 {
+		o.AuthTimeout = DefaultAuthTimeout
+	}
+	if o.CleanupTimeout <= 0 {
+		o.CleanupTimeout = DefaultCleanupTimeout
+	}
+	// The terminal's clients leave out Kube's WrapTransport (the local
+	// stack's fault injection and request counting): it wraps one
+	// transport, and each exec's upgrade builds a transport of its own.
+	o.Kube = rest.CopyConfig(o.Kube)
+	o.Kube.WrapTransport = nil
+	kc, err := kubernetes.NewForConfig(o.Kube)
+	if err != nil {
+		return nil, err
+	}
+	h := &Handler{o: o, kube: kc, guardian: &Guardian{Kube: kc, Namespace: o.Namespace, Timeout: o.CleanupTimeout}}
+	h.mux = http.NewServeMux()
+	h.mux.HandleFunc("GET /terminal/connect", h.connect)
+	h.mux.HandleFunc("POST /terminal/cleanup", h.cleanup)
+	h.mux.HandleFunc("/terminal/", func(w http.ResponseWriter, r *http.Request) {
+		h.o.API.WriteError(w, r, fmt.Errorf("%w: no endpoint %s %s (GET /terminal/connect, POST /terminal/cleanup)", httpapi.ErrNotFound, r.Method, r.URL.Path))
+	})
+	return h, nil
+}
+
+// ServeHTTP implements http.Handler.
+func (h *Handler) ServeHTTP(w http.ResponseWriter, r *http.Request) { h.mux.ServeHTTP(w, r) }
+
+// Mount serves /terminal/ with h and every other path with next.
+func (h *Handler) Mount(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if strings.HasPrefix(r.URL.Path, "/terminal/") {
+			h.ServeHTTP(w, r)
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// Target is the node of a student's own running session a terminal
+// reaches.
+type Target struct {
+	Session session.Session
+	Node    session.Node
+	// Object is the node's Pod (pod labs) or VMI (VM labs).
+	Object string
+}
+
+// Reach returns the node named node (the first one if empty) of the
+// student's session id, if it is theirs and running at now. Every other
+// case — no such session, another student's, ended, still provisioning,
+// no such node — is a refusal that says which, wrapped in
+// httpapi.ErrForbidden, ErrBadRequest or session.ErrNotRunning.
+func Reach(ctx context.Context, svc *session.Service, now time.Time, student, id, node string) (Target, error) {
+	if id == "" {
+		return Target{}, fmt.Errorf("%w: the session id is required", httpapi.ErrBadRequest)
+	}
+	sess, err := svc.Get(ctx, student, id)
+	if errors.Is(err, session.ErrNoSession) {
+		return Target{}, fmt.Errorf("%w: session %s is not a session of yours", httpapi.ErrForbidden, id)
+	}
+	if err != nil {
+		return Target{}, err
+	}
+	switch st := sess.StatusAt(now); {
+	case !st.Live():
+		return Target{}, fmt.Errorf("%w: session %s has ended (%s)", httpapi.ErrForbidden, id, st)
+	case st != session.StatusRunning:
+		return Target{}, fmt.Errorf("%w: session %s is %s; its terminal opens once it is running", session.ErrNotRunning, id, st)
+	}
+	for _, n := range sess.Nodes {
+		if node == "" || n.Name == node {
+			return Target{Session: sess, Node: n, Object: session.NodeName(sess.ID, n.Name)}, nil
+		}
+	}
+	return Target{}, fmt.Errorf("%w: session %s has no node %q", httpapi.ErrBadRequest, id, node)
+}
+
+// cleanupRequest is the body of POST /terminal/cleanup.
+type cleanupRequest struct {
+	Session string `json:"session"`
+}
+
+// CleanupReport is what POST /terminal/cleanup answers: guardian's report
+// of the processes it killed in the workspace.
+type CleanupReport struct {
+	Session string `json:"session"`
+	// Killed are the PIDs guardian killed (as guardian sees them, in the
+	// Pod's PID namespace).
+	Killed []int `json:"killed"`
+	// Failed counts processes that could not be killed.
+	Failed int `json:"failed"`
+	// Note says why the cleanup may be incomplete.
+	Note string `json:"note,omitempty"`
+}
+
+func (h *Handler) cleanup(w http.ResponseWriter, r *http.Request) {
+	p, err := h.o.Auth.Authenticate(r)
+	if err != nil {
+		h.o.API.WriteError(w, r, err)
+		return
+	}
+	var req cleanupRequest
+	if err := decode(w, r, &req); err != nil {
+		h.o.API.WriteError(w, r, err)
+		return
+	}
+	t, err := Reach(r.Context(), h.o.Sessions, h.o.Now(), p.Subject, req.Session, "")
+	if err == nil && t.Session.Kind != labs.KindPod {
+		err = fmt.Errorf("%w: cleanup is for workspace Pod labs; session %s is a %s lab, with no guardian", httpapi.ErrBadRequest, t.Session.ID, t.Session.Kind)
+	}
+	if err != nil {
+		h.o.API.WriteError(w, r, err)
+		return
+	}
+	res, err := h.guardian.Cleanup(r.Context(), t.Object)
+	if err != nil {
+		h.o.Log.Warn("cleanup failed", "session", t.Session.ID, "err", err)
+		h.o.API.WriteError(w, r, err)
+		return
+	}
+	res.Session = t.Session.ID
+	h.o.Log.Info("cleanup", "session", t.Session.ID, "student", p.Subject, "killed", len(res.Killed), "failed", res.Failed)
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	_ = json.NewEncoder(w).Encode(res)
+}
+
+// maxBody bounds the cleanup request (one session id).
+const maxBody = 4 << 10
+
+// decode reads the cleanup request: application/json, one object, no
+// unknown fields.
+func decode(w http.ResponseWriter, r *http.Request, v any) error {
+	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
+		return fmt.Errorf("%w: Content-Type must be application/json, got %q", httpapi.ErrUnsupportedMedia, ct)
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(v); err != nil {
+		return fmt.Errorf("%w: invalid JSON body: %v", httpapi.ErrBadRequest, err)
+	}
+	return nil
+}
+
+// checkOrigin refuses a request whose Origin is not the server's own host:
+// a browser always sends Origin with a WebSocket upgrade, so a page of
+// another site cannot open the terminal in the student's name. A request
+// without Origin is not from a browser page and carries its own
+// credentials.
+func checkOrigin(r *http.Request) error {
+	origin := r.Header.Get("Origin")
+	if origin == "" {
+		return nil
+	}
+	u, err := url.Parse(origin)
+	if err != nil || u.Host == "" {
+		return fmt.Errorf("%w: Origin %q is not a URL with a host", httpapi.ErrForbidden, origin)
+	}
+	if !strings.EqualFold(u.Host, r.Host) {
+		return fmt.Errorf("%w: Origin %s is not this server's (%s)", httpapi.ErrForbidden, u.Host, r.Host)
+	}
+	return nil
+}
+
+//go:embed page.html
+var page []byte
+
+// PageSecurityPolicy is the terminal page's Content-Security-Policy: the
+// portal's (shared/portal) but for inline styles, because xterm.js
+// writes its measurements and colours into <style> elements it creates.
+// Scripts stay this origin's files only, so an injected style can restyle
+// the page but run nothing, and the page renders no markup it did not
+// write (terminal output is drawn by xterm.js, never parsed as HTML).
+const PageSecurityPolicy = "default-src 'none'; script-src 'self'; style-src 'self' 'unsafe-inline'; img-src 'self' data:; " +
+	"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'"
+
+// Page serves the terminal page (mounted by the portal at
+// /portal/terminal?session=ID, behind its security headers): its script
+// (terminal-page.js) reads the session from the query and the token from
+// the tab's sessionStorage, where the portal keeps it. It replaces the
+// portal's policy with PageSecurityPolicy.
+func Page() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method != http.MethodGet && r.Method != http.MethodHead {
+			w.Header().Set("Allow", "GET, HEAD")
+			http.Error(w, "method not allowed", http.StatusMethodNotAllowed)
+			return
+		}
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Content-Security-Policy", PageSecurityPolicy)
+		_, _ = w.Write(page)
+	})
+}
