@@ -29,7 +29,6 @@ import (
 	"labkeep/shared/reap"
 	"labkeep/shared/session"
 	"labkeep/shared/setting"
-	"labkeep/shared/terminal"
 )
 
 // EnvPrefix is the prefix of every setting: LABKEEP_ENV, LABKEEP_…
@@ -139,10 +138,15 @@ type Config struct {
 	// ReapDownGrace: one whose VM or Pod is reported down, after this long.
 	ReapAbsentConfirm time.Duration `split_words:"true"`
 	ReapDownGrace     time.Duration `split_words:"true"`
+	// DBMaxConns is the main database pool's size, the connections student
+	// calls use (0: the DSN's pool_max_conns, or pgxpool's default, the
+	// larger of 4 and the number of CPUs). ReapDBConns is the reaper's own
+	// pool on the same database, so a run can never take the connections
+	// student calls need.
+	DBMaxConns  int `envconfig:"DB_MAX_CONNS"`
+	ReapDBConns int `envconfig:"REAP_DB_CONNS"`
 	// AdminStatusRuns is how many recent runs GET /adminStatus shows.
 	AdminStatusRuns int `split_words:"true"`
-	// Portal serves the student page under /portal/ (LABKEEP_PORTAL).
-	Portal bool `envconfig:"PORTAL"`
 	// GuardianWebhookURL, when set, is labkeep's POST /guardianAlert as
 	// the workspaces reach it: every workspace's guardian posts its alerts
 	// there with credentials of its own session (see AlertKey).
@@ -153,6 +157,8 @@ type Config struct {
 	GuardianAlertMaxText     int `split_words:"true"`
 	GuardianAlertMaxFields   int `split_words:"true"`
 	GuardianAlertsPerSession int `split_words:"true"`
+	// Portal serves the student page under /portal/ (LABKEEP_PORTAL).
+	Portal bool `envconfig:"PORTAL"`
 }
 
 // Defaults of the settings that belong to no package but the binaries.
@@ -160,6 +166,7 @@ const (
 	DefaultLabsFile        = "/etc/labkeep/labs.yaml"
 	DefaultHTTPAddr        = ":8080"
 	DefaultAdminStatusRuns = 20
+	DefaultReapDBConns     = 4
 )
 
 // DefaultConfig is every setting at its default, composed from the owning
@@ -177,7 +184,7 @@ func DefaultConfig() Config {
 		JWTMaxLifetime: tok.MaxLifetime, JWTLeeway: tok.Leeway, Portal: portal.DefaultEnabled,
 		KubeQPS: k.QPS, KubeBurst: k.Burst, ReapWorkers: r.Workers, AdminStatusRuns: DefaultAdminStatusRuns,
 		ReapRetention: r.Retention, ReapRetentionBatch: r.RetentionBatch,
-		ReapAbsentConfirm: r.AbsentConfirm, ReapDownGrace: r.DownGrace,
+		ReapAbsentConfirm: r.AbsentConfirm, ReapDownGrace: r.DownGrace, ReapDBConns: DefaultReapDBConns,
 		SSHSourceCIDRs: k.SSHSourceCIDRs, EgressBlockedCIDRs: k.EgressBlockedCIDRs,
 		GuardianAlertMaxText: al.MaxText, GuardianAlertMaxFields: al.MaxFields, GuardianAlertsPerSession: al.PerSession,
 	}
@@ -319,6 +326,12 @@ func (c Config) Validate() error {
 	if c.AdminStatusRuns < 1 {
 		bad("ADMIN_STATUS_RUNS", "must be at least 1, got %d", c.AdminStatusRuns)
 	}
+	if c.DBMaxConns < 0 {
+		bad("DB_MAX_CONNS", "must not be negative (0: the DSN's or pgxpool's default), got %d", c.DBMaxConns)
+	}
+	if c.ReapDBConns < 1 {
+		bad("REAP_DB_CONNS", "must be at least 1, got %d", c.ReapDBConns)
+	}
 	if c.CapacityWait >= c.ReapProvisionGrace {
 		bad("CAPACITY_WAIT", "%s must be below LABKEEP_REAP_PROVISION_GRACE %s, or the reaper fails opens still queued for capacity", c.CapacityWait, c.ReapProvisionGrace)
 	}
@@ -336,6 +349,9 @@ type App struct {
 	API *httpapi.API
 	// Reaper is reapTick and adminReapNow.
 	Reaper *reap.Reaper
+	// ReapStore is the reaper's store: Store's database on a pool of its
+	// own (LABKEEP_REAP_DB_CONNS).
+	ReapStore *pgstore.PG
 	// Metrics is the registry behind /metrics.
 	Metrics *prometheus.Registry
 	// Kube is the rest config used, for other adapters.
@@ -394,9 +410,14 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
-	store, err := pgstore.Open(ctx, cfg.DatabaseURL, cfg.Env)
+	store, err := pgstore.Open(ctx, cfg.DatabaseURL, cfg.Env, pgstore.MaxConns(cfg.DBMaxConns))
 	if err != nil {
 		return nil, fmt.Errorf("%s_DATABASE_URL: %w", EnvPrefix, err)
+	}
+	reapStore, err := store.WithPool(ctx, cfg.ReapDBConns)
+	if err != nil {
+		store.Close()
+		return nil, fmt.Errorf("%s_REAP_DB_CONNS: %w", EnvPrefix, err)
 	}
 	svc := &session.Service{
 		Store: store, Cluster: cluster, Labs: catalog, Policy: cfg.Policy(),
@@ -409,10 +430,10 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reaper := &reap.Reaper{
-		Store: store, Cluster: cluster, Now: now, Log: log, Metrics: reap.NewMetrics(reg),
+		Store: reapStore, Cluster: cluster, Now: now, Log: log, Metrics: reap.NewMetrics(reg),
 		Config: cfg.Reap(),
 	}
-	a := &App{Config: cfg, Store: store, Cluster: cluster, Labs: catalog, Sessions: svc, API: api, Kube: rc, Reaper: reaper, Metrics: reg}
+	a := &App{Config: cfg, Store: store, Cluster: cluster, Labs: catalog, Sessions: svc, API: api, Kube: rc, Reaper: reaper, Metrics: reg, ReapStore: reapStore}
 	// The preview is the same reaper deleting nothing; its run is
 	// recorded as a dry run.
 	preview := *reaper
@@ -425,15 +446,8 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 			return reaper.ReadStatus(ctx, store, cluster, cfg.AdminStatusRuns, cfg.MaxConcurrentVms)
 		},
 	}))
-	// The web terminal and cleanup button (WebSocket: on-prem only).
-	term, err := terminal.New(terminal.Options{Sessions: svc, Auth: auth, API: api, Kube: rc, Namespace: cfg.Namespace, Now: now, Log: log})
-	if err != nil {
-		return nil, err
-	}
-	a.handler = term.Mount(a.handler)
 	if cfg.Portal {
 		a.Portal = portal.New()
-		a.Portal.Handle("terminal", terminal.Page())
 		a.handler = a.Portal.Mount(a.handler)
 	}
 	return a, nil
@@ -443,8 +457,11 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 // endpoints and the reaper's.
 func (a *App) Handler() http.Handler { return a.handler }
 
-// Close releases the database pool.
-func (a *App) Close() { a.Store.Close() }
+// Close releases the database pools.
+func (a *App) Close() {
+	a.ReapStore.ClosePool()
+	a.Store.Close()
+}
 
 // restConfig loads the cluster credentials.
 func restConfig(kubeconfig string) (*rest.Config, error) {

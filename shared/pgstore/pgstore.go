@@ -61,13 +61,16 @@ var ErrOtherEnvironment = errors.New("database belongs to another environment")
 // environment there, and every later Open with another environment fails
 // with ErrOtherEnvironment, naming both — one environment's reaper would
 // otherwise take the other's sessions for ghosts. Close the store when done.
-func Open(ctx context.Context, dsn, env string) (*PG, error) {
+func Open(ctx context.Context, dsn, env string, opts ...Option) (*PG, error) {
 	if env == "" {
 		return nil, errors.New("database: the environment is required (the one recorded in the database)")
 	}
 	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		return nil, fmt.Errorf("database url: %w", err)
+	}
+	for _, o := range opts {
+		o(cfg)
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {

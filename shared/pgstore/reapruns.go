@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"labkeep/shared/reap"
+	"labkeep/shared/session"
 )
 
 // RecordRun implements reap.Store: it stores a finished run and returns its id.
@@ -111,4 +112,28 @@ func (p *PG) SaveSuspects(ctx context.Context, s []reap.Suspect) error {
 		return fmt.Errorf("storing reaper suspects: %w", err)
 	}
 	return nil
+}
+
+// Claim implements reap.Store: in one short transaction it re-reads the
+// row FOR UPDATE and, if it is live and due, moves expires_at back by one
+// microsecond (PostgreSQL's resolution). Extend's compare-and-set on the
+// expiry it read then fails, and the Service re-reads a session that is
+// over. The expiry moves earlier, never later: an expired row stays
+// expired, and a row that was not due is not touched.
+func (p *PG) Claim(ctx context.Context, id string, due func(session.Session) bool) (s session.Session, ok bool, err error) {
+	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+		if s, err = lockRow(ctx, tx, id, "FOR UPDATE"); err != nil {
+			return err
+		}
+		if !s.Status.Live() || !due(s) {
+			return nil
+		}
+		if s, err = one(tx.Query(ctx, `UPDATE sessions SET expires_at = expires_at - interval '1 microsecond'
+			WHERE id = $1 RETURNING `+columns, id)); err != nil {
+			return err
+		}
+		ok = true
+		return nil
+	})
+	return s, ok, err
 }
