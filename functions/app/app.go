@@ -99,6 +99,9 @@ type Config struct {
 	SSHSourceCIDRs     []string `envconfig:"SSH_SOURCE_CIDRS"`
 	EgressBlockedCIDRs []string `envconfig:"EGRESS_BLOCKED_CIDRS"`
 	// RetryAfter is sent with 503 no_capacity.
+	// PlatformNamespace is the functions' own namespace, whose Pods may
+	// call guardian's API in workspace Pods (see kube.Config).
+	PlatformNamespace string `split_words:"true"`
 	RetryAfter time.Duration `split_words:"true"`
 	// SchedulerToken authenticates reapTick calls; platform shims send it
 	// with scheduled events. Required: without it no scheduled run could
@@ -184,8 +187,8 @@ func DefaultConfig() Config {
 		JWTMaxLifetime: tok.MaxLifetime, JWTLeeway: tok.Leeway, Portal: portal.DefaultEnabled,
 		KubeQPS: k.QPS, KubeBurst: k.Burst, ReapWorkers: r.Workers, AdminStatusRuns: DefaultAdminStatusRuns,
 		ReapRetention: r.Retention, ReapRetentionBatch: r.RetentionBatch,
-		ReapAbsentConfirm: r.AbsentConfirm, ReapDownGrace: r.DownGrace, ReapDBConns: DefaultReapDBConns,
-		SSHSourceCIDRs: k.SSHSourceCIDRs, EgressBlockedCIDRs: k.EgressBlockedCIDRs,
+		ReapAbsentConfirm: r.AbsentConfirm, ReapDownGrace: r.DownGrace,
+		SSHSourceCIDRs: k.SSHSourceCIDRs, EgressBlockedCIDRs: k.EgressBlockedCIDRs, PlatformNamespace: k.PlatformNamespace,
 		GuardianAlertMaxText: al.MaxText, GuardianAlertMaxFields: al.MaxFields, GuardianAlertsPerSession: al.PerSession,
 	}
 }
@@ -203,7 +206,7 @@ func (c Config) Kube() (kube.Config, error) {
 		AnchorImage: c.AnchorImage, AnchorBackoffLimit: c.AnchorBackoffLimit, AnchorCompletions: c.AnchorCompletions,
 		GuardianImage: c.GuardianImage, PlatformSSHKeys: c.PlatformSSHKeys, CallTimeout: c.KubeTimeout,
 		QPS: c.KubeQPS, Burst: c.KubeBurst, SSHSourceCIDRs: c.SSHSourceCIDRs, EgressBlockedCIDRs: c.EgressBlockedCIDRs,
-		GuardianWebhookURL: c.GuardianWebhookURL, GuardianAlertKey: c.AlertKey(),
+		GuardianWebhookURL: c.GuardianWebhookURL, GuardianAlertKey: c.AlertKey(), PlatformNamespace: c.PlatformNamespace,
 	}
 	if c.WorkspacePodFile != "" {
 		data, err := os.ReadFile(c.WorkspacePodFile)

@@ -11,13 +11,6 @@ import (
 	"labkeep/shared/session"
 )
 
-// ErrNotOurs marks a delete refused because the object is not this
-// environment's (its labkeep.io/env is another's, or missing) or not the
-// session's it was deleted for. The object is left as it was; the refusal
-// is an error, never counted as deleted, so the reaper reports it as a
-// failure run after run until someone looks.
-var ErrNotOurs = errors.New("refused to delete")
-
 // deleteAttempts bounds how often one delete reads the object again after
 // it changed between the read and the delete (a Pod's or VM's status moves
 // its resourceVersion).
@@ -29,7 +22,7 @@ const deleteAttempts = 5
 // propagation so the garbage collector also removes anything it owns that
 // a name did not reach (e.g. DataVolumes). Each object is deleted only if
 // it carries this environment's labkeep.io/env and s's labkeep.io/session
-// (see Delete); a refusal is an ErrNotOurs error. Objects already gone
+// (see Delete); a refusal is a session.ErrNotOurs error. Objects already gone
 // count as deleted; every delete is tried even if an earlier one failed.
 //
 // Cloud-init Secrets are never deleted by name: the functions may not read
@@ -53,7 +46,7 @@ func (c *Cluster) Teardown(ctx context.Context, s session.Session) error {
 // Delete implements reap.Cluster for the reaper's orphans: it removes one
 // object only if it carries this environment's labkeep.io/env and a
 // labkeep.io/session whose objects its name is one of; otherwise it
-// refuses with ErrNotOurs. An object already gone (or, with a UID, one
+// refuses with session.ErrNotOurs. An object already gone (or, with a UID, one
 // replaced by a newer object of the same name) counts as deleted. The
 // anchor is deleted with background propagation so the garbage collector
 // removes what it owns.
@@ -106,17 +99,17 @@ func (c *Cluster) owns(r session.ObjectRef, m metav1.Object, sessionID string) e
 	l := m.GetLabels()
 	if env := l[LabelEnv]; env != c.cfg.Env {
 		return fmt.Errorf("%w %s: it belongs to environment %q (%s), not to this labkeep's environment %q",
-			ErrNotOurs, r, env, LabelEnv, c.cfg.Env)
+			session.ErrNotOurs, r, env, LabelEnv, c.cfg.Env)
 	}
 	got := l[LabelSession]
 	if sessionID == "" {
 		if got == "" || !namedFor(r.Name, got) {
-			return fmt.Errorf("%w %s: its %s %q is not the session its name belongs to", ErrNotOurs, r, LabelSession, got)
+			return fmt.Errorf("%w %s: its %s %q is not the session its name belongs to", session.ErrNotOurs, r, LabelSession, got)
 		}
 		return nil
 	}
 	if got != sessionID {
-		return fmt.Errorf("%w %s: it belongs to session %q (%s), not to session %q", ErrNotOurs, r, got, LabelSession, sessionID)
+		return fmt.Errorf("%w %s: it belongs to session %q (%s), not to session %q", session.ErrNotOurs, r, got, LabelSession, sessionID)
 	}
 	return nil
 }

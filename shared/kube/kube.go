@@ -26,6 +26,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 	"kubevirt.io/client-go/kubevirt"
 
+	"labkeep/infra"
 	"labkeep/shared/alerts"
 	"labkeep/shared/labs"
 	"labkeep/shared/reap"
@@ -88,6 +89,10 @@ type Config struct {
 	// the cloud metadata service, fe80::/10) are always blocked besides.
 	// Everything else is the internet, which labs may reach.
 	EgressBlockedCIDRs []string
+	// PlatformNamespace is the namespace labkeep's functions run in: its
+	// Pods may reach guardian's API port of a workspace Pod (the terminal's
+	// cleanup button) and nothing else of a lab. Empty: no Pod may.
+	PlatformNamespace string
 	// CallTimeout bounds every single API call.
 	CallTimeout time.Duration
 	// QPS and Burst are the client-side rate limits towards the API server
@@ -111,6 +116,7 @@ func DefaultConfig() Config {
 		// The private and shared ranges clusters take their Pod, Service
 		// and node addresses from (RFC 1918, RFC 6598, IPv6 ULA).
 		EgressBlockedCIDRs: []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"},
+		PlatformNamespace:  infra.FunctionsNamespace,
 		CallTimeout:        10 * time.Second,
 		QPS:                50,
 		Burst:              100,
@@ -168,6 +174,9 @@ func (c Config) validate() (*corev1.Pod, error) {
 	pod, err := ParseWorkspacePod(c.WorkspacePod)
 	if err != nil {
 		bad("WorkspacePod", "%v", err)
+	}
+	if msgs := validation.IsDNS1123Label(c.PlatformNamespace); c.PlatformNamespace != "" && len(msgs) > 0 {
+		bad("PlatformNamespace", "%q is not a valid namespace name", c.PlatformNamespace)
 	}
 	if len(c.SSHSourceCIDRs) == 0 {
 		bad("SSHSourceCIDRs", "must name at least one range, or no student could reach a lab")

@@ -313,11 +313,13 @@ func (b builder) service(anchor *batchv1.Job) *corev1.Service {
 //   - out: DNS (53 UDP and TCP) to any resolver, and anything outside the
 //     blocked ranges (egressBlocked): the internet, never the cluster's
 //     Pods, Services, nodes or a cloud's metadata service;
+//   - in, for a Pod lab: guardian's API port from the Pods of
+//     cfg.PlatformNamespace (the functions' cleanup call);
 //   - for a multi-node lab, anything to and from the session's own nodes.
 //
 // Connections from the Pod's own node (the kubelet's probes) are allowed
-// by NetworkPolicy's own rules; every other port (guardian's API among
-// them) is closed to the rest of the cluster.
+// by NetworkPolicy's own rules; every other port (guardian's API too, for
+// everyone but the platform) is closed to the rest of the cluster.
 func (b builder) networkPolicy(anchor *batchv1.Job) *networkingv1.NetworkPolicy {
 	sel := map[string]string{LabelSession: b.sess.ID, LabelEnv: b.cfg.Env}
 	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
@@ -335,6 +337,14 @@ func (b builder) networkPolicy(anchor *batchv1.Job) *networkingv1.NetworkPolicy 
 			{To: ipBlocks(everywhere, blocked)},
 		},
 	}
+	if b.lab.Kind == labs.KindPod && b.cfg.PlatformNamespace != "" {
+		guardian := intstr.FromString(GuardianAPIPort)
+		spec.Ingress = append(spec.Ingress, networkingv1.NetworkPolicyIngressRule{
+			From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{corev1.LabelMetadataName: b.cfg.PlatformNamespace}}}},
+			Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &guardian}},
+		})
+	}
 	if b.multiNode() {
 		self := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: sel}}}
 		spec.Ingress = append(spec.Ingress, networkingv1.NetworkPolicyIngressRule{From: self})
@@ -345,6 +355,11 @@ func (b builder) networkPolicy(anchor *batchv1.Job) *networkingv1.NetworkPolicy 
 		Spec:       spec,
 	}
 }
+
+// GuardianAPIPort is the name of guardian's API port in the workspace Pod
+// definition; a session's NetworkPolicy opens it to the platform's
+// namespace only, by this name.
+const GuardianAPIPort = "guardian-api"
 
 // everywhere is every IPv4 and IPv6 address.
 var everywhere = []string{"0.0.0.0/0", "::/0"}

@@ -234,6 +234,7 @@ func TestNewValidatesSettings(t *testing.T) {
 		"negative backoff":          func(c *Config) { c.AnchorBackoffLimit = -1 },
 		"negative completions":      func(c *Config) { c.AnchorCompletions = -1 },
 		"no SSH source":             func(c *Config) { c.SSHSourceCIDRs = nil },
+		"bad platform namespace":    func(c *Config) { c.PlatformNamespace = "Not_A_Namespace" },
 		"SSH source not a CIDR":     func(c *Config) { c.SSHSourceCIDRs = []string{"203.0.113.7"} },
 		"blocked CIDR with host bits": func(c *Config) {
 			c.EgressBlockedCIDRs = []string{"10.1.2.3/8"}
@@ -379,7 +380,8 @@ func hasEnv(env []corev1.EnvVar, name, value string) bool {
 }
 
 // Every session's NetworkPolicy lets in only SSH on the lab's port from
-// the SSH sources (minus the blocked ranges inside them), lets out only
+// the SSH sources (minus the blocked ranges inside them) and, to a
+// workspace Pod, guardian's API from the platform's namespace; lets out only
 // DNS and the internet (never a blocked or link-local range), and, for a
 // multi-node lab only, anything between the session's own nodes.
 func TestNetworkPolicy(t *testing.T) {
@@ -399,13 +401,24 @@ func TestNetworkPolicy(t *testing.T) {
 		return networkingv1.NetworkPolicyIngressRule{From: from, Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: port(p)}}}
 	}
 	both := []networkingv1.PolicyType{networkingv1.PolicyTypeIngress, networkingv1.PolicyTypeEgress}
+	guardian := func(ns string) networkingv1.NetworkPolicyIngressRule {
+		return networkingv1.NetworkPolicyIngressRule{
+			From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}}},
+			Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &intstr.IntOrString{Type: intstr.String, StrVal: "guardian-api"}}},
+		}
+	}
 	tests := []struct {
 		name string
 		lab  string
 		cfg  func(*Config)
 		want networkingv1.NetworkPolicySpec
 	}{
-		{"pod lab: SSH in on the lab's port, DNS and the internet out", "shell", nil, networkingv1.NetworkPolicySpec{
+		{"pod lab: SSH in on the lab's port, guardian's API from the platform only, DNS and the internet out", "shell", nil, networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: sel}, PolicyTypes: both,
+			Ingress: []networkingv1.NetworkPolicyIngressRule{ssh(2222, defaultSources...), guardian("labkeep")},
+			Egress:  []networkingv1.NetworkPolicyEgressRule{dns, internet},
+		}},
+		{"pod lab without a platform namespace: guardian's API closed to every Pod", "shell", func(c *Config) { c.PlatformNamespace = "" }, networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: sel}, PolicyTypes: both,
 			Ingress: []networkingv1.NetworkPolicyIngressRule{ssh(2222, defaultSources...)},
 			Egress:  []networkingv1.NetworkPolicyEgressRule{dns, internet},
@@ -426,7 +439,7 @@ func TestNetworkPolicy(t *testing.T) {
 		}, networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: sel}, PolicyTypes: both,
 			Ingress: []networkingv1.NetworkPolicyIngressRule{ssh(2222,
-				block("10.20.0.0/16"), block("198.51.100.0/24", "198.51.100.128/25"), block("10.0.0.0/8"))},
+				block("10.20.0.0/16"), block("198.51.100.0/24", "198.51.100.128/25"), block("10.0.0.0/8")), guardian("labkeep")},
 			Egress: []networkingv1.NetworkPolicyEgressRule{dns, {To: []networkingv1.NetworkPolicyPeer{
 				block("0.0.0.0/0", "169.254.0.0/16", "10.0.0.0/8", "198.51.100.128/25"), block("::/0", "fe80::/10")}}},
 		}},
@@ -490,5 +503,22 @@ func TestNetworkPolicySelectsTheSessionsNodes(t *testing.T) {
 				t.Errorf("selector %s matches %v = %v, want %v", sel, tc.labels(b), got, tc.want)
 			}
 		})
+	}
+}
+
+// The port a Pod lab's policy opens to the platform by name is guardian's
+// API port in the workspace Pod, and only guardian's.
+func TestGuardianAPIPortIsGuardians(t *testing.T) {
+	pod := mustWorkspace(t, testBuilder(t, "shell"), &batchv1.Job{})
+	var owners []string
+	for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
+		for _, p := range c.Ports {
+			if p.Name == GuardianAPIPort {
+				owners = append(owners, c.Name)
+			}
+		}
+	}
+	if diff := cmp.Diff([]string{"guardian"}, owners); diff != "" {
+		t.Errorf("containers with port %q (-want +got):\n%s", GuardianAPIPort, diff)
 	}
 }

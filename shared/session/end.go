@@ -135,6 +135,15 @@ type Ending struct {
 // still finished if ended is true.
 var ErrTeardown = errors.New("deleting session resources")
 
+// ErrNotOurs marks a delete the Cluster refused because the object is not
+// labelled with this environment, or not with the session it was deleted
+// for; the object is left as it was. End never marks a row final after a
+// refusal, not even with EvenIfTeardownFails: the row may be another
+// environment's (a database shared by mistake), whose reaper would then
+// take that session's running objects for orphans. The refusal is
+// reported on every attempt until someone looks.
+var ErrNotOurs = errors.New("refused to delete")
+
 // End is the one way a session ends, used by a close, an open reclaiming an
 // expired session or rolling back a failed one, and the reaper. Under the
 // row lock it re-reads the row; if it is still live and due, it deletes
@@ -146,7 +155,8 @@ var ErrTeardown = errors.New("deleting session resources")
 //
 // ended reports whether this call finished the row; the row is returned as
 // read or as marked. A teardown error is returned wrapped in ErrTeardown,
-// with ended false (row still live) unless e.EvenIfTeardownFails.
+// with ended false (row still live) unless e.EvenIfTeardownFails and no
+// delete was refused (ErrNotOurs).
 func End(ctx context.Context, store RowFinisher, cluster Teardowner, id string, e Ending, at time.Time) (s Session, ended bool, err error) {
 	due := e.Due
 	if due == nil {
@@ -156,7 +166,7 @@ func End(ctx context.Context, store RowFinisher, cluster Teardowner, id string, 
 	act := func(cur Session) (EndReason, error) {
 		reason := e.Reason
 		teardownErr = cluster.Teardown(ctx, cur)
-		if teardownErr != nil && e.EvenIfTeardownFails {
+		if teardownErr != nil && e.EvenIfTeardownFails && !errors.Is(teardownErr, ErrNotOurs) {
 			reason.Detail += "; cleanup incomplete, left for the reaper: " + teardownErr.Error()
 			return reason, nil
 		}

@@ -130,8 +130,8 @@ func TestEnvironmentsSharingADatabase(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			err := tt.del()
-			if !errors.Is(err, kube.ErrNotOurs) || !containsAll(err.Error(), tt.want...) {
-				t.Fatalf("error %v; want a refusal (kube.ErrNotOurs) saying %q", err, tt.want)
+			if !errors.Is(err, session.ErrNotOurs) || !containsAll(err.Error(), tt.want...) {
+				t.Fatalf("error %v; want a refusal (session.ErrNotOurs) saying %q", err, tt.want)
 			}
 			if diff := cmp.Diff(before, a.everything()); diff != "" {
 				t.Fatalf("objects changed (-before +after):\n%s", diff)
@@ -140,17 +140,27 @@ func TestEnvironmentsSharingADatabase(t *testing.T) {
 	}
 
 	// B's reaper: env A's Pod session is a ghost to it (no env-b Pod), the
-	// Service labelled y an orphan of env B's; later env A's VM session
-	// expires by B's clock. Every delete is refused and reported.
+	// Service labelled y an orphan of env B's; later both env A sessions
+	// expire by B's clock. Every delete is refused and reported, nothing is
+	// counted as reaped, and env A's rows stay live (a ghost's row marked
+	// failed would make env A's own reaper take its objects for orphans).
 	b.Clock.Advance(3 * time.Minute)
 	r := b.run()
 	wantFailure(t, r, reap.Ghost, aPod.ID, "", `environment "env-a"`)
 	wantFailure(t, r, reap.Orphan, y, "Service/"+session.NetworkName(x), "is not the session its name belongs to")
 	b.Clock.Advance(2 * time.Hour)
-	r = b.run()
-	wantFailure(t, r, reap.Expired, aVM.ID, "", `environment "env-a"`)
-	if got := a.status(aVM.ID); got != session.StatusRunning {
-		t.Errorf("env A's VM session is %s after env B's refused expiry; the row must stay live", got)
+	r2 := b.run()
+	wantFailure(t, r2, reap.Expired, aVM.ID, "", `environment "env-a"`)
+	wantFailure(t, r2, reap.Expired, aPod.ID, "", `environment "env-a"`)
+	for i, rep := range []reap.Report{r, r2} {
+		if n := rep.Counts[reap.Expired] + rep.Counts[reap.Ghost] + rep.Counts[reap.Orphan]; n != 0 {
+			t.Errorf("env B's run %d counts %v reaped, all of it refused", i+1, rep.Counts)
+		}
+	}
+	for id, want := range map[string]session.Status{aVM.ID: session.StatusRunning, aPod.ID: session.StatusProvisioning} {
+		if got := a.status(id); got != want {
+			t.Errorf("env A's session %s is %s after env B's refused runs, want %s (still live)", id, got, want)
+		}
 	}
 	if diff := cmp.Diff(before, a.everything()); diff != "" {
 		t.Fatalf("env B's reaper changed the shared namespace (-before +after):\n%s", diff)
@@ -190,7 +200,7 @@ func wantFailure(t *testing.T, r reap.Report, kind reap.ItemKind, id, object str
 	t.Helper()
 	for _, f := range r.Failures {
 		if f.Kind == kind && f.Session == id && (object == "" || f.Object == object) &&
-			containsAll(f.Error, append([]string{kube.ErrNotOurs.Error()}, want...)...) {
+			containsAll(f.Error, append([]string{session.ErrNotOurs.Error()}, want...)...) {
 			return
 		}
 	}
