@@ -29,6 +29,7 @@ import (
 	"labkeep/shared/reap"
 	"labkeep/shared/session"
 	"labkeep/shared/setting"
+	"labkeep/shared/terminal"
 )
 
 // EnvPrefix is the prefix of every setting: LABKEEP_ENV, LABKEEP_…
@@ -99,9 +100,6 @@ type Config struct {
 	SSHSourceCIDRs     []string `envconfig:"SSH_SOURCE_CIDRS"`
 	EgressBlockedCIDRs []string `envconfig:"EGRESS_BLOCKED_CIDRS"`
 	// RetryAfter is sent with 503 no_capacity.
-	// PlatformNamespace is the functions' own namespace, whose Pods may
-	// call guardian's API in workspace Pods (see kube.Config).
-	PlatformNamespace string `split_words:"true"`
 	RetryAfter time.Duration `split_words:"true"`
 	// SchedulerToken authenticates reapTick calls; platform shims send it
 	// with scheduled events. Required: without it no scheduled run could
@@ -150,6 +148,8 @@ type Config struct {
 	ReapDBConns int `envconfig:"REAP_DB_CONNS"`
 	// AdminStatusRuns is how many recent runs GET /adminStatus shows.
 	AdminStatusRuns int `split_words:"true"`
+	// Portal serves the student page under /portal/ (LABKEEP_PORTAL).
+	Portal bool `envconfig:"PORTAL"`
 	// GuardianWebhookURL, when set, is labkeep's POST /guardianAlert as
 	// the workspaces reach it: every workspace's guardian posts its alerts
 	// there with credentials of its own session (see AlertKey).
@@ -160,8 +160,6 @@ type Config struct {
 	GuardianAlertMaxText     int `split_words:"true"`
 	GuardianAlertMaxFields   int `split_words:"true"`
 	GuardianAlertsPerSession int `split_words:"true"`
-	// Portal serves the student page under /portal/ (LABKEEP_PORTAL).
-	Portal bool `envconfig:"PORTAL"`
 }
 
 // Defaults of the settings that belong to no package but the binaries.
@@ -187,8 +185,8 @@ func DefaultConfig() Config {
 		JWTMaxLifetime: tok.MaxLifetime, JWTLeeway: tok.Leeway, Portal: portal.DefaultEnabled,
 		KubeQPS: k.QPS, KubeBurst: k.Burst, ReapWorkers: r.Workers, AdminStatusRuns: DefaultAdminStatusRuns,
 		ReapRetention: r.Retention, ReapRetentionBatch: r.RetentionBatch,
-		ReapAbsentConfirm: r.AbsentConfirm, ReapDownGrace: r.DownGrace,
-		SSHSourceCIDRs: k.SSHSourceCIDRs, EgressBlockedCIDRs: k.EgressBlockedCIDRs, PlatformNamespace: k.PlatformNamespace,
+		ReapAbsentConfirm: r.AbsentConfirm, ReapDownGrace: r.DownGrace, ReapDBConns: DefaultReapDBConns,
+		SSHSourceCIDRs: k.SSHSourceCIDRs, EgressBlockedCIDRs: k.EgressBlockedCIDRs,
 		GuardianAlertMaxText: al.MaxText, GuardianAlertMaxFields: al.MaxFields, GuardianAlertsPerSession: al.PerSession,
 	}
 }
@@ -206,7 +204,7 @@ func (c Config) Kube() (kube.Config, error) {
 		AnchorImage: c.AnchorImage, AnchorBackoffLimit: c.AnchorBackoffLimit, AnchorCompletions: c.AnchorCompletions,
 		GuardianImage: c.GuardianImage, PlatformSSHKeys: c.PlatformSSHKeys, CallTimeout: c.KubeTimeout,
 		QPS: c.KubeQPS, Burst: c.KubeBurst, SSHSourceCIDRs: c.SSHSourceCIDRs, EgressBlockedCIDRs: c.EgressBlockedCIDRs,
-		GuardianWebhookURL: c.GuardianWebhookURL, GuardianAlertKey: c.AlertKey(), PlatformNamespace: c.PlatformNamespace,
+		GuardianWebhookURL: c.GuardianWebhookURL, GuardianAlertKey: c.AlertKey(),
 	}
 	if c.WorkspacePodFile != "" {
 		data, err := os.ReadFile(c.WorkspacePodFile)
@@ -449,8 +447,15 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 			return reaper.ReadStatus(ctx, store, cluster, cfg.AdminStatusRuns, cfg.MaxConcurrentVms)
 		},
 	}))
+	// The web terminal and cleanup button (WebSocket: on-prem only).
+	term, err := terminal.New(terminal.Options{Sessions: svc, Auth: auth, API: api, Kube: rc, Namespace: cfg.Namespace, Now: now, Log: log})
+	if err != nil {
+		return nil, err
+	}
+	a.handler = term.Mount(a.handler)
 	if cfg.Portal {
 		a.Portal = portal.New()
+		a.Portal.Handle("terminal", terminal.Page())
 		a.handler = a.Portal.Mount(a.handler)
 	}
 	return a, nil
