@@ -1,0 +1,123 @@
+package podlab_test
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/cdproto/cdp"
+	"github.com/chromedp/cdproto/input"
+	"github.com/chromedp/chromedp"
+	"github.com/chromedp/chromedp/kb"
+
+	"labkeep/localrun/browser"
+	"labkeep/localrun/stacktest"
+)
+
+// terminalView is what the terminal page shows: its status line and the
+// text xterm.js has drawn (its DOM renderer's rows).
+type terminalView struct {
+	Status string `json:"status"`
+	Rows   string `json:"rows"`
+	URL    string `json:"url"`
+}
+
+const readTerminal = `(() => ({
+  status: document.getElementById("terminal-status").textContent,
+  rows: [...document.querySelectorAll(".xterm-rows > div")].map((r) => r.textContent).join("\n"),
+  url: window.location.pathname + window.location.search,
+}))()`
+
+// In a real headless Chromium, the student signs in to the portal, opens
+// the terminal of their running shell lab with its button, types id into
+// xterm.js, and reads root's id from the real workspace container; then,
+// back on the portal, the Cleanup button reports what guardian killed. The
+// pages run under their Content-Security-Policy: a violation or an
+// uncaught exception fails the test.
+func TestWebTerminalInTheBrowser(t *testing.T) {
+	d := deployWithCleanup(t)
+	s := openLab(t, d, "wendy", "shell", nil)
+	s.waitRunning(3 * time.Minute)
+
+	b := browser.Start(t)
+	tab := b.Tab(t)
+	tab.Do(time.Minute, chromedp.Navigate(d.Server.URL+"/portal/"), chromedp.WaitVisible(chromedp.CSS("#signin")))
+	tab.Do(30*time.Second,
+		chromedp.SetValue(chromedp.CSS("#token"), d.Token("wendy", "student")),
+		chromedp.Click(chromedp.CSS("#signin-button")),
+		chromedp.WaitVisible(chromedp.CSS("#terminal-open")),
+		chromedp.WaitVisible(chromedp.CSS("#terminal-cleanup")))
+	tab.Screenshot("portal-with-terminal-buttons")
+
+	tab.Do(30*time.Second, chromedp.Click(chromedp.CSS("#terminal-open")))
+	view := waitTerminal(t, tab, "the terminal connected", func(v terminalView) bool {
+		return strings.HasPrefix(v.Status, "Connected to your workspace container")
+	})
+	if want := "/portal/terminal?session=" + s.opened.ID; view.URL != want {
+		t.Errorf("the Terminal button went to %s, want %s", view.URL, want)
+	}
+	tab.Do(30*time.Second, chromedp.Click(chromedp.CSS("#terminal")), typeKeys("id\n"))
+	view = waitTerminal(t, tab, "the output of id", func(v terminalView) bool {
+		return strings.Contains(v.Rows, "uid=0(root) gid=0(root)")
+	})
+	tab.Screenshot("terminal-id")
+	t.Logf("the terminal page shows: %q; xterm.js drew:\n%s", view.Status, lastLines(strings.TrimRight(view.Rows, " \n"), 4))
+
+	tab.Do(time.Minute, chromedp.Navigate(d.Server.URL+"/portal/"), chromedp.WaitVisible(chromedp.CSS("#terminal-cleanup")),
+		chromedp.Click(chromedp.CSS("#terminal-cleanup")))
+	var note string
+	stacktest.Eventually(t, time.Minute, func() (bool, string) {
+		ctx, cancel := context.WithTimeout(tab.Ctx, 10*time.Second)
+		defer cancel()
+		n, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS("#terminal-note")))
+		note = n
+		return err == nil && strings.HasPrefix(n, "Killed "), "cleanup note: " + n
+	})
+	tab.Screenshot("portal-after-cleanup")
+	t.Logf("the Cleanup button: %q", note)
+}
+
+// typeKeys types s into the focused element as a keyboard does: a key
+// down (carrying the text) and a key up per key. chromedp.KeyEvent also
+// sends a separate char event, which xterm.js, reading the key press the
+// key down makes, would type a second time.
+func typeKeys(s string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
+		for _, r := range s {
+			for _, k := range kb.Encode(r) {
+				if k.Type == kb.KeyChar {
+					continue
+				}
+				if _, err := cdp.Call(ctx, t, input.DispatchKeyEvent, *k); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+}
+
+// waitTerminal polls the terminal page until cond holds; after timeout
+// (a bound on a hang) it fails with a screenshot and the last view.
+func waitTerminal(t *testing.T, tab *browser.Tab, what string, cond func(terminalView) bool) terminalView {
+	t.Helper()
+	var last terminalView
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(tab.Ctx, 10*time.Second)
+		v, err := chromedp.Run(ctx, chromedp.Evaluate[terminalView](readTerminal))
+		cancel()
+		if err == nil {
+			last = v
+			if cond(v) {
+				return v
+			}
+		}
+		if time.Now().After(deadline) {
+			tab.Screenshot("timeout")
+			t.Fatalf("the terminal page never showed %s; last: %+v (%v)", what, last, err)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
