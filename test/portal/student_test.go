@@ -1,6 +1,7 @@
 package portal_test
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"os"
@@ -11,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	cdpbrowser "github.com/chromedp/cdproto/browser"
 	"github.com/chromedp/chromedp"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
@@ -71,6 +73,11 @@ func TestStudentRunsAPodLabInTheBrowser(t *testing.T) {
 		t.Errorf("known_hosts on the page %q, server %q", p.KnownHosts, n.KnownHosts)
 	}
 	loginWith(t, p.PrivateKey, p.KnownHosts, api.StudentKey, net.JoinHostPort(n.Host, strconv.Itoa(n.Port)), n.User)
+
+	// Its Copy button puts exactly that command on the clipboard.
+	if got := s.copied("ssh-0"); got != wantCmd {
+		t.Errorf("copied %q, want %q", got, wantCmd)
+	}
 
 	// The countdown is the server's.
 	_, api = s.countdownAgrees()
@@ -195,4 +202,32 @@ func loginWith(t *testing.T, privateKey, knownHostsLine, studentKey, addr, user 
 	if strings.TrimSpace(string(out)) != "root" {
 		t.Errorf("logged in as %q, want root", out)
 	}
+}
+
+// copied presses the Copy button of the element id, with the clipboard
+// allowed for the page's origin, and returns what the clipboard holds.
+func (s *student) copied(id string) string {
+	s.t.Helper()
+	for _, name := range []string{"clipboard-read", "clipboard-write"} {
+		_, err := chromedp.CallBrowser(s.tab.Ctx, cdpbrowser.SetPermission, cdpbrowser.SetPermissionParams{
+			Permission: &cdpbrowser.PermissionDescriptor{Name: name}, Setting: cdpbrowser.PermissionSettingGranted, Origin: s.d.Server.URL,
+		})
+		if err != nil {
+			s.t.Fatalf("allowing %s: %v", name, err)
+		}
+	}
+	s.tab.Do(30*time.Second, chromedp.Evaluate[chromedp.Void](`window.focus()`))
+	s.click(`button.copy[data-copy="` + id + `"]`)
+	ctx, cancel := context.WithTimeout(s.tab.Ctx, 10*time.Second)
+	defer cancel()
+	// The button says so once the clipboard has taken the text.
+	stacktest.Eventually(s.t, 10*time.Second, func() (bool, string) {
+		label, err := chromedp.Run(ctx, chromedp.Text(chromedp.CSS(`button.copy[data-copy="`+id+`"]`)))
+		return err == nil && label == "Copied", fmt.Sprintf("Copy button reads %q (%v), want Copied", label, err)
+	})
+	text, err := chromedp.Run(ctx, chromedp.Evaluate[string](`navigator.clipboard.readText()`, chromedp.EvalAwaitPromise))
+	if err != nil {
+		s.t.Fatalf("reading the clipboard: %v", err)
+	}
+	return text
 }

@@ -100,8 +100,18 @@
     el.textContent = fmtTime(iso);
   }
 
-  // remaining is the countdown: the server's remainingSeconds less the
-  // time since that answer arrived.
+  // secondsLeft is what the session had left when the server answered:
+  // expiresAt − serverTime, both the server's clock (remainingSeconds is
+  // the same, rounded up to the second; it is the fallback).
+  function secondsLeft(s) {
+    const ms = (iso) => Date.parse(String(iso).replace(/(\.\d{3})\d+/, "$1"));
+    const left = (ms(s.expiresAt) - ms(s.serverTime)) / 1000;
+    if (!Number.isFinite(left)) return s.remainingSeconds;
+    return Math.max(0, Math.min(left, s.remainingSeconds));
+  }
+
+  // remaining is the countdown: what the session had left at the server's
+  // answer less the time since it arrived (performance.now()).
   function remaining() {
     if (!state.anchor) return null;
     const left = state.anchor.seconds - (performance.now() - state.anchor.at) / 1000;
@@ -243,7 +253,7 @@
   function render(s, received) {
     const was = state.session;
     state.session = s;
-    state.anchor = live(s) ? { seconds: s.remainingSeconds, at: received } : null;
+    state.anchor = live(s) ? { seconds: secondsLeft(s), at: received } : null;
     show("labs", !live(s));
     show("session", !!s);
     if (!s) {
