@@ -22,8 +22,9 @@
 //	portal.css   its styles
 //	portal.js    sign-in, the lab list, open, the session view (phases,
 //	             nodes, SSH, countdown, warnings, extend, close) and the
-//	             error messages; it exposes window.labkeep (api, token,
-//	             session, onSession) for feature modules
+//	             error messages; it exposes window.labkeep (call, token,
+//	             session, onSession, features, showError, showMessage)
+//	             for feature modules
 //	<feature>.js a feature module (e.g. a web terminal) adds its own file
 //	             and its button in the hook of index.html; a page of its
 //	             own (e.g. admin.html) sits beside index.html

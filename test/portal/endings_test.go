@@ -52,11 +52,11 @@ func TestPageShowsTheServersReasons(t *testing.T) {
 	s.openLab("linux-vm")
 	s.waitPage("the lab running", time.Minute, func(p pageState) bool { return p.Status == "running" })
 	d.Clock.Advance(time.Duration(s.get().RemainingSeconds+1) * time.Second)
-	s.waitPage("the lab expired", 30*time.Second, func(p pageState) bool { return p.Status == "expired" && p.Message != "" })
+	s.waitPage("the lab expired", time.Minute, func(p pageState) bool { return p.Status == "expired" && p.Message != "" })
 	s.tab.Screenshot("expired")
 	s.reapTick()
 	s.reload()
-	p = s.waitPage("the expired lab's reason", 30*time.Second, func(p pageState) bool { return p.Status == "expired" && p.Labs })
+	p = s.waitPage("the expired lab's reason", time.Minute, func(p pageState) bool { return p.Status == "expired" && p.Labs })
 	if want := session.Sentence(session.EndExpired); p.Message != want {
 		t.Errorf("message %q, want %q", p.Message, want)
 	}
@@ -74,7 +74,7 @@ func TestPageShowsTheServersReasons(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.reapTick()
-	p = s.waitPage("the ghost's reason", 30*time.Second, func(p pageState) bool { return p.Status == "failed" })
+	p = s.waitPage("the ghost's reason", time.Minute, func(p pageState) bool { return p.Status == "failed" })
 	s.tab.Screenshot("ghost")
 	if want := session.Sentence(session.EndGhost); p.Message != want {
 		t.Errorf("message %q, want %q", p.Message, want)

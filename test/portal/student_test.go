@@ -85,7 +85,7 @@ func TestStudentRunsAPodLabInTheBrowser(t *testing.T) {
 	// Later by the server's clock (the browser's does not move): 9½
 	// minutes left, the warning shows.
 	d.Clock.Advance(time.Duration(api.RemainingSeconds)*time.Second - 570*time.Second)
-	p = s.waitPage("the 10-minute warning", 30*time.Second, func(p pageState) bool { return p.Warning == "600" })
+	p = s.waitPage("the 10-minute warning", time.Minute, func(p pageState) bool { return p.Warning == "600" })
 	s.tab.Screenshot("warning-10min")
 	if _, api = s.countdownAgrees(); !due(api, 600) || due(api, 300) {
 		t.Errorf("server warnings %+v: want the 10-minute one due, not the 5-minute one", api.Warnings)
@@ -96,7 +96,7 @@ func TestStudentRunsAPodLabInTheBrowser(t *testing.T) {
 
 	// Extend: the page shows the new expiry, and the warning goes.
 	s.click("#extend")
-	p = s.waitPage("the extension", 30*time.Second, func(p pageState) bool { return p.MessageCode == "extended" })
+	p = s.waitPage("the extension", time.Minute, func(p pageState) bool { return p.MessageCode == "extended" })
 	s.tab.Screenshot("extended")
 	api = s.get()
 	if got, err := time.Parse(time.RFC3339Nano, p.ExpiresAt); err != nil || !got.Equal(api.ExpiresAt) {
@@ -111,7 +111,7 @@ func TestStudentRunsAPodLabInTheBrowser(t *testing.T) {
 	// disabled, saying why and when the lab ends.
 	d.Clock.Advance(api.MaxExpiresAt.Add(-11 * time.Minute).Sub(api.ServerTime))
 	s.click("#extend")
-	p = s.waitPage("Extend disabled at the cap", 30*time.Second, func(p pageState) bool { return p.Extend.Disabled && p.Extend.Note != "" })
+	p = s.waitPage("Extend disabled at the cap", time.Minute, func(p pageState) bool { return p.Extend.Disabled && p.Extend.Note != "" })
 	s.tab.Screenshot("at-cap")
 	api = s.get()
 	if api.Extendable || api.ExtendRefusal != lifetime.ErrAtCap.Error() || !api.ExpiresAt.Equal(api.MaxExpiresAt) {
@@ -124,7 +124,7 @@ func TestStudentRunsAPodLabInTheBrowser(t *testing.T) {
 	// 4½ minutes left: the 5-minute warning, saying it cannot be
 	// extended.
 	d.Clock.Advance(time.Duration(api.RemainingSeconds)*time.Second - 270*time.Second)
-	p = s.waitPage("the 5-minute warning", 30*time.Second, func(p pageState) bool { return p.Warning == "300" })
+	p = s.waitPage("the 5-minute warning", time.Minute, func(p pageState) bool { return p.Warning == "300" })
 	s.tab.Screenshot("warning-5min")
 	if _, api = s.countdownAgrees(); !due(api, 300) {
 		t.Errorf("server warnings %+v: want the 5-minute one due", api.Warnings)
