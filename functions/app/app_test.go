@@ -73,6 +73,10 @@ func TestInvalidConfigNamesTheVariable(t *testing.T) {
 		{"zero token lifetime", "LABKEEP_JWT_MAX_LIFETIME", "0s"},
 		{"unparsable token lifetime", "LABKEEP_JWT_MAX_LIFETIME", "a day"},
 		{"audience with a trailing space", "LABKEEP_JWT_AUDIENCE", "labkeep "},
+		{"relative guardian webhook", "LABKEEP_GUARDIAN_WEBHOOK_URL", "/guardianAlert"},
+		{"guardian webhook with a query", "LABKEEP_GUARDIAN_WEBHOOK_URL", "https://labkeep.example/guardianAlert?token=x"},
+		{"no alerts kept", "LABKEEP_GUARDIAN_ALERTS_PER_SESSION", "0"},
+		{"alert texts too short", "LABKEEP_GUARDIAN_ALERT_MAX_TEXT", "10"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
