@@ -99,6 +99,9 @@ type Config struct {
 	// (see kube.Config).
 	SSHSourceCIDRs     []string `envconfig:"SSH_SOURCE_CIDRS"`
 	EgressBlockedCIDRs []string `envconfig:"EGRESS_BLOCKED_CIDRS"`
+	// PlatformNamespace is the functions' own namespace, whose Pods may
+	// call guardian's API in workspace Pods (see kube.Config).
+	PlatformNamespace string `split_words:"true"`
 	// RetryAfter is sent with 503 no_capacity.
 	RetryAfter time.Duration `split_words:"true"`
 	// SchedulerToken authenticates reapTick calls; platform shims send it
@@ -186,7 +189,7 @@ func DefaultConfig() Config {
 		KubeQPS: k.QPS, KubeBurst: k.Burst, ReapWorkers: r.Workers, AdminStatusRuns: DefaultAdminStatusRuns,
 		ReapRetention: r.Retention, ReapRetentionBatch: r.RetentionBatch,
 		ReapAbsentConfirm: r.AbsentConfirm, ReapDownGrace: r.DownGrace, ReapDBConns: DefaultReapDBConns,
-		SSHSourceCIDRs: k.SSHSourceCIDRs, EgressBlockedCIDRs: k.EgressBlockedCIDRs,
+		SSHSourceCIDRs: k.SSHSourceCIDRs, EgressBlockedCIDRs: k.EgressBlockedCIDRs, PlatformNamespace: k.PlatformNamespace,
 		GuardianAlertMaxText: al.MaxText, GuardianAlertMaxFields: al.MaxFields, GuardianAlertsPerSession: al.PerSession,
 	}
 }
@@ -204,7 +207,7 @@ func (c Config) Kube() (kube.Config, error) {
 		AnchorImage: c.AnchorImage, AnchorBackoffLimit: c.AnchorBackoffLimit, AnchorCompletions: c.AnchorCompletions,
 		GuardianImage: c.GuardianImage, PlatformSSHKeys: c.PlatformSSHKeys, CallTimeout: c.KubeTimeout,
 		QPS: c.KubeQPS, Burst: c.KubeBurst, SSHSourceCIDRs: c.SSHSourceCIDRs, EgressBlockedCIDRs: c.EgressBlockedCIDRs,
-		GuardianWebhookURL: c.GuardianWebhookURL, GuardianAlertKey: c.AlertKey(),
+		GuardianWebhookURL: c.GuardianWebhookURL, GuardianAlertKey: c.AlertKey(), PlatformNamespace: c.PlatformNamespace,
 	}
 	if c.WorkspacePodFile != "" {
 		data, err := os.ReadFile(c.WorkspacePodFile)
