@@ -76,6 +76,19 @@ func TestWebTerminalInTheBrowser(t *testing.T) {
 	})
 	tab.Screenshot("portal-after-cleanup")
 	t.Logf("the Cleanup button: %q", note)
+	// Every file the pages asked for loaded (xterm.js, its CSS, the
+	// scripts): the only miss allowed is the browser's own favicon request.
+	var misses []string
+	for _, m := range tab.Console() {
+		if m.Source != "network" {
+			continue
+		}
+		misses = append(misses, m.URL)
+		if !strings.HasSuffix(m.URL, "/favicon.ico") {
+			t.Errorf("a resource failed to load: %s (%s)", m, m.URL)
+		}
+	}
+	t.Logf("requests that failed: %v", misses)
 }
 
 // typeKeys types s into the focused element as a keyboard does: a key
