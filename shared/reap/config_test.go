@@ -1,0 +1,36 @@
+package reap
+
+import (
+	"strings"
+	"testing"
+	"time"
+)
+
+// Each setting of the run record retention and the ghost confirmation is
+// refused with a message naming it; the defaults (with an Env) are valid.
+func TestConfigValidate(t *testing.T) {
+	valid := func() Config { c := DefaultConfig(); c.Env = "prod"; return c }
+	if err := valid().Validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	tests := []struct {
+		name   string
+		change func(*Config)
+		want   string
+	}{
+		{"retention below a day", func(c *Config) { c.Retention = time.Hour }, "Retention: 1h0m0s is below 24h0m0s"},
+		{"no retention batch", func(c *Config) { c.RetentionBatch = 0 }, "RetentionBatch:"},
+		{"zero absence confirmation", func(c *Config) { c.AbsentConfirm = 0 }, "AbsentConfirm: must be positive"},
+		{"negative down grace", func(c *Config) { c.DownGrace = -time.Second }, "DownGrace: must be positive"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			c := valid()
+			tc.change(&c)
+			err := c.Validate()
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("Validate() = %v, want it to say %q", err, tc.want)
+			}
+		})
+	}
+}
