@@ -6,7 +6,9 @@ import (
 	"io"
 	"net/http"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -159,7 +161,83 @@ func TestGuardianAlertEndpoint(t *testing.T) {
 	if len(kinds) != keep || kinds[0] != "k3" || kinds[len(kinds)-1] != fmt.Sprintf("k%d", keep+2) {
 		t.Errorf("B keeps %d alerts %s … %s, want its newest %d: k3 … k%d", len(kinds), kinds[0], kinds[len(kinds)-1], keep, keep+2)
 	}
+	// Many guardian deliveries at once (a workspace's aggregator retrying,
+	// several labkeep replicas): the cap still holds exactly.
+	var wg sync.WaitGroup
+	for w := range 10 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 5 {
+				if status, code := post(t, d, b.ID, key.Token(b.ID), "application/json", alertBody(fmt.Sprintf("c%d-%d", w, i), "m")); status != 201 {
+					t.Errorf("concurrent alert = %d %s", status, code)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if n := len(stored(t, d, b.ID)); n != keep {
+		t.Errorf("after 50 concurrent alerts B keeps %d, want %d", n, keep)
+	}
 	if diff := cmp.Diff([]string{"memory-kill"}, stored(t, d, a.ID)); diff != "" {
 		t.Errorf("B's alerts changed A's (-want +got):\n%s", diff)
+	}
+}
+
+// The admin endpoints refuse students and bad input, and change nothing.
+func TestAdminEndpointsRefuse(t *testing.T) {
+	d := stacktest.Deploy(t, st, stacktest.Options{MaxVMs: 8})
+	s := d.Opened("refuse-a", "linux-vm")
+	d.Clock.Advance(61 * time.Minute) // expired: a real run would reap it
+	student, admin := d.Token("refuse-a", "student"), d.Token("ops", "admin")
+	tests := []struct {
+		name, method, path, token, body string
+		wantStatus                      int
+		wantCode                        string
+	}{
+		{"sessions as a student", "GET", "/adminSessions", student, "", 403, "forbidden"},
+		{"sessions without a token", "GET", "/adminSessions", "", "", 401, "unauthorized"},
+		{"sessions with a query", "GET", "/adminSessions?student=refuse-a", admin, "", 400, "bad_request"},
+		{"sessions by POST", "POST", "/adminSessions", admin, "", 405, "method_not_allowed"},
+		{"preview as a student", "POST", "/adminReapPreview", student, "", 403, "forbidden"},
+		{"preview with options", "POST", "/adminReapPreview", admin, `{"dryRun":false}`, 400, "bad_request"},
+		{"preview by GET", "GET", "/adminReapPreview", admin, "", 405, "method_not_allowed"},
+		{"guardianAlert by GET", "GET", "/guardianAlert", "", "", 405, "method_not_allowed"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			r := d.Do(tc.method, tc.path, tc.token, tc.body, "")
+			if r.Status != tc.wantStatus || r.Code != tc.wantCode {
+				t.Errorf("%s %s = %d %q, want %d %q", tc.method, tc.path, r.Status, r.Code, tc.wantStatus, tc.wantCode)
+			}
+		})
+	}
+	if n := d.Count(`SELECT count(*) FROM reap_runs`); n != 0 {
+		t.Errorf("%d reaper runs recorded by refused calls", n)
+	}
+	if live := d.LiveIDs(); !live[s.ID] {
+		t.Errorf("the session ended: live %v", live)
+	}
+
+	// The admin's own calls: the live session listed, a preview that
+	// deletes nothing.
+	r := d.Do("GET", "/adminSessions", admin, "", "")
+	var list struct {
+		Sessions []struct{ ID, Student, Lab, Status string }
+	}
+	if err := json.Unmarshal(r.Body, &list); r.Status != 200 || err != nil || len(list.Sessions) != 1 ||
+		list.Sessions[0].ID != s.ID || list.Sessions[0].Student != "refuse-a" || list.Sessions[0].Status != "expired" {
+		t.Errorf("adminSessions = %d %s", r.Status, r.Body)
+	}
+	r = d.Do("POST", "/adminReapPreview", admin, "", "")
+	var run struct {
+		DryRun bool           `json:"dryRun"`
+		Counts map[string]int `json:"counts"`
+	}
+	if err := json.Unmarshal(r.Body, &run); r.Status != 200 || err != nil || !run.DryRun || run.Counts["expired"] != 1 {
+		t.Errorf("adminReapPreview = %d %s", r.Status, r.Body)
+	}
+	if live := d.LiveIDs(); !live[s.ID] {
+		t.Errorf("the preview ended the session: live %v", live)
 	}
 }
