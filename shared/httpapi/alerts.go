@@ -49,17 +49,7 @@ func (a *API) WithAdmin(o AdminOptions, next http.Handler) http.Handler {
 	mux.HandleFunc("/guardianAlert", func(w http.ResponseWriter, r *http.Request) { a.guardianAlert(w, r, o) })
 	mux.HandleFunc("/adminSessions", a.adminSessions)
 	mux.HandleFunc("/adminAlerts", func(w http.ResponseWriter, r *http.Request) { a.adminAlerts(w, r, o.Alerts) })
-	mux.HandleFunc("/adminReapPreview", func(w http.ResponseWriter, r *http.Request) {
-		if !a.admin(w, r) {
-			return
-		}
-		var none struct{}
-		if err := decodeBody(w, r, &none, false); err != nil {
-			a.writeError(w, r, err, nil)
-			return
-		}
-		a.reapNow(w, r, o.Preview, reap.TriggerAdmin)
-	})
+	mux.HandleFunc("/adminReapPreview", a.adminRun(o.Preview))
 	mux.Handle("/", next)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if a.refuseMethod(adminRoutes, w, r) {
@@ -97,4 +87,21 @@ func (a *API) guardianAlert(w http.ResponseWriter, r *http.Request, o AdminOptio
 	}
 	a.log.Info("guardian alert", "session", id, "kind", stored.Kind, "severity", stored.Severity, "id", stored.ID)
 	writeJSON(w, http.StatusCreated, map[string]int64{"id": stored.ID})
+}
+
+// adminRun is an admin's reaper run by rr now (adminReapNow, and its dry
+// run adminReapPreview): only an empty body or an empty JSON object, as
+// there are no options; the answer is the run's report.
+func (a *API) adminRun(rr ReaperRunner) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if !a.admin(w, r) {
+			return
+		}
+		var none struct{}
+		if err := decodeBody(w, r, &none, false); err != nil {
+			a.writeError(w, r, err, nil)
+			return
+		}
+		a.reapNow(w, r, rr, reap.TriggerAdmin)
+	}
 }

@@ -391,8 +391,10 @@ func ipBlocks(cidrs, blocked []string) []networkingv1.NetworkPolicyPeer {
 // container without the capabilities guardian relies on). Only what differs
 // per session is filled in: name, labels and owner, the hostname and
 // deadline, the guardian and lab images, the lab's SSH port (the
-// workspace's port and guardian's probe address), the node's resources and
-// the session's Secret, mounted at /etc/labkeep in both containers.
+// workspace's port and guardian's probe address), the node's resources,
+// the session's Secret, mounted at /etc/labkeep in both containers, and,
+// with GuardianWebhookURL set, guardian's webhook with the session's own
+// credentials.
 func (b builder) workspace(anchor *batchv1.Job) (*corev1.Pod, error) {
 	if b.pod == nil {
 		return nil, errors.New("no workspace Pod definition")
