@@ -31,8 +31,9 @@ import (
 // real API server accepts as built: a Pod lab's and a single-VM lab's
 // policy each select exactly that session's Pods that carry traffic (the
 // workspace Pod; the virt-launcher Pod virtsim runs on the node with the
-// VMI's labels), deny by default, and let in only SSH on the lab's port;
-// closing a session deletes its policy.
+// VMI's labels), deny by default, and let in only SSH on the lab's port
+// (and a workspace's guardian API from the platform's namespace); closing
+// a session deletes its policy.
 //
 // Enforcement: the node's bridge CNI enforces no NetworkPolicy, so the test
 // first shows what a lab reaches without an engine — from inside alice's
@@ -95,8 +96,21 @@ func TestSessionNetworkIsConfined(t *testing.T) {
 			if got := np.Spec.PolicyTypes; len(got) != 2 {
 				t.Errorf("policy of %s has policy types %v, want Ingress and Egress", id, got)
 			}
-			if in := np.Spec.Ingress; len(in) != 1 || len(in[0].Ports) != 1 || in[0].Ports[0].Port.IntVal != wantPort {
-				t.Errorf("policy of %s lets in %+v, want only SSH on %d", id, in, wantPort)
+			in := np.Spec.Ingress
+			if len(in) == 0 || len(in[0].Ports) != 1 || in[0].Ports[0].Port.IntVal != wantPort {
+				t.Errorf("policy of %s lets in %+v, want SSH on %d first", id, in, wantPort)
+			}
+			// Beside SSH, only a workspace's guardian API, only from the platform's namespace.
+			wantRules := 1
+			if id == alice.opened.ID {
+				wantRules = 2
+				if len(in) < 2 || len(in[1].From) != 1 || in[1].From[0].NamespaceSelector == nil || in[1].From[0].PodSelector != nil ||
+					len(in[1].Ports) != 1 || in[1].Ports[0].Port.StrVal != kube.GuardianAPIPort {
+					t.Errorf("policy of %s lets in %+v, want guardian's API from the platform's namespace second", id, in)
+				}
+			}
+			if len(in) != wantRules {
+				t.Errorf("policy of %s has %d ingress rules, want %d", id, len(in), wantRules)
 			}
 			sel, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
 			if err != nil {
