@@ -17,6 +17,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -90,6 +91,16 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 	}
 	if err := envconfig.Process(app.EnvPrefix, &cfg); err != nil {
 		return nil, err
+	}
+	if cfg.GuardianWebhookURL == "" && st.Node != nil {
+		// Workspace Pods reach the host at the first address of the node's
+		// Pod subnet: guardian's alerts go there, unless the functions
+		// listen on loopback only.
+		host, port, err := net.SplitHostPort(cfg.HTTPAddr)
+		p, perr := netip.ParsePrefix(st.Node.PodCIDR)
+		if err == nil && perr == nil && (host == "" || host == "0.0.0.0" || host == "::") {
+			cfg.GuardianWebhookURL = "http://" + net.JoinHostPort(p.Masked().Addr().Next().String(), port) + "/guardianAlert"
+		}
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err

@@ -117,6 +117,7 @@ func run() error {
 	fmt.Printf("  settings:   source %s\n", filepath.Join(cfg.StateDir, "env"))
 	if fns.App.Portal != nil {
 		fmt.Printf("  portal:     %s%s (sign in with the student token above)\n", browserURL(fns.URL), portal.Prefix)
+		fmt.Printf("  admin:      %s%sadmin.html (sign in with the admin token above)\n", browserURL(fns.URL), portal.Prefix)
 	}
 	fmt.Printf("Press Ctrl-C to stop everything.\n\n")
 	<-ctx.Done()
