@@ -3,11 +3,13 @@ package reap_test
 import (
 	"context"
 	"encoding/json"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -108,4 +110,76 @@ func TestRecreatedVMIIsNoGhost(t *testing.T) {
 	}
 	b.WaitGone(gone.ID, 30*time.Second)
 	b.WaitGone(lost.ID, 30*time.Second)
+}
+
+// runningShell opens a workspace Pod session for student and reports its
+// Pod Running and Ready as a kubelet would (the reaper's suite runs
+// without a node), so the session reads running.
+func (b *backend) runningShell(student string) (session.Session, *corev1.Pod) {
+	b.t.Helper()
+	ctx := context.Background()
+	s, err := b.App.Sessions.Open(ctx, student, "shell", "")
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	pod, err := b.Kube.CoreV1().Pods(b.Namespace).Get(ctx, session.NodeName(s.ID, s.Nodes[0].Name), metav1.GetOptions{})
+	if err != nil {
+		b.t.Fatal(err)
+	}
+	pod.Status.Phase = corev1.PodRunning
+	pod.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}
+	if pod, err = b.Kube.CoreV1().Pods(b.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
+		b.t.Fatal(err)
+	}
+	if s, err = b.App.Sessions.Get(ctx, student, s.ID); err != nil || s.Status != session.StatusRunning {
+		b.t.Fatalf("shell session of %s: %s %v, want running", student, s.Status, err)
+	}
+	return s, pod
+}
+
+// Workspace Pods likewise: a Pod deleted behind labkeep's back is a ghost
+// at the second look, one that has ended (evicted: phase Failed) only once
+// the runs have seen it so for the down grace.
+func TestWorkspacePodGhostsAreConfirmed(t *testing.T) {
+	b := newBackend(t, stacktest.Options{})
+	ctx := context.Background()
+	gone, gonePod := b.runningShell("s-pod-gone")
+	ended, endedPod := b.runningShell("s-pod-ended")
+	if err := b.Kube.CoreV1().Pods(b.Namespace).Delete(ctx, gonePod.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stacktest.Eventually(t, 30*time.Second, func() (bool, string) {
+		_, err := b.Kube.CoreV1().Pods(b.Namespace).Get(ctx, gonePod.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), "workspace Pod still there"
+	})
+	endedPod.Status.Phase, endedPod.Status.Reason = corev1.PodFailed, "Evicted"
+	if _, err := b.Kube.CoreV1().Pods(b.Namespace).UpdateStatus(ctx, endedPod, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	grace := b.App.Reaper.Config.DownGrace
+	for i, step := range []struct {
+		advance   time.Duration
+		wantEnded []string
+	}{
+		{0, nil},                                 // first look: both only suspected
+		{reap.SchedulePeriod, []string{gone.ID}}, // the Pod is missing again: ghost
+		{grace - reap.SchedulePeriod, []string{ended.ID}}, // ended for the whole grace: ghost
+	} {
+		b.Clock.Advance(step.advance)
+		r := b.run()
+		var got []string
+		for _, it := range r.Items {
+			got = append(got, it.Session)
+		}
+		if diff := cmp.Diff(step.wantEnded, got); diff != "" || len(r.Failures) != 0 {
+			t.Fatalf("run %d: ghosts (-want +got):\n%s(failures %v)", i, diff, r.Failures)
+		}
+	}
+	for id, why := range map[string]string{gone.ID: "missing at every look since", ended.ID: "ended (phase Failed, Evicted) since"} {
+		if got := b.Session(id); got.Status != session.StatusFailed || got.End.Kind != session.EndGhost || !strings.Contains(got.End.Detail, why) {
+			t.Fatalf("session %s: %s %q, want a ghost saying %q", id, got.Status, got.End, why)
+		}
+		b.WaitGone(id, 30*time.Second)
+	}
 }
