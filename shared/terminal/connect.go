@@ -2,12 +2,14 @@ package terminal
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"sync"
+	"time"
 
 	"github.com/coder/websocket"
 	"k8s.io/client-go/tools/remotecommand"
@@ -15,6 +17,11 @@ import (
 	"labkeep/shared/httpapi"
 	"labkeep/shared/labs"
 )
+
+// HangupGrace bounds the hang-up of a shell whose socket has gone (its
+// input closed, then SIGHUP through a second exec: see Hangup), and then
+// how long it has to end by itself before its stream is cut.
+const HangupGrace = 5 * time.Second
 
 // MaxMessageBytes bounds a message from the client (a paste, a resize).
 const MaxMessageBytes = 64 << 10
@@ -127,8 +134,37 @@ func (h *Handler) run(ctx context.Context, c *websocket.Conn, t Target) {
 	// The stream is up when the first output arrives (a shell's prompt,
 	// a console's echo).
 	out := &socketWriter{ctx: ctx, c: c, first: connected}
+	// When the socket goes, the shell is hung up as when an SSH
+	// connection drops: its input is closed and it gets SIGHUP (Hangup),
+	// and its stream has HangupGrace to end by itself before it is cut.
+	gone, ended := make(chan struct{}), make(chan struct{})
+	id := rand.Text()
 	go func() {
-		defer cancel()
+		select {
+		case <-gone:
+			select {
+			case <-ended:
+				return // the stream ended first
+			default:
+			}
+			if t.Session.Kind == labs.KindPod {
+				// Not cut when the stream ends: the hang-up ends it.
+				hctx, done := context.WithTimeout(context.WithoutCancel(ctx), HangupGrace)
+				if err := h.execPod(hctx, t.Object, Hangup(id), nil, io.Discard, nil); err != nil {
+					log.Warn("terminal hang-up failed", "err", err)
+				}
+				done()
+			}
+			select {
+			case <-time.After(HangupGrace):
+				cancel()
+			case <-ctx.Done():
+			}
+		case <-ctx.Done():
+		}
+	}()
+	go func() {
+		defer close(gone)
 		defer stdinW.Close()
 		defer sizes.close()
 		for {
@@ -152,10 +188,11 @@ func (h *Handler) run(ctx context.Context, c *websocket.Conn, t Target) {
 	var err error
 	switch t.Session.Kind {
 	case labs.KindPod:
-		err = h.execPod(ctx, t.Object, stdinR, out, sizes)
+		err = h.execPod(ctx, t.Object, Shell(id), stdinR, out, sizes)
 	default:
 		err = h.serialConsole(ctx, t.Object, stdinR, out)
 	}
+	close(ended)
 	end := control{Type: "exit"}
 	var exit interface{ ExitStatus() int }
 	switch {
@@ -169,7 +206,9 @@ func (h *Handler) run(ctx context.Context, c *websocket.Conn, t Target) {
 		end.ExitCode = &zero
 	}
 	log.Info("terminal closed", "err", err)
-	if ctx.Err() == nil {
+	select {
+	case <-gone:
+	default:
 		out.control(end)
 		_ = c.Close(websocket.StatusNormalClosure, "")
 	}
@@ -191,9 +230,9 @@ func (s *socketWriter) Write(p []byte) (int, error) {
 		s.first()
 		s.first = nil
 	}
-	if err := s.c.Write(s.ctx, websocket.MessageBinary, p); err != nil {
-		return 0, err
-	}
+	// Output the socket can no longer take is dropped, not an error: the
+	// stream keeps running until the shell has seen its hang-up.
+	_ = s.c.Write(s.ctx, websocket.MessageBinary, p)
 	return len(p), nil
 }
 

@@ -14,23 +14,40 @@ import (
 	"labkeep/shared/kube"
 )
 
-// Shell is what the terminal runs in a workspace container: bash as a
-// login shell where the image has it, else sh, in root's home, with a TERM
-// xterm.js understands. It needs nothing of the container but /bin/sh —
-// in particular not sshd.
-var Shell = []string{"/bin/sh", "-c",
-	`export TERM=xterm-256color; cd ~ 2>/dev/null; if command -v bash >/dev/null 2>&1; then exec bash -l; fi; exec sh -l`}
+// TerminalVar marks the processes of one terminal: its shell runs with
+// TerminalVar=<the connection's id>, and so does everything started from
+// it.
+const TerminalVar = "LABKEEP_TERMINAL"
 
-// execPod runs Shell in the workspace container of Pod pod with a TTY,
-// through the API server's pods/exec (the kubelet and the container
-// runtime; no network path into the Pod). It speaks the WebSocket exec
-// protocol (v5) and falls back to SPDY when the API server or a proxy on
-// the way cannot upgrade to WebSocket, as kubectl does.
-func (h *Handler) execPod(ctx context.Context, pod string, stdin io.Reader, stdout io.Writer, sizes remotecommand.TerminalSizeQueue) error {
+// Shell is what the terminal with id runs in a workspace container: bash
+// as a login shell where the image has it, else sh, in root's home, with a
+// TERM xterm.js understands, marked with TerminalVar. It needs nothing of
+// the container but /bin/sh — in particular not sshd.
+func Shell(id string) []string {
+	return []string{"/bin/sh", "-c", `export TERM=xterm-256color ` + TerminalVar + `=` + id +
+		`; cd ~ 2>/dev/null; if command -v bash >/dev/null 2>&1; then exec bash -l; fi; exec sh -l`}
+}
+
+// Hangup is what hangs up the terminal with id: SIGHUP to every process
+// marked with its TerminalVar, as a terminal's hang-up signals its
+// session. A stream that ends does not end its exec (the runtime keeps
+// the TTY open), so without it the shell of a closed page would run on.
+func Hangup(id string) []string {
+	return []string{"/bin/sh", "-c", `for d in /proc/[0-9]*; do ` +
+		`if tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qx '` + TerminalVar + `=` + id + `'; then kill -HUP "${d#/proc/}" 2>/dev/null; fi; done; true`}
+}
+
+// execPod runs command in the workspace container of Pod pod, with a TTY
+// when sizes is not nil, through the API server's pods/exec (the kubelet
+// and the container runtime; no network path into the Pod). It speaks the
+// WebSocket exec protocol (v5) and falls back to SPDY when the API server
+// or a proxy on the way cannot upgrade to WebSocket, as kubectl does.
+func (h *Handler) execPod(ctx context.Context, pod string, command []string, stdin io.Reader, stdout io.Writer, sizes remotecommand.TerminalSizeQueue) error {
+	tty := sizes != nil
 	u := h.kube.CoreV1().RESTClient().Post().Namespace(h.o.Namespace).Resource("pods").Name(pod).SubResource("exec").
 		VersionedParams(&corev1.PodExecOptions{
-			Container: kube.WorkspaceContainer, Command: Shell,
-			Stdin: true, Stdout: true, TTY: true,
+			Container: kube.WorkspaceContainer, Command: command,
+			Stdin: stdin != nil, Stdout: true, TTY: tty,
 		}, scheme.ParameterCodec).URL()
 	ws, err := remotecommand.NewWebSocketExecutor(h.o.Kube, "GET", u.String())
 	if err != nil {
@@ -46,9 +63,11 @@ func (h *Handler) execPod(ctx context.Context, pod string, stdin io.Reader, stdo
 	if err != nil {
 		return err
 	}
-	return exec.StreamWithContext(ctx, remotecommand.StreamOptions{
-		Stdin: stdin, Stdout: stdout, Tty: true, TerminalSizeQueue: sizes,
-	})
+	o := remotecommand.StreamOptions{Stdin: stdin, Stdout: stdout, Tty: tty}
+	if tty {
+		o.TerminalSizeQueue = sizes
+	}
+	return exec.StreamWithContext(ctx, o)
 }
 
 // serialConsole connects stdin and stdout to the serial console of VMI

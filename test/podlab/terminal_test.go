@@ -40,7 +40,6 @@ func TestWebTerminal(t *testing.T) {
 
 	t.Run("id and ps in the workspace container", func(t *testing.T) {
 		tm := dialTerminal(t, d, id, d.Token("tara", "student"), nil)
-		defer tm.close()
 		conn := tm.waitConnected()
 		if conn.Object != s.podName() || conn.Kind != "pod" {
 			t.Errorf("connected to %s %s, want pod %s", conn.Kind, conn.Object, s.podName())
@@ -48,9 +47,19 @@ func TestWebTerminal(t *testing.T) {
 		tm.send("id; echo in-$LABKEEP_CONTAINER_NAME; ps -eo pid,comm\n")
 		out := tm.waitOutput("in-workspace", "uid=0(root) gid=0(root)", "sshd", "guardian")
 		tm.resize(113, 37)
-		tm.send("stty size\n")
-		tm.waitOutput("37 113")
+		tm.send("stty size; echo shell-pid-$$.\n")
+		out = tm.waitOutput("37 113", ".\r\n")
 		t.Logf("terminal output of id and ps (the Pod shares its PID namespace, so guardian shows too):\n%s", lastLines(out, 12))
+		// Leaving the page hangs the shell up, as a dropped SSH connection
+		// does: it does not linger in the container.
+		pid := between(out, "shell-pid-", ".\r\n")
+		tm.close()
+		closed := time.Now()
+		stacktest.Eventually(t, time.Minute, func() (bool, string) {
+			out := strings.TrimSpace(s.mustRun("test -d /proc/" + pid + " && echo running || echo gone"))
+			return out == "gone", "the terminal's shell " + pid + " is " + out
+		})
+		t.Logf("the terminal's shell (pid %s) ended %s after its socket closed", pid, time.Since(closed).Round(10*time.Millisecond))
 	})
 
 	t.Run("sshd refusing logins", func(t *testing.T) {
@@ -435,6 +444,14 @@ func pids(t testing.TB, s string) []int {
 func lastLines(s string, n int) string {
 	lines := strings.Split(strings.TrimRight(s, "\r\n"), "\n")
 	return strings.Join(lines[max(0, len(lines)-n):], "\n")
+}
+
+// between is the text of s after the last start and before the next end
+// (the last: a terminal echoes the command before its output).
+func between(s, start, end string) string {
+	rest := s[strings.LastIndex(s, start)+len(start):]
+	v, _, _ := strings.Cut(rest, end)
+	return v
 }
 
 func first(s []string) string {
