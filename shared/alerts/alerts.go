@@ -143,6 +143,9 @@ type Store interface {
 	// Alerts returns up to limit alerts, newest first: the session's,
 	// or every session's when session is empty.
 	Alerts(ctx context.Context, session string, limit int) ([]Alert, error)
+	// Counts returns how many alerts each of sessions keeps (sessions
+	// without any are left out).
+	Counts(ctx context.Context, sessions []string) (map[string]int, error)
 }
 
 // Key derives the per-session webhook credentials. Its zero value derives

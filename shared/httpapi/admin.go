@@ -16,9 +16,16 @@ const (
 	MaxAdminAlerts     = 500
 )
 
+// adminSessionJSON is a live session as the admin console lists it: the
+// session as an admin sees it and how many guardian alerts it keeps.
+type adminSessionJSON struct {
+	sessionJSON
+	Alerts int `json:"alerts"`
+}
+
 // adminSessions answers every live session as an admin sees it (student,
-// lab, status, time left, nodes), oldest first.
-func (a *API) adminSessions(w http.ResponseWriter, r *http.Request) {
+// lab, status, time left, nodes, alerts kept), oldest first.
+func (a *API) adminSessions(w http.ResponseWriter, r *http.Request, store alerts.Store) {
 	if !a.admin(w, r) {
 		return
 	}
@@ -31,12 +38,21 @@ func (a *API) adminSessions(w http.ResponseWriter, r *http.Request) {
 		a.writeError(w, r, err, nil)
 		return
 	}
+	ids := make([]string, len(live))
+	for i, s := range live {
+		ids[i] = s.ID
+	}
+	counts, err := store.Counts(r.Context(), ids)
+	if err != nil {
+		a.writeError(w, r, err, nil)
+		return
+	}
 	p := Principal{Role: RoleAdmin} // a.admin let only admins through
 	out := struct {
-		Sessions []sessionJSON `json:"sessions"`
-	}{Sessions: []sessionJSON{}}
+		Sessions []adminSessionJSON `json:"sessions"`
+	}{Sessions: []adminSessionJSON{}}
 	for _, s := range live {
-		out.Sessions = append(out.Sessions, a.view(s, p))
+		out.Sessions = append(out.Sessions, adminSessionJSON{sessionJSON: a.view(s, p), Alerts: counts[s.ID]})
 	}
 	writeJSON(w, http.StatusOK, out)
 }

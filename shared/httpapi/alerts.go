@@ -47,7 +47,7 @@ var adminRoutes = map[string]string{
 func (a *API) WithAdmin(o AdminOptions, next http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/guardianAlert", func(w http.ResponseWriter, r *http.Request) { a.guardianAlert(w, r, o) })
-	mux.HandleFunc("/adminSessions", a.adminSessions)
+	mux.HandleFunc("/adminSessions", func(w http.ResponseWriter, r *http.Request) { a.adminSessions(w, r, o.Alerts) })
 	mux.HandleFunc("/adminAlerts", func(w http.ResponseWriter, r *http.Request) { a.adminAlerts(w, r, o.Alerts) })
 	mux.HandleFunc("/adminReapPreview", a.adminRun(o.Preview))
 	mux.Handle("/", next)

@@ -55,6 +55,23 @@ func (p *PG) AddAlert(ctx context.Context, a alerts.Alert, keep int) (alerts.Ale
 	return a, err
 }
 
+// Counts implements alerts.Store.
+func (p *PG) Counts(ctx context.Context, sessions []string) (map[string]int, error) {
+	rows, err := p.pool.Query(ctx, `SELECT session_id::text, count(*) FROM guardian_alerts
+		WHERE session_id::text = ANY($1) GROUP BY session_id`, sessions)
+	if err != nil {
+		return nil, err
+	}
+	counts := map[string]int{}
+	var id string
+	var n int
+	_, err = pgx.ForEachRow(rows, []any{&id, &n}, func() error {
+		counts[id] = n
+		return nil
+	})
+	return counts, err
+}
+
 // Alerts implements alerts.Store.
 func (p *PG) Alerts(ctx context.Context, sessionID string, limit int) ([]alerts.Alert, error) {
 	rows, err := p.pool.Query(ctx, `SELECT id, session_id, kind, subject, severity, message, fields, workspace,

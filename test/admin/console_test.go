@@ -163,28 +163,39 @@ func TestAdminConsole(t *testing.T) {
 	stuck := d.Opened("s-stuck", "linux-vm")
 	other := d.Opened("s-other", "linux-vm")
 	key := d.App.Config.AlertKey()
-	if status, code := post(t, d, stuck.ID, key.Token(stuck.ID), "application/json", alertBody("fork-bomb", "contained 812 processes of bash")); status != 201 {
-		t.Fatalf("guardianAlert = %d %s", status, code)
+	for _, al := range []struct{ id, kind, msg string }{
+		{stuck.ID, "fork-bomb", "contained 812 processes of bash"},
+		{other.ID, "memory-kill", "killed python3"},
+		{other.ID, "cpu-storm", "2 busy processes at SCHED_IDLE"},
+	} {
+		if status, code := post(t, d, al.id, key.Token(al.id), "application/json", alertBody(al.kind, al.msg)); status != 201 {
+			t.Fatalf("guardianAlert = %d %s", status, code)
+		}
 	}
 
 	b := browser.Start(t)
 	a := signIn(t, b, d)
-	s := a.wait("both live sessions and the alert", 30*time.Second, func(s consoleState) bool {
-		return len(s.Sessions) == 2 && len(s.Alerts) == 1
+	s := a.wait("both live sessions and the alerts", 30*time.Second, func(s consoleState) bool {
+		return len(s.Sessions) == 2 && len(s.Alerts) == 3
 	})
-	for _, want := range []struct{ id, student string }{{stuck.ID, "s-stuck"}, {other.ID, "s-other"}} {
+	for _, want := range []struct{ id, student, alerts string }{{stuck.ID, "s-stuck", "1"}, {other.ID, "s-other", "2"}} {
 		r, ok := find(s.Sessions, "session", want.id)
-		if !ok || r.Data["student"] != want.student || r.Cells[1] != "linux-vm" {
-			t.Errorf("session %s of %s: %+v", want.id, want.student, s.Sessions)
+		if !ok || r.Data["student"] != want.student || r.Cells[1] != "linux-vm" || r.Cells[5] != want.alerts {
+			t.Errorf("session %s of %s with %s alerts: %+v", want.id, want.student, want.alerts, s.Sessions)
 		}
 	}
 	if s.Capacity != "2 / 8" {
 		t.Errorf("capacity reads %q, want 2 / 8", s.Capacity)
 	}
+	// One session's alerts: its count opens them.
+	a.click(fmt.Sprintf(`button[data-alerts-of=%q]`, stuck.ID))
+	s = a.wait("stuck's alerts only", 30*time.Second, func(s consoleState) bool { return len(s.Alerts) == 1 })
 	if al := s.Alerts[0]; al.Data["session"] != stuck.ID || al.Data["kind"] != "fork-bomb" || al.Cells[1] != "s-stuck" || al.Cells[6] != "contained 812 processes of bash" {
 		t.Errorf("the alert row: %+v", al)
 	}
 	a.tab.Screenshot("sessions-and-alert")
+	a.click("#alerts-all")
+	a.wait("every session's alerts again", 30*time.Second, func(s consoleState) bool { return len(s.Alerts) == 3 })
 
 	// Both sessions expire; the API server refuses to delete stuck's VM.
 	d.Clock.Advance(61 * time.Minute)

@@ -14,7 +14,9 @@
   const tokenKey = "labkeep.adminToken";
   const pollMs = 5000;
   const $ = (id) => document.getElementById(id);
-  const state = { token: window.sessionStorage.getItem(tokenKey) || "", poll: 0, sessions: {} };
+  // alertsFor is the session whose alerts the list shows ("" for every
+  // session's newest).
+  const state = { token: window.sessionStorage.getItem(tokenKey) || "", poll: 0, sessions: {}, alertsFor: "" };
 
   async function call(method, path, body) {
     const headers = { Authorization: "Bearer " + state.token };
@@ -130,7 +132,7 @@
 
   async function refresh() {
     window.clearTimeout(state.poll);
-    const [st, ss, al] = await Promise.all([call("GET", "adminStatus"), call("GET", "adminSessions"), call("GET", "adminAlerts?limit=100")]);
+    const [st, ss, al] = await Promise.all([call("GET", "adminStatus"), call("GET", "adminSessions"), call("GET", "adminAlerts?limit=100" + (state.alertsFor ? "&session=" + encodeURIComponent(state.alertsFor) : ""))]);
     if (!state.token) return false;
     const bad = [st, ss, al].find((r) => !r.ok);
     if (bad) {
@@ -138,7 +140,7 @@
     } else if ($("message").className === "error") {
       showMessage("", "");
     }
-    if (ss.ok) renderSessions(ss.data.sessions || [], al.ok ? al.data.alerts || [] : []);
+    if (ss.ok) renderSessions(ss.data.sessions || []);
     if (st.ok) renderStatus(st.data);
     if (al.ok) renderAlerts(al.data.alerts || []);
     $("updated").textContent = "updated " + new Date().toLocaleTimeString();
@@ -171,9 +173,7 @@
     }));
   }
 
-  function renderSessions(list, alerts) {
-    const perSession = {};
-    alerts.forEach((a) => { perSession[a.session] = (perSession[a.session] || 0) + 1; });
+  function renderSessions(list) {
     state.sessions = {};
     fill("sessions", "no-sessions", list.map((s) => {
       state.sessions[s.id] = s;
@@ -184,8 +184,14 @@
       close.addEventListener("click", () => forceClose(s, close));
       const actions = el("td");
       actions.appendChild(close);
-      const tr = row([s.student, s.lab, el("td", s.status, "status " + s.status), duration(s.remainingSeconds), nodes,
-        perSession[s.id] || 0, actions]);
+      const count = el("td");
+      const show = el("button", s.alerts, "link");
+      show.type = "button";
+      show.dataset.alertsOf = s.id;
+      show.title = "show this session's alerts";
+      show.addEventListener("click", () => showAlerts(s.id));
+      count.appendChild(show);
+      const tr = row([s.student, s.lab, el("td", s.status, "status " + s.status), duration(s.remainingSeconds), nodes, count, actions]);
       tr.dataset.session = s.id;
       tr.dataset.student = s.student;
       tr.dataset.status = s.status;
@@ -193,7 +199,16 @@
     }));
   }
 
+  function showAlerts(id) {
+    state.alertsFor = id;
+    refresh();
+  }
+
   function renderAlerts(list) {
+    const s = state.sessions[state.alertsFor];
+    $("alerts-filter").hidden = !state.alertsFor;
+    $("alerts-of").textContent = state.alertsFor ? (s ? s.student + " — " : "") + state.alertsFor : "";
+    $("alerts").dataset.session = state.alertsFor;
     fill("alerts", "no-alerts", list.map((a) => {
       const s = state.sessions[a.session];
       const tr = row([when(a.received), s ? s.student : "", el("td", a.session.slice(0, 8)),
@@ -255,6 +270,7 @@
   $("signout").addEventListener("click", () => signOut(""));
   $("reap-now").addEventListener("click", () => reap("adminReapNow", "Reap now"));
   $("reap-preview").addEventListener("click", () => reap("adminReapPreview", "Preview"));
+  $("alerts-all").addEventListener("click", () => showAlerts(""));
 
   if (state.token) {
     signIn(state.token);
