@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"labkeep/shared/httpapi"
+	"labkeep/shared/kube"
 )
 
 // Where guardian's cleanup token is: the Secret the workspace Pod's
@@ -22,9 +23,6 @@ import (
 const (
 	GuardianSecret   = "labkeep-guardian"
 	GuardianTokenKey = "cleanup-token"
-	// GuardianPort is the name of guardian's API port in the workspace
-	// Pod definition.
-	GuardianPort = "guardian-api"
 )
 
 // Guardian calls the guardian of a workspace Pod. It reaches guardian at
@@ -63,14 +61,14 @@ func (g *Guardian) Cleanup(ctx context.Context, pod string) (CleanupReport, erro
 	var port int32
 	for _, c := range p.Spec.InitContainers {
 		for _, cp := range c.Ports {
-			if cp.Name == GuardianPort {
+			if cp.Name == kube.GuardianAPIPort {
 				port = cp.ContainerPort
 			}
 		}
 	}
 	switch {
 	case port == 0:
-		return CleanupReport{}, fmt.Errorf("workspace Pod %s has no port %s", pod, GuardianPort)
+		return CleanupReport{}, fmt.Errorf("workspace Pod %s has no port %s", pod, kube.GuardianAPIPort)
 	case p.Status.PodIP == "":
 		return CleanupReport{}, fmt.Errorf("%w: the workspace Pod has no address yet", httpapi.ErrBadGateway)
 	}
