@@ -6,18 +6,35 @@ import (
 	"strconv"
 	"strings"
 
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/yaml"
 
 	"labkeep/shared/kube"
 )
 
-// capabilityBits are the capabilities a workspace Pod may ask for, by the
-// bit the kernel gives them in /proc/PID/status.
+// capabilityBits are the kernel's capabilities by the bit it gives them in
+// /proc/PID/status: every one, so a capability this host cannot grant is
+// always recognised and dropped from the request.
 var capabilityBits = map[corev1.Capability]uint{
-	"CHOWN": 0, "DAC_OVERRIDE": 1, "FOWNER": 3, "KILL": 5, "SETGID": 6, "SETUID": 7,
-	"NET_BIND_SERVICE": 10, "NET_ADMIN": 12, "NET_RAW": 13, "SYS_CHROOT": 18, "SYS_PTRACE": 19,
-	"SYS_ADMIN": 21, "SYS_NICE": 23, "SYS_RESOURCE": 24,
+	"CHOWN": unix.CAP_CHOWN, "DAC_OVERRIDE": unix.CAP_DAC_OVERRIDE,
+	"DAC_READ_SEARCH": unix.CAP_DAC_READ_SEARCH, "FOWNER": unix.CAP_FOWNER, "FSETID": unix.CAP_FSETID,
+	"KILL": unix.CAP_KILL, "SETGID": unix.CAP_SETGID, "SETUID": unix.CAP_SETUID,
+	"SETPCAP": unix.CAP_SETPCAP, "LINUX_IMMUTABLE": unix.CAP_LINUX_IMMUTABLE,
+	"NET_BIND_SERVICE": unix.CAP_NET_BIND_SERVICE, "NET_BROADCAST": unix.CAP_NET_BROADCAST,
+	"NET_ADMIN": unix.CAP_NET_ADMIN, "NET_RAW": unix.CAP_NET_RAW, "IPC_LOCK": unix.CAP_IPC_LOCK,
+	"IPC_OWNER": unix.CAP_IPC_OWNER, "SYS_MODULE": unix.CAP_SYS_MODULE,
+	"SYS_RAWIO": unix.CAP_SYS_RAWIO, "SYS_CHROOT": unix.CAP_SYS_CHROOT,
+	"SYS_PTRACE": unix.CAP_SYS_PTRACE, "SYS_PACCT": unix.CAP_SYS_PACCT,
+	"SYS_ADMIN": unix.CAP_SYS_ADMIN, "SYS_BOOT": unix.CAP_SYS_BOOT, "SYS_NICE": unix.CAP_SYS_NICE,
+	"SYS_RESOURCE": unix.CAP_SYS_RESOURCE, "SYS_TIME": unix.CAP_SYS_TIME,
+	"SYS_TTY_CONFIG": unix.CAP_SYS_TTY_CONFIG, "MKNOD": unix.CAP_MKNOD, "LEASE": unix.CAP_LEASE,
+	"AUDIT_WRITE": unix.CAP_AUDIT_WRITE, "AUDIT_CONTROL": unix.CAP_AUDIT_CONTROL,
+	"SETFCAP": unix.CAP_SETFCAP, "MAC_OVERRIDE": unix.CAP_MAC_OVERRIDE,
+	"MAC_ADMIN": unix.CAP_MAC_ADMIN, "SYSLOG": unix.CAP_SYSLOG, "WAKE_ALARM": unix.CAP_WAKE_ALARM,
+	"BLOCK_SUSPEND": unix.CAP_BLOCK_SUSPEND, "AUDIT_READ": unix.CAP_AUDIT_READ,
+	"PERFMON": unix.CAP_PERFMON, "BPF": unix.CAP_BPF,
+	"CHECKPOINT_RESTORE": unix.CAP_CHECKPOINT_RESTORE,
 }
 
 // WorkspacePod adapts a workspace Pod definition (YAML; empty means the
