@@ -8,12 +8,19 @@ export PATH := $(PATH):$(shell ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sor
 GO ?= go
 GOTEST_FLAGS ?=
 
-.PHONY: setup run test test-race bench vet
+.PHONY: help setup setup-test run test bench vet
 
-setup:
-	@./localrun/setup.sh
+# help lists the targets: each documented target has a "## " line after it.
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed -E 's/^([a-z-]+):.*## /  \1\t/' | expand -t 14
 
-run: setup
+setup: ## install what `make run` needs (packages as root, control-plane binaries)
+	@./localrun/setup.sh run
+
+setup-test: ## install what `make test` needs too (sshd, nginx, kubectl, qemu, chromium, ...)
+	@./localrun/setup.sh test
+
+run: setup ## start the local stack and the functions until Ctrl-C
 	$(GO) run ./localrun/cmd/labkeep-run
 
 # Every test, against the real local stack. The race detector is on for
@@ -24,15 +31,15 @@ run: setup
 # reacts, so they run after the rest, one package at a time, not beside
 # other packages; test/guardianvm runs the same scenarios in a cgroup v2 VM.
 ALONE := ./guardian/e2e ./test/podlab ./test/guardianvm
-test: setup vet
+test: setup-test vet ## every test (race detector on), against the real local stack
 	$(GO) test -race -count=1 -timeout 30m $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v -e '/guardian/e2e$$' -e '/test/podlab$$' -e '/test/guardianvm$$')
 	$(GO) test -race -count=1 -p 1 -timeout 30m $(GOTEST_FLAGS) $(ALONE)
 
 # vet also fails on an untidy go.mod: `go mod tidy` must leave nothing to change.
-vet:
+vet: ## go vet, go mod tidy check, gofmt check
 	$(GO) vet ./...
 	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run go mod tidy"; $(GO) mod tidy -diff; exit 1; }
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
-bench: setup
+bench: setup-test ## the benchmarks
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...

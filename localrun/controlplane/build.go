@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -197,14 +198,46 @@ func buildKubernetes(ctx context.Context, dir, version string, builds []kubeBuil
 	return nil
 }
 
+// progressEvery is how often a running build says it is still running:
+// go build prints nothing for minutes otherwise.
+const progressEvery = 15 * time.Second
+
 func buildTo(ctx context.Context, mod, pkg, out string, progress io.Writer) error {
 	tmp := out + ".partial"
 	_ = os.Remove(tmp)
+	progress = &lockedWriter{w: progress} // go build's output and the ticker share it
+	done := make(chan struct{})
+	defer close(done)
+	go func(start time.Time) {
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				fmt.Fprintf(progress, "labkeep: still building %s (%s elapsed)\n", filepath.Base(out), time.Since(start).Round(time.Second))
+			}
+		}
+	}(time.Now())
 	if err := goCmd(ctx, mod, progress, "build", "-trimpath", "-ldflags=-s -w", "-o", tmp, pkg); err != nil {
 		_ = os.Remove(tmp)
 		return err
 	}
 	return os.Rename(tmp, out)
+}
+
+// lockedWriter serialises writes from go build's output copier and
+// buildTo's ticker.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 func goCmd(ctx context.Context, dir string, progress io.Writer, args ...string) error {

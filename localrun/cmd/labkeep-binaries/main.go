@@ -4,12 +4,14 @@
 // (controlplane.EnsureKubeVirtCRDs) and, when run as root (the node
 // needs root, and so does debootstrap), the node's images; it prints the
 // binaries' directory. It also unpacks the kernel the cgroup v2 test VM
-// boots (localrun/guestvm). `make test` and `make run` call it first so the
-// minutes-long cold build shows progress instead of a silent test.
+// boots (localrun/guestvm) unless -for run (`make run` boots no test VM).
+// `make test` and `make run` call it first so the minutes-long cold build
+// shows progress instead of a silent test.
 package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"os"
 	"os/signal"
@@ -35,6 +37,11 @@ func main() {
 }
 
 func run() error {
+	mode := flag.String("for", "test", "what the binaries are for: run (make run) or test (adds the test VM's kernel)")
+	flag.Parse()
+	if *mode != "run" && *mode != "test" {
+		return fmt.Errorf("-for must be run or test, got %q", *mode)
+	}
 	var cfg config
 	if err := envconfig.Process("labkeep", &cfg); err != nil {
 		return err
@@ -52,8 +59,10 @@ func run() error {
 	if _, err := controlplane.EnsureKubeVirtCRDs(ctx, dir, controlplane.DefaultVersions, os.Stderr); err != nil {
 		return err
 	}
-	if _, err := guestvm.EnsureKernel(ctx, dir, os.Stderr); err != nil {
-		return err
+	if *mode == "test" {
+		if _, err := guestvm.EnsureKernel(ctx, dir, os.Stderr); err != nil {
+			return err
+		}
 	}
 	if os.Geteuid() == 0 {
 		if _, err := images.Build(ctx, images.Options{CacheDir: filepath.Join(dir, "images"), Progress: os.Stderr}); err != nil {
