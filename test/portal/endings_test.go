@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -127,5 +128,33 @@ func (s *student) reapTick() {
 	s.t.Helper()
 	if r := s.d.Do("POST", "/reapTick", stacktest.SchedulerToken, "", ""); r.Status != http.StatusOK {
 		s.t.Fatalf("reapTick = %d %s", r.Status, r.Body)
+	}
+}
+
+// A lab of several machines lists each with its own state and SSH
+// command, and the known_hosts lines of all (k8s-cluster: three VMs on
+// virtsim).
+func TestEachMachineHasItsRow(t *testing.T) {
+	d := stacktest.Deploy(t, st, stacktest.Options{})
+	s := visit(t, browser.Start(t), d, "cid")
+	s.openLab("k8s-cluster")
+	p := s.waitPage("the cluster running", 2*time.Minute, func(p pageState) bool { return p.Status == "running" })
+	s.tab.Screenshot("cluster")
+	api := s.get()
+	if len(p.Nodes) != len(api.Nodes) || len(p.SSH) != len(api.Nodes) {
+		t.Fatalf("page rows %+v, ssh %q; server nodes %+v", p.Nodes, p.SSH, api.Nodes)
+	}
+	var lines []string
+	for i, n := range api.Nodes {
+		if p.Nodes[i].Name != n.Name || p.Nodes[i].Phase != n.Phase || n.Phase != "ready" {
+			t.Errorf("row %d: page %+v, server %s %s", i, p.Nodes[i], n.Name, n.Phase)
+		}
+		if want := fmt.Sprintf("root@%s -p %d", n.SSH.Host, n.SSH.Port); !strings.HasSuffix(p.SSH[i], want) {
+			t.Errorf("row %d: ssh %q, want it to end %q", i, p.SSH[i], want)
+		}
+		lines = append(lines, n.SSH.KnownHosts)
+	}
+	if got := strings.Split(strings.TrimSpace(p.KnownHosts), "\n"); !slices.Equal(got, lines) {
+		t.Errorf("known_hosts on the page %q, server %q", got, lines)
 	}
 }

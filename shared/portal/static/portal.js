@@ -26,8 +26,13 @@
   };
 
   // call sends one request to the API and returns the status, the JSON
-  // body, Retry-After and the instant the answer arrived.
-  async function call(method, path, body) {
+  // body, Retry-After and the instant the answer arrived. When the network
+  // fails under it (the browser drops requests in flight when the
+  // machine's network changes) it is sent again if that is safe: reads
+  // always, a change only if the caller says so (again = true: extend and
+  // close, whose repetition changes nothing more; never open, whose
+  // private key would be lost with a lost answer).
+  async function call(method, path, body, again) {
     const headers = { Authorization: "Bearer " + state.token };
     const init = { method: method, headers: headers, cache: "no-store", credentials: "omit", redirect: "error" };
     if (body !== undefined) {
@@ -35,10 +40,16 @@
       init.body = JSON.stringify(body);
     }
     let res;
-    try {
-      res = await fetch(new URL(path, api), init);
-    } catch (e) {
-      return { status: 0, ok: false, data: null, retryAfter: null, received: performance.now(), offline: String(e) };
+    for (let attempt = 1; ; attempt++) {
+      try {
+        res = await fetch(new URL(path, api), init);
+        break;
+      } catch (e) {
+        if ((method !== "GET" && !again) || attempt === 3) {
+          return { status: 0, ok: false, data: null, retryAfter: null, received: performance.now(), offline: String(e) };
+        }
+        await new Promise((resolve) => window.setTimeout(resolve, 500 * attempt));
+      }
     }
     const received = performance.now();
     let data = null;
@@ -398,7 +409,7 @@
 
   async function extend() {
     $("extend").disabled = true;
-    const r = await call("POST", "extendSession");
+    const r = await call("POST", "extendSession", undefined, true);
     if (r.ok) {
       showMessage("Extended: the lab now ends at " + fmtTime(r.data.expiresAt) + ".", "info", "extended");
       render(r.data, r.received);
@@ -411,7 +422,7 @@
   async function closeLab() {
     show("close-confirm", false);
     $("close").disabled = true;
-    const r = await call("POST", "closeSession");
+    const r = await call("POST", "closeSession", undefined, true);
     $("close").disabled = false;
     if (r.ok) {
       render(r.data, r.received);
