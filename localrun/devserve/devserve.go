@@ -21,6 +21,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -48,10 +49,14 @@ type Server struct {
 	// the configured token rules (LABKEEP_JWT_*): valid for
 	// LABKEEP_JWT_MAX_LIFETIME, with the audience and issuer required.
 	StudentToken, AdminToken string
-	srv                      *http.Server
-	done                     chan error
-	schedulerToken           string
-	log                      *slog.Logger
+	// EnvFile is the shell file that exports them (TOKEN, ADMIN_TOKEN,
+	// and LABKEEP_URL and LABKEEP_ADMIN_TOKEN for the labkeep CLI): the
+	// printed example calls work once it is sourced.
+	EnvFile        string
+	srv            *http.Server
+	done           chan error
+	schedulerToken string
+	log            *slog.Logger
 }
 
 // SampleStudent is the sub of the printed student token.
@@ -149,6 +154,12 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 		a.Close()
 		return nil, err
 	}
+	s.EnvFile = filepath.Join(stateDir, EnvFileName)
+	if err := writeEnvFile(s.EnvFile, s); err != nil {
+		ln.Close()
+		a.Close()
+		return nil, err
+	}
 	s.srv = &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { s.done <- s.srv.Serve(ln) }()
 	fmt.Fprintf(out, "session functions (env %q, namespace %q, max %d VMs, lifetime %s, max %s) at %s\n",
@@ -156,11 +167,29 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 	fmt.Fprintf(out, "  labs:          %v (from %s)\n", a.Labs.Names(), cfg.LabsFile)
 	fmt.Fprintf(out, "  student token: %s\n", s.StudentToken)
 	fmt.Fprintf(out, "  admin token:   %s\n", s.AdminToken)
+	fmt.Fprintf(out, "  first:         source %s   # sets $TOKEN, $ADMIN_TOKEN, $LABKEEP_URL, $LABKEEP_ADMIN_TOKEN\n", s.EnvFile)
 	fmt.Fprintf(out, "  try:           curl -sS -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{\"lab\":\"linux-vm\"}' %s/openSession\n", s.URL)
 	fmt.Fprintf(out, "                 curl -sS -H \"Authorization: Bearer $TOKEN\" %s/getSession\n", s.URL)
-	fmt.Fprintf(out, "  reaper:        curl -sS -X POST -H \"Authorization: Bearer $ADMIN_TOKEN\" %s/adminReapNow\n", s.URL)
+	fmt.Fprintf(out, "  reaper:        curl -sS -X POST -H \"Authorization: Bearer $ADMIN_TOKEN\" -H 'Content-Type: application/json' -d '{\"dryRun\":true}' %s/adminReapNow   # deletes nothing\n", s.URL)
+	fmt.Fprintf(out, "                 curl -sS -X POST -H \"Authorization: Bearer $ADMIN_TOKEN\" %s/adminReapNow\n", s.URL)
 	fmt.Fprintf(out, "                 curl -sS -H \"Authorization: Bearer $ADMIN_TOKEN\" %s/adminStatus ; curl -sS %s/metrics\n", s.URL, s.URL)
 	return s, nil
+}
+
+// EnvFileName is the name, in the state directory, of Server.EnvFile.
+const EnvFileName = "functions.env"
+
+// writeEnvFile writes s's URL and tokens as shell exports, readable by the
+// owner only (they are credentials).
+func writeEnvFile(path string, s *Server) error {
+	var b strings.Builder
+	for _, kv := range [][2]string{
+		{"TOKEN", s.StudentToken}, {"ADMIN_TOKEN", s.AdminToken},
+		{"LABKEEP_URL", s.URL}, {"LABKEEP_ADMIN_TOKEN", s.AdminToken},
+	} {
+		fmt.Fprintf(&b, "export %s=%q\n", kv[0], kv[1])
+	}
+	return os.WriteFile(path, []byte(b.String()), 0o600)
 }
 
 // RunScheduler plays the production scheduler (PingSource, CronJob,

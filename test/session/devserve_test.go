@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -63,5 +64,41 @@ func TestMakeRunServesTheFunctions(t *testing.T) {
 	}
 	if r := c.Do("POST", "/closeSession", srv.StudentToken, "", ""); r.Status != 200 {
 		t.Errorf("close = %d %s", r.Status, r.Body)
+	}
+	runPrintedLines(t, out.String())
+	if r := c.Do("POST", "/closeSession", srv.StudentToken, "", ""); r.Status != 200 {
+		t.Errorf("close the pasted lines' session = %d %s", r.Status, r.Body)
+	}
+}
+
+// runPrintedLines runs, in bash, what `make run` tells its reader to
+// paste — the "source" line, then every curl line — with curl made to fail
+// on an HTTP error, so a line that answers 401 (an unset $TOKEN) fails.
+func runPrintedLines(t *testing.T, printed string) {
+	t.Helper()
+	script := []string{"set -euo pipefail", `curl() { command curl --fail-with-body "$@"; echo; }`}
+	for _, line := range strings.Split(printed, "\n") {
+		for _, cmd := range []string{"source ", "curl "} {
+			i := strings.Index(line, cmd)
+			if i < 0 {
+				continue
+			}
+			if label := strings.TrimSpace(line[:i]); label == "" || strings.HasSuffix(label, ":") {
+				script = append(script, line[i:])
+				break
+			}
+		}
+	}
+	if len(script) < 2+5 || !strings.HasPrefix(script[2], "source ") {
+		t.Fatalf("printed lines: want a source line first and curl lines, got %q", script[2:])
+	}
+	for _, k := range []string{"TOKEN", "ADMIN_TOKEN", "LABKEEP_URL", "LABKEEP_ADMIN_TOKEN"} {
+		os.Unsetenv(k) // only the env file may set them
+	}
+	cmd := exec.Command("bash", "-c", strings.Join(script, "\n"))
+	b, err := cmd.CombinedOutput()
+	t.Logf("pasted:\n%s\nanswered:\n%s", strings.Join(script[2:], "\n"), b)
+	if err != nil {
+		t.Fatalf("the printed lines failed when pasted: %v", err)
 	}
 }

@@ -84,6 +84,7 @@ func run() error {
 		}
 		os.Remove(filepath.Join(cfg.StateDir, "kubeconfig"))
 		os.Remove(filepath.Join(cfg.StateDir, "env"))
+		os.Remove(filepath.Join(cfg.StateDir, devserve.EnvFileName))
 	}()
 	kubeconfig := filepath.Join(cfg.StateDir, "kubeconfig")
 	if err := controlplane.WriteKubeconfig(kubeconfig, st.Admin(), "labkeep-admin"); err != nil {
