@@ -54,6 +54,9 @@ type Config struct {
 	// MaxConcurrentVms (LABKEEP_MAX_CONCURRENT_VMS) caps live VMs in the namespace.
 	MaxConcurrentVms int    `split_words:"true"`
 	LabsFile         string `split_words:"true"`
+	// LabsReload is how often LabsFile is re-read (labs.Live); 0 reads it
+	// only at start.
+	LabsReload time.Duration `split_words:"true"`
 	// JWTSecret is the HS256 secret shared with the portal (≥ 32 bytes).
 	JWTSecret string `split_words:"true"`
 	HTTPAddr  string `split_words:"true"`
@@ -180,7 +183,7 @@ func DefaultConfig() Config {
 	tok, al := httpapi.DefaultTokenRules(), alerts.DefaultLimits()
 	return Config{
 		Namespace: k.Namespace, SessionLifetime: p.Lifetime, SessionMaxLifetime: p.MaxLifetime,
-		DeadlineGrace: k.DeadlineGrace, MaxConcurrentVms: l.MaxVMs, LabsFile: DefaultLabsFile, HTTPAddr: DefaultHTTPAddr,
+		DeadlineGrace: k.DeadlineGrace, MaxConcurrentVms: l.MaxVMs, LabsFile: DefaultLabsFile, LabsReload: labs.DefaultReload, HTTPAddr: DefaultHTTPAddr,
 		KubeTimeout: k.CallTimeout, AnchorImage: k.AnchorImage, AnchorBackoffLimit: k.AnchorBackoffLimit,
 		AnchorCompletions: k.AnchorCompletions, GuardianImage: k.GuardianImage, RetryAfter: httpapi.DefaultRetryAfter,
 		CapacityWait: l.CapacityWait, CleanupTimeout: l.CleanupTimeout, ReapDryRun: r.DryRun, ReapRunDeadline: r.RunDeadline,
@@ -321,6 +324,9 @@ func (c Config) Validate() error {
 	if c.LabsFile == "" {
 		bad("LABS_FILE", "is required")
 	}
+	if c.LabsReload < 0 {
+		bad("LABS_RELOAD", "must not be negative (0: read only at start), got %s", c.LabsReload)
+	}
 	if c.HTTPAddr == "" {
 		bad("HTTP_ADDR", "is required")
 	}
@@ -347,7 +353,7 @@ type App struct {
 	Config   Config
 	Store    *pgstore.PG
 	Cluster  *kube.Cluster
-	Labs     *labs.Catalog
+	Labs     *labs.Live
 	Sessions *session.Service
 	// API serves the session endpoints; mount more routes in front of it.
 	API *httpapi.API
@@ -365,6 +371,8 @@ type App struct {
 	Portal *portal.Portal
 
 	handler http.Handler
+	// stop ends the lab catalog's watcher.
+	stop context.CancelFunc
 }
 
 // Option changes how Build connects, for the local stack and tests; a
@@ -395,7 +403,9 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	for _, opt := range opts {
 		opt(&o)
 	}
-	catalog, err := labs.LoadFile(cfg.LabsFile)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	catalog, err := labs.OpenLive(cfg.LabsFile, log, labs.NewMetrics(reg))
 	if err != nil {
 		return nil, fmt.Errorf("%s_LABS_FILE: %w", EnvPrefix, err)
 	}
@@ -431,8 +441,6 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 		Sessions: svc, Auth: auth,
 		Now: now, Log: log, RetryAfter: cfg.RetryAfter,
 	})
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	reaper := &reap.Reaper{
 		Store: reapStore, Cluster: cluster, Now: now, Log: log, Metrics: reap.NewMetrics(reg),
 		Config: cfg.Reap(),
@@ -456,6 +464,12 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 		return nil, err
 	}
 	a.handler = term.Mount(a.handler)
+	if cfg.LabsReload > 0 {
+		watch, stop := context.WithCancel(context.WithoutCancel(ctx))
+		ticker := time.NewTicker(cfg.LabsReload)
+		a.stop = func() { stop(); ticker.Stop() }
+		go catalog.Watch(watch, ticker.C)
+	}
 	if cfg.Portal {
 		a.Portal = portal.New()
 		a.Portal.Handle("terminal", terminal.Page())
@@ -470,6 +484,9 @@ func (a *App) Handler() http.Handler { return a.handler }
 
 // Close releases the database pools.
 func (a *App) Close() {
+	if a.stop != nil {
+		a.stop()
+	}
 	a.ReapStore.ClosePool()
 	a.Store.Close()
 }

@@ -8,7 +8,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
 	"slices"
 	"sort"
 	"strings"
@@ -110,15 +109,8 @@ type file struct {
 
 // LoadFile reads and validates the lab templates file at path.
 func LoadFile(path string) (*Catalog, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, fmt.Errorf("lab templates: %w", err)
-	}
-	c, err := Parse(data)
-	if err != nil {
-		return nil, fmt.Errorf("lab templates %s: %w", path, err)
-	}
-	return c, nil
+	c, _, err := read(path)
+	return c, err
 }
 
 // Parse validates a lab templates document:

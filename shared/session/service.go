@@ -23,12 +23,21 @@ import (
 type Service struct {
 	Store   Store
 	Cluster Cluster
-	Labs    *labs.Catalog
+	Labs    Catalog
 	Policy  lifetime.Policy
 	Limits  Limits
 	// Now is the clock; time.Now in production.
 	Now func() time.Time
 	Log *slog.Logger
+}
+
+// Catalog is where Open looks labs up: a *labs.Live re-read while the
+// functions run, or a fixed *labs.Catalog. Only Open reads it: a session
+// stores its kind and nodes, so extend, close and teardown never depend on
+// the catalog in force.
+type Catalog interface {
+	Get(name string) (labs.Lab, bool)
+	Names() []string
 }
 
 // Limits bound what the Service does.
