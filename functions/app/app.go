@@ -453,7 +453,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	a.handler = api.WithAdmin(httpapi.AdminOptions{
 		Alerts: store, Limits: cfg.AlertLimits(), Key: cfg.AlertKey(), Preview: &preview,
 	}, api.WithReaper(httpapi.ReaperOptions{
-		Reaper: reaper, SchedulerToken: cfg.SchedulerToken, Gatherer: reg,
+		Reaper: reaper, DryRun: &preview, SchedulerToken: cfg.SchedulerToken, Gatherer: reg,
 		Status: func(ctx context.Context) (reap.Status, error) {
 			return reaper.ReadStatus(ctx, store, cluster, cfg.AdminStatusRuns, cfg.MaxConcurrentVms)
 		},

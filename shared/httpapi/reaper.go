@@ -25,6 +25,9 @@ type ReaperStatus func(ctx context.Context) (reap.Status, error)
 // ReaperOptions configures the reaper's endpoints.
 type ReaperOptions struct {
 	Reaper ReaperRunner
+	// DryRun is the same reaper deleting nothing (reap.Config.DryRun),
+	// run by POST /adminReapNow {"dryRun": true}; nil refuses dry runs.
+	DryRun ReaperRunner
 	Status ReaperStatus
 	// SchedulerToken authenticates POST /reapTick (Authorization: Bearer
 	// …). If empty, reapTick refuses every call: an unauthenticated
@@ -43,7 +46,8 @@ var reaperRoutes = map[string]string{
 }
 
 // WithReaper returns a handler serving the reaper's endpoints —
-// POST /adminReapNow and GET /adminStatus (admin JWT), POST /reapTick
+// POST /adminReapNow (optionally {"dryRun": true}) and GET /adminStatus
+// (admin JWT), POST /reapTick
 // (scheduler token; any payload is accepted and ignored, so a CloudEvent,
 // an EventBridge event or an empty body all work) and GET /metrics — in
 // front of the session API, which serves every other path.
@@ -53,13 +57,23 @@ func (a *API) WithReaper(o ReaperOptions) http.Handler {
 		if !a.admin(w, r) {
 			return
 		}
-		// Only an empty body or an empty JSON object: there are no options.
-		var none struct{}
-		if err := decodeBody(w, r, &none, false); err != nil {
+		// An empty body, or {"dryRun": bool}: a dry run reports what it
+		// would delete and deletes nothing.
+		var opts struct {
+			DryRun bool `json:"dryRun"`
+		}
+		if err := decodeBody(w, r, &opts, false); err != nil {
 			a.writeError(w, r, err, nil)
 			return
 		}
-		a.reapNow(w, r, o.Reaper, reap.TriggerAdmin)
+		rr := o.Reaper
+		if opts.DryRun {
+			if rr = o.DryRun; rr == nil {
+				a.writeError(w, r, fmt.Errorf("%w: this server runs no dry reaper", ErrBadRequest), nil)
+				return
+			}
+		}
+		a.reapNow(w, r, rr, reap.TriggerAdmin)
 	})
 	mux.HandleFunc("/adminStatus", func(w http.ResponseWriter, r *http.Request) {
 		if !a.admin(w, r) {
