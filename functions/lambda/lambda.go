@@ -9,6 +9,16 @@
 // ErrUnrecognisedEvent and never reaches the handler: an event of unknown
 // shape must not be taken for a scheduler that holds the token. It holds
 // no domain logic, so Lambda behaves exactly like the Knative server.
+//
+// Failures and Lambda's metrics: a scheduled event whose run answers
+// anything but 2xx fails the invocation (ErrScheduledRunFailed), so
+// Lambda's Errors metric, its retries and an on-failure destination see a
+// reaper that did not run; a skipped run (another one going) answers 200
+// and is no failure. An HTTP request's answer, 5xx included, is returned
+// as the invocation's result, not as an error: API Gateway and function
+// URLs relay it to the caller with its status, error body and Retry-After,
+// where a failed invocation would become a bare 502; such answers show in
+// API Gateway's 5XXError metric and in the functions' logs.
 package lambda
 
 import (
@@ -30,6 +40,14 @@ import (
 // anything being called, for an event that is neither an HTTP API
 // (payload 2.0) or function URL request nor an EventBridge scheduled event.
 var ErrUnrecognisedEvent = errors.New("unrecognised Lambda event")
+
+// ErrScheduledRunFailed is returned, failing the invocation, when a
+// scheduled event's request answered anything but 2xx.
+var ErrScheduledRunFailed = errors.New("scheduled run failed")
+
+// maxErrorBody bounds how much of a failed scheduled run's answer the
+// invocation error quotes.
+const maxErrorBody = 1024
 
 // Markers of the recognised events, as AWS sends them.
 const (
@@ -100,7 +118,8 @@ func classify(payload []byte) (eventKind, error) {
 
 // Invoke is the Lambda entry point (pass it to lambda.Start). An event it
 // does not recognise, or cannot decode, is an error: the invocation fails
-// and Handler is not called.
+// and Handler is not called. A scheduled run answering non-2xx is an error
+// too (ErrScheduledRunFailed); an HTTP request's answer never is.
 func (a Adapter) Invoke(ctx context.Context, payload json.RawMessage) (events.APIGatewayV2HTTPResponse, error) {
 	kind, err := classify(payload)
 	if err != nil {
@@ -125,6 +144,13 @@ func (a Adapter) Invoke(ctx context.Context, payload json.RawMessage) (events.AP
 	res := events.APIGatewayV2HTTPResponse{StatusCode: rec.Code, Headers: map[string]string{}, Body: rec.Body.String()}
 	for k, v := range rec.Header() {
 		res.Headers[k] = strings.Join(v, ", ")
+	}
+	if kind == scheduledEvent && (rec.Code < 200 || rec.Code > 299) {
+		body := res.Body
+		if len(body) > maxErrorBody {
+			body = body[:maxErrorBody] + "…"
+		}
+		return res, fmt.Errorf("%w: POST %s answered %d: %s", ErrScheduledRunFailed, a.ScheduledPath, rec.Code, body)
 	}
 	return res, nil
 }

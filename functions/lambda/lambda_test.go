@@ -4,10 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -19,8 +21,11 @@ type seen struct {
 }
 
 // recorder is a handler that records every request it serves and answers
-// 418 with two values of one header.
-type recorder struct{ got []seen }
+// status (418 if unset) with two values of one header and a JSON body.
+type recorder struct {
+	got    []seen
+	status int
+}
 
 func (h *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	body, _ := io.ReadAll(r.Body)
@@ -30,7 +35,12 @@ func (h *recorder) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	})
 	w.Header().Add("X-Multi", "a")
 	w.Header().Add("X-Multi", "b")
-	w.WriteHeader(http.StatusTeapot)
+	status := h.status
+	if status == 0 {
+		status = http.StatusTeapot
+	}
+	w.WriteHeader(status)
+	fmt.Fprintf(w, `{"answered":%d}`, status)
 }
 
 // sample is an event JSON sample from testdata/.
@@ -71,14 +81,14 @@ func TestInvokeServesRecognisedEvents(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			h := &recorder{}
+			h := &recorder{status: http.StatusOK}
 			a := Adapter{Handler: h, ScheduledPath: "/reapTick", SchedulerToken: "sched"}
 			res, err := a.Invoke(context.Background(), json.RawMessage(tc.payload))
 			if err != nil {
 				t.Fatal(err)
 			}
-			if res.StatusCode != http.StatusTeapot || res.Headers["X-Multi"] != "a, b" {
-				t.Errorf("response = %d %v, want 418 with X-Multi \"a, b\"", res.StatusCode, res.Headers)
+			if res.StatusCode != http.StatusOK || res.Headers["X-Multi"] != "a, b" {
+				t.Errorf("response = %d %v, want 200 with X-Multi \"a, b\"", res.StatusCode, res.Headers)
 			}
 			if diff := cmp.Diff([]seen{tc.want}, h.got); diff != "" {
 				t.Errorf("handler saw (-want +got):\n%s", diff)
@@ -132,5 +142,41 @@ func TestInvokeRefusesSchedulesWithoutAScheduledPath(t *testing.T) {
 	_, err := Adapter{Handler: h}.Invoke(context.Background(), json.RawMessage(sample(t, "eventbridge-scheduled-rule.json")))
 	if err == nil || len(h.got) != 0 {
 		t.Errorf("Invoke = %v, handler saw %+v; want an error and no call", err, h.got)
+	}
+}
+
+// A scheduled run that answers non-2xx fails the invocation, so Lambda's
+// Errors metric and retries see it; an HTTP request's answer, 5xx included,
+// is returned for API Gateway to relay and never fails the invocation.
+func TestInvokeFailsOnlyFailedScheduledRuns(t *testing.T) {
+	tests := []struct {
+		name    string
+		payload string
+		status  int
+		wantErr bool
+	}{
+		{"scheduled run that ran (or was skipped): 200", "eventbridge-scheduled-rule.json", 200, false},
+		{"scheduled run that failed: 500", "eventbridge-scheduled-rule.json", 500, true},
+		{"scheduled run refused (wrong scheduler token): 401", "eventbridge-scheduler.json", 401, true},
+		{"scheduled run busy for an unexpected reason: 409", "eventbridge-scheduled-rule.json", 409, true},
+		{"HTTP API request answered 500", "http-api-v2.json", 500, false},
+		{"function URL request answered 503", "function-url.json", 503, false},
+		{"HTTP API request answered 401", "http-api-v2.json", 401, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			h := &recorder{status: tc.status}
+			a := Adapter{Handler: h, ScheduledPath: "/reapTick", SchedulerToken: "sched"}
+			res, err := a.Invoke(context.Background(), json.RawMessage(sample(t, tc.payload)))
+			if got := errors.Is(err, ErrScheduledRunFailed); got != tc.wantErr || (err != nil && !got) {
+				t.Fatalf("Invoke error = %v, want ErrScheduledRunFailed: %v", err, tc.wantErr)
+			}
+			if tc.wantErr && !strings.Contains(err.Error(), fmt.Sprintf(`answered %d: {"answered":%d}`, tc.status, tc.status)) {
+				t.Errorf("error %q does not quote the status and answer", err)
+			}
+			if res.StatusCode != tc.status || len(h.got) != 1 {
+				t.Errorf("response %d after %d calls, want %d after 1", res.StatusCode, len(h.got), tc.status)
+			}
+		})
 	}
 }

@@ -3,6 +3,7 @@ package reap_test
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -219,10 +220,22 @@ func TestReapTickThroughLambdaShim(t *testing.T) {
 		t.Fatalf("session is %s after the scheduled Lambda run", got)
 	}
 	h.WaitGone(s.ID, 30*time.Second)
-	// A shim configured with the wrong token is refused like any caller.
+	// A shim configured with the wrong token is refused like any caller,
+	// and the refused run fails the invocation (Lambda's Errors metric).
 	adapter.SchedulerToken = "wrong"
 	res, err = adapter.Invoke(context.Background(), event)
-	if err != nil || res.StatusCode != 401 {
-		t.Fatalf("wrong scheduler token through the shim: %d %v", res.StatusCode, err)
+	if !errors.Is(err, lambda.ErrScheduledRunFailed) || res.StatusCode != 401 {
+		t.Fatalf("wrong scheduler token through the shim: %d %v, want 401 and ErrScheduledRunFailed", res.StatusCode, err)
+	}
+	// A run skipped because another holds the lock is no failure.
+	adapter.SchedulerToken = stacktest.SchedulerToken
+	unlock, ok, err := h.App.Store.TryLock(context.Background(), reap.LockName)
+	if err != nil || !ok {
+		t.Fatalf("take the reaper lock: ok=%v err=%v", ok, err)
+	}
+	res, err = adapter.Invoke(context.Background(), event)
+	unlock()
+	if err != nil || res.StatusCode != 200 || !strings.Contains(res.Body, `"skipped":true`) {
+		t.Fatalf("skipped scheduled run through the shim: %d %v %s, want 200 skipped and no error", res.StatusCode, err, res.Body)
 	}
 }
