@@ -198,28 +198,9 @@ func buildKubernetes(ctx context.Context, dir, version string, builds []kubeBuil
 	return nil
 }
 
-// progressEvery is how often a running build says it is still running:
-// go build prints nothing for minutes otherwise.
-const progressEvery = 15 * time.Second
-
 func buildTo(ctx context.Context, mod, pkg, out string, progress io.Writer) error {
 	tmp := out + ".partial"
 	_ = os.Remove(tmp)
-	progress = &lockedWriter{w: progress} // go build's output and the ticker share it
-	done := make(chan struct{})
-	defer close(done)
-	go func(start time.Time) {
-		t := time.NewTicker(progressEvery)
-		defer t.Stop()
-		for {
-			select {
-			case <-done:
-				return
-			case <-t.C:
-				fmt.Fprintf(progress, "labkeep: still building %s (%s elapsed)\n", filepath.Base(out), time.Since(start).Round(time.Second))
-			}
-		}
-	}(time.Now())
 	if err := goCmd(ctx, mod, progress, "build", "-trimpath", "-ldflags=-s -w", "-o", tmp, pkg); err != nil {
 		_ = os.Remove(tmp)
 		return err
@@ -240,13 +221,41 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	return l.w.Write(p)
 }
 
+// progressEvery is how often a running go command says it is still
+// running: a cold go mod tidy or go build prints nothing for minutes.
+const progressEvery = 15 * time.Second
+
+// goCmd runs the go command in dir with its output to progress, saying
+// what it runs and for how long every progressEvery.
 func goCmd(ctx context.Context, dir string, progress io.Writer, args ...string) error {
 	cmd, err := goCommand(ctx, dir, args...)
 	if err != nil {
 		return err
 	}
+	if progress == nil {
+		progress = io.Discard
+	}
+	progress = &lockedWriter{w: progress} // the command's output and the ticker share it
 	cmd.Stdout = progress
 	cmd.Stderr = progress
+	what := "go " + strings.Join(args[:min(2, len(args))], " ")
+	if args[0] == "build" {
+		what = "go build " + args[len(args)-1]
+	}
+	done := make(chan struct{})
+	defer close(done)
+	go func(start time.Time) {
+		t := time.NewTicker(progressEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+				fmt.Fprintf(progress, "labkeep: still running %s (%s elapsed)\n", what, time.Since(start).Round(time.Second))
+			}
+		}
+	}(time.Now())
 	return cmd.Run()
 }
 
