@@ -11,6 +11,12 @@
 // Security Policy violation) fails the test when the tab ends, so a page
 // that only works with inline script or style cannot pass.
 //
+// Start(t, Isolated) runs the browser in a network namespace of its own
+// that reaches only the addresses given to Reach (forwarded to the same
+// addresses outside): Chromium fails its requests in flight whenever the
+// machine's network changes, which a local node does at every Pod it
+// starts or stops, so page tests beside a node use it.
+//
 // Screenshot saves a PNG of the page as a test artifact under
 // ArtifactDir: $LABKEEP_ARTIFACTS if set, else test/artifacts/ at the
 // module root (ignored by git), one directory per test; the path is
@@ -21,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -65,13 +72,30 @@ func Find() (string, error) {
 
 // Browser is one running headless Chromium.
 type Browser struct {
-	ctx context.Context
+	ctx   context.Context
+	quiet *quietNet
 }
+
+// Option changes how Start runs the browser.
+type Option func(*options)
+
+type options struct{ isolated bool }
+
+// Isolated runs the browser in a network namespace of its own, which
+// reaches only the addresses passed to Reach: the machine's network
+// changing (a local node starting or stopping a Pod) then never fails its
+// requests in flight (ERR_NETWORK_CHANGED), as it does in the machine's
+// namespace.
+func Isolated(o *options) { o.isolated = true }
 
 // Start launches Chromium for t (skipping t, with the reason, only if none
 // is installed) and stops it when t ends.
-func Start(t testing.TB) *Browser {
+func Start(t testing.TB, opts ...Option) *Browser {
 	t.Helper()
+	var o options
+	for _, opt := range opts {
+		opt(&o)
+	}
 	path, err := Find()
 	if errors.Is(err, ErrNotFound) {
 		t.Skip(err)
@@ -79,8 +103,16 @@ func Start(t testing.TB) *Browser {
 	if err != nil {
 		t.Fatal(err)
 	}
-	opts := []chromedp.ExecAllocatorOption{
-		chromedp.ExecPath(path),
+	b := &Browser{}
+	exe := path
+	if o.isolated {
+		if b.quiet, exe, err = isolate(t.TempDir(), path); err != nil {
+			t.Fatalf("isolating the browser's network: %v", err)
+		}
+		t.Cleanup(b.quiet.close)
+	}
+	flags := []chromedp.ExecAllocatorOption{
+		chromedp.ExecPath(exe),
 		chromedp.Headless,
 		chromedp.NoSandbox,
 		chromedp.NoFirstRun,
@@ -97,14 +129,37 @@ func Start(t testing.TB) *Browser {
 		chromedp.UserDataDir(t.TempDir()),
 		chromedp.WindowSize(1200, 900),
 	}
-	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), flags...)
 	ctx, cancel := chromedp.NewContext(alloc)
 	t.Cleanup(func() { cancel(); cancelAlloc() })
 	if err := chromedp.Do(ctx); err != nil {
 		t.Fatalf("starting %s: %v", path, err)
 	}
-	t.Logf("browser: %s (headless)", path)
-	return &Browser{ctx: ctx}
+	where := "the machine's network namespace"
+	if b.quiet != nil {
+		where = "a network namespace of its own"
+	}
+	t.Logf("browser: %s (headless, in %s)", path, where)
+	b.ctx = ctx
+	return b
+}
+
+// Reach lets an Isolated browser reach the host and port of rawURL (the
+// same address outside); without Isolated every address is reachable
+// and Reach does nothing. It returns rawURL.
+func (b *Browser) Reach(t testing.TB, rawURL string) string {
+	t.Helper()
+	if b.quiet == nil {
+		return rawURL
+	}
+	u, err := url.Parse(rawURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := b.quiet.forward(u.Host); err != nil {
+		t.Fatal(err)
+	}
+	return rawURL
 }
 
 // Tab is one page of the browser, with what it wrote to its console.

@@ -1,9 +1,11 @@
 package browser
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -73,4 +75,28 @@ func hasSecurityEntry(msgs []chromedp.ConsoleMessage) bool {
 		}
 	}
 	return false
+}
+
+// An isolated browser reaches what it was told to reach, as the same URL,
+// and nothing else on the machine.
+func TestIsolatedReachesOnlyWhatItIsGiven(t *testing.T) {
+	given, other := page(t), page(t)
+	b := Start(t, Isolated)
+	tab := b.Tab(t)
+	tab.Do(30*time.Second, chromedp.Navigate(b.Reach(t, given.URL)), chromedp.WaitVisible(chromedp.CSS("#out")))
+	got, err := chromedp.Run(tab.Ctx, chromedp.Text(chromedp.CSS("#out")))
+	if err != nil || got != "external ran" {
+		t.Errorf("#out = %q (%v), want the page's script to have run", got, err)
+	}
+	// The other server, never given, is unreachable from inside.
+	ctx, cancel := context.WithTimeout(tab.Ctx, 20*time.Second)
+	defer cancel()
+	status, err := chromedp.Run(ctx, chromedp.Evaluate[string](
+		`fetch(`+strconv.Quote(other.URL+"/ok.js")+`).then(() => "reached", (e) => "refused: " + e)`, chromedp.EvalAwaitPromise))
+	if err != nil || !strings.HasPrefix(status, "refused") {
+		t.Errorf("fetching a server not given = %q (%v), want it unreachable", status, err)
+	}
+	tab.mu.Lock()
+	tab.msgs = nil // the page's own CSP refusal and the failed fetch, on purpose
+	tab.mu.Unlock()
 }

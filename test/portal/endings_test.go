@@ -28,7 +28,7 @@ import (
 // no VM boots, the functions, reaper and database are real.
 func TestPageShowsTheServersReasons(t *testing.T) {
 	d := stacktest.Deploy(t, st, stacktest.Options{MaxVMs: 1, CapacityWait: time.Second})
-	s := visit(t, browser.Start(t), d, "ann")
+	s := visit(t, browser.Start(t, browser.Isolated), d, "ann")
 	s.waitPage("the lab list", 30*time.Second, func(p pageState) bool { return p.Labs })
 
 	// No capacity: bob holds the only VM.
@@ -136,7 +136,7 @@ func (s *student) reapTick() {
 // virtsim).
 func TestEachMachineHasItsRow(t *testing.T) {
 	d := stacktest.Deploy(t, st, stacktest.Options{})
-	s := visit(t, browser.Start(t), d, "cid")
+	s := visit(t, browser.Start(t, browser.Isolated), d, "cid")
 	s.openLab("k8s-cluster")
 	p := s.waitPage("the cluster running", 2*time.Minute, func(p pageState) bool { return p.Status == "running" })
 	s.tab.Screenshot("cluster")
@@ -157,4 +157,8 @@ func TestEachMachineHasItsRow(t *testing.T) {
 	if got := strings.Split(strings.TrimSpace(p.KnownHosts), "\n"); !slices.Equal(got, lines) {
 		t.Errorf("known_hosts on the page %q, server %q", got, lines)
 	}
+	if r := d.Close("cid"); r.Status != http.StatusOK {
+		t.Errorf("close = %d %s", r.Status, r.Body)
+	}
+	d.WaitGone(api.ID, time.Minute)
 }

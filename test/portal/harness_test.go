@@ -85,7 +85,7 @@ type student struct {
 func visit(t *testing.T, b *browser.Browser, d *stacktest.Deployment, name string) *student {
 	t.Helper()
 	s := &student{t: t, d: d, tab: b.Tab(t), name: name, token: d.Token(name, "student")}
-	s.tab.Do(time.Minute, chromedp.Navigate(d.Server.URL+"/portal/"), chromedp.WaitVisible(chromedp.CSS("#signin")))
+	s.tab.Do(time.Minute, chromedp.Navigate(b.Reach(t, d.Server.URL)+"/portal/"), chromedp.WaitVisible(chromedp.CSS("#signin")))
 	s.tab.Screenshot("signin")
 	s.tab.Do(30*time.Second,
 		chromedp.SetValue(chromedp.CSS("#token"), s.token),

@@ -24,8 +24,9 @@ func TestMakeRunServesThePortal(t *testing.T) {
 	if srv.App.Portal == nil {
 		t.Fatal("make run serves no portal by default")
 	}
-	tab := browser.Start(t).Tab(t)
-	tab.Do(time.Minute, chromedp.Navigate(srv.URL+portal.Prefix), chromedp.WaitVisible(chromedp.CSS("#signin")))
+	b := browser.Start(t, browser.Isolated)
+	tab := b.Tab(t)
+	tab.Do(time.Minute, chromedp.Navigate(b.Reach(t, srv.URL)+portal.Prefix), chromedp.WaitVisible(chromedp.CSS("#signin")))
 	tab.Do(30*time.Second,
 		chromedp.SetValue(chromedp.CSS("#token"), srv.StudentToken),
 		chromedp.Click(chromedp.CSS("#signin-button")),

@@ -31,7 +31,7 @@ func TestStudentRunsAPodLabInTheBrowser(t *testing.T) {
 	// 12 minutes, at most 20: the 10-minute warning is 2 minutes away,
 	// and two extensions reach the cap.
 	d := stacktest.Deploy(t, st, stacktest.Options{Lifetime: 12 * time.Minute, MaxLifetime: 20 * time.Minute})
-	s := visit(t, browser.Start(t), d, "ann")
+	s := visit(t, browser.Start(t, browser.Isolated), d, "ann")
 
 	p := s.waitPage("the lab list", 30*time.Second, func(p pageState) bool { return p.Labs && !p.Session })
 	s.tab.Screenshot("labs")

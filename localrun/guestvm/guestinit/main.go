@@ -20,6 +20,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"labkeep/localrun/guestvm"
+	"labkeep/localrun/loopback"
 )
 
 func main() {
@@ -104,27 +105,7 @@ func setup() error {
 	if err := os.WriteFile("/sys/fs/cgroup/cgroup.subtree_control", []byte(strings.Join(enable, " ")), 0); err != nil {
 		return fmt.Errorf("enable controllers %v: %w", enable, err)
 	}
-	return loopbackUp()
-}
-
-func loopbackUp() error {
-	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return err
-	}
-	defer unix.Close(fd)
-	ifr, err := unix.NewIfreq("lo")
-	if err != nil {
-		return err
-	}
-	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("lo flags: %w", err)
-	}
-	ifr.SetUint16(ifr.Uint16() | unix.IFF_UP)
-	if err := unix.IoctlIfreq(fd, unix.SIOCSIFFLAGS, ifr); err != nil {
-		return fmt.Errorf("lo up: %w", err)
-	}
-	return nil
+	return loopback.Up()
 }
 
 func lines(path string) ([]string, error) {
