@@ -8,6 +8,7 @@ import (
 	"io"
 	"log/slog"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,6 +92,53 @@ func TestReapWhileARunIsGoing(t *testing.T) {
 			}
 			if rr.calls != 1 {
 				t.Errorf("%d runs asked for, want 1", rr.calls)
+			}
+		})
+	}
+}
+
+// adminReapNow {"dryRun": true} runs the dry reaper and only it; without
+// dryRun (or false) the real one; a server with no dry reaper refuses a
+// dry run with 400 and runs nothing. Over fake runners: that a dry run
+// deletes nothing on the real stack is test/reap's.
+func TestAdminReapNowDryRun(t *testing.T) {
+	secret := []byte("reaper-test-secret-0123456789abcdef")
+	now := func() time.Time { return time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC) }
+	admin, err := Sign(secret, "ops", RoleAdmin, now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name              string
+		body              string
+		noDryReaper       bool
+		wantStatus        int
+		wantFull, wantDry int
+	}{
+		{"no body: the real run", "", false, 200, 1, 0},
+		{`{"dryRun": false}: the real run`, `{"dryRun": false}`, false, 200, 1, 0},
+		{`{"dryRun": true}: the dry run only`, `{"dryRun": true}`, false, 200, 0, 1},
+		{"dryRun not a boolean: 400, nothing runs", `{"dryRun": "yes"}`, false, 400, 0, 0},
+		{"dry run without a dry reaper: 400, nothing runs", `{"dryRun": true}`, true, 400, 0, 0},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			full, dry := &runner{}, &runner{}
+			o := ReaperOptions{Reaper: full, DryRun: dry}
+			if tc.noDryReaper {
+				o.DryRun = nil
+			}
+			a := New(Options{Auth: NewAuthenticator(secret, now), Now: now, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			req := httptest.NewRequest("POST", "/adminReapNow", strings.NewReader(tc.body))
+			req.Header.Set("Authorization", "Bearer "+admin)
+			if tc.body != "" {
+				req.Header.Set("Content-Type", "application/json")
+			}
+			w := httptest.NewRecorder()
+			a.WithReaper(o).ServeHTTP(w, req)
+			got := []int{w.Code, full.calls, dry.calls}
+			if diff := cmp.Diff([]int{tc.wantStatus, tc.wantFull, tc.wantDry}, got); diff != "" {
+				t.Errorf("[status, full runs, dry runs] (-want +got):\n%s\nbody %s", diff, w.Body)
 			}
 		})
 	}
