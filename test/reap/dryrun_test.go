@@ -50,9 +50,9 @@ func TestAdminReapNowDryRunDeletesNothing(t *testing.T) {
 		t.Errorf(`{"dryRun": "yes"}: %d %s, want 400 bad_request`, r.Status, r.Body)
 	}
 
-	real := reapNow(`{"dryRun": false}`)
-	if real.DryRun || real.Counts["expired"] != 1 {
-		t.Fatalf("the run after the dry run: %+v, want 1 expired", real)
+	full := reapNow(`{"dryRun": false}`)
+	if full.DryRun || full.Counts["expired"] != 1 {
+		t.Fatalf("the run after the dry run: %+v, want 1 expired", full)
 	}
 	if got := h.status(expired.ID); got != session.StatusExpired {
 		t.Fatalf("after the real run the session is %s, want %s", got, session.StatusExpired)
