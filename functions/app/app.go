@@ -60,6 +60,10 @@ type Config struct {
 	// JWTSecret is the HS256 secret shared with the portal (≥ 32 bytes).
 	JWTSecret string `split_words:"true"`
 	HTTPAddr  string `split_words:"true"`
+	// MetricsAddr, when set, is where labkeep-http serves /metrics, apart
+	// from the public handler (which then has none); empty keeps /metrics
+	// on the public handler (Lambda, Cloud Functions).
+	MetricsAddr string `split_words:"true"`
 
 	// JWTAudience and JWTIssuer, when set, are the aud and iss every
 	// portal token must carry; JWTMaxLifetime bounds how long a token may
@@ -441,6 +445,11 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 		Sessions: svc, Auth: auth,
 		Now: now, Log: log, RetryAfter: cfg.RetryAfter,
 	})
+	svc.Metrics = session.NewMetrics(reg, store)
+	var public prometheus.Gatherer = reg
+	if cfg.MetricsAddr != "" {
+		public = nil // served on its own address only
+	}
 	reaper := &reap.Reaper{
 		Store: reapStore, Cluster: cluster, Now: now, Log: log, Metrics: reap.NewMetrics(reg),
 		Config: cfg.Reap(),
@@ -453,7 +462,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	a.handler = api.WithAdmin(httpapi.AdminOptions{
 		Alerts: store, Limits: cfg.AlertLimits(), Key: cfg.AlertKey(), Preview: &preview,
 	}, api.WithReaper(httpapi.ReaperOptions{
-		Reaper: reaper, DryRun: &preview, SchedulerToken: cfg.SchedulerToken, Gatherer: reg,
+		Reaper: reaper, DryRun: &preview, SchedulerToken: cfg.SchedulerToken, Gatherer: public,
 		Status: func(ctx context.Context) (reap.Status, error) {
 			return reaper.ReadStatus(ctx, store, cluster, cfg.AdminStatusRuns, cfg.MaxConcurrentVms)
 		},
@@ -475,6 +484,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 		a.Portal.Handle("terminal", terminal.Page())
 		a.handler = a.Portal.Mount(a.handler)
 	}
+	a.handler = httpapi.NewHTTPMetrics(reg).Instrument(a.handler)
 	return a, nil
 }
 

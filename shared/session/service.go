@@ -29,6 +29,8 @@ type Service struct {
 	// Now is the clock; time.Now in production.
 	Now func() time.Time
 	Log *slog.Logger
+	// Metrics, if set, counts opens, extensions, endings and time to ready.
+	Metrics *Metrics
 }
 
 // Catalog is where Open looks labs up: a *labs.Live re-read while the
@@ -98,7 +100,8 @@ func (s *Service) now() time.Time { return s.Now().UTC().Truncate(time.Microseco
 // status its finisher gave it (closed, failed, expired). The row is
 // written before any object exists, so a crash mid-way leaves a live row
 // the reaper will find, never an object without a row.
-func (s *Service) Open(ctx context.Context, student, labName, publicKey string) (Session, error) {
+func (s *Service) Open(ctx context.Context, student, labName, publicKey string) (_ Session, err error) {
+	defer func() { s.Metrics.opened(labName, err) }()
 	lab, ok := s.Labs.Get(labName)
 	if !ok {
 		return Session{}, fmt.Errorf("%w %q; valid labs: %s", ErrUnknownLab, labName, strings.Join(s.Labs.Names(), ", "))
@@ -311,6 +314,9 @@ func (s *Service) rollback(ctx context.Context, log *slog.Logger, sess Session, 
 	}
 	reason := EndReason{Kind: kind, Actor: ActorOpen, Detail: cause.Error()}
 	failed, ended, err := End(cctx, s.Store, s.clusterFor(teardown), sess.ID, Ending{Reason: reason, EvenIfTeardownFails: true}, s.now())
+	if ended {
+		s.Metrics.ended(failed.End)
+	}
 	if err != nil {
 		log.Error("rollback left objects for the reaper", "err", err)
 	}
@@ -405,6 +411,7 @@ func (s *Service) refresh(ctx context.Context, sess Session) Session {
 	}
 	if err == nil {
 		s.Log.Info("session ready", "session", sess.ID, "timeToReady", updated.TimeToReady())
+		s.Metrics.ready(updated)
 	}
 	return updated
 }
@@ -437,7 +444,8 @@ func recordedReadyAt(cond, startedAt, observedAt time.Time) time.Time {
 // session. Returns ErrNoSession if the student has no live session (or id
 // is not it), ErrNotRunning if it is still provisioning or already expired,
 // and ErrExtensionCap if it already runs until its maximum lifetime.
-func (s *Service) Extend(ctx context.Context, student, id string) (Session, error) {
+func (s *Service) Extend(ctx context.Context, student, id string) (_ Session, err error) {
+	defer func() { s.Metrics.extended(err) }()
 	for attempt := 0; ; attempt++ {
 		sess, err := s.liveOwned(ctx, student, id)
 		if err != nil {
@@ -506,6 +514,7 @@ func (s *Service) Close(ctx context.Context, student, id string, actor Actor, by
 		return closed, nil
 	}
 	s.Log.Info("session closed", "session", sess.ID, "status", closed.Status, "reason", closed.End.String())
+	s.Metrics.ended(closed.End)
 	return closed, nil
 }
 

@@ -16,6 +16,8 @@ import (
 	"time"
 
 	"github.com/kelseyhightower/envconfig"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"labkeep/functions/app"
 )
@@ -40,10 +42,15 @@ func run(log *slog.Logger) error {
 		return err
 	}
 	defer a.Close()
-	srv := &http.Server{Addr: cfg.HTTPAddr, Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	errc := make(chan error, 1)
-	go func() { errc <- srv.ListenAndServe() }()
-	log.Info("serving", "addr", cfg.HTTPAddr, "env", cfg.Env, "namespace", cfg.Namespace)
+	servers := []*http.Server{{Addr: cfg.HTTPAddr, Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}}
+	if cfg.MetricsAddr != "" {
+		servers = append(servers, metricsServer(cfg.MetricsAddr, a.Metrics))
+	}
+	errc := make(chan error, len(servers))
+	for _, srv := range servers {
+		go func() { errc <- srv.ListenAndServe() }()
+	}
+	log.Info("serving", "addr", cfg.HTTPAddr, "metricsAddr", cfg.MetricsAddr, "env", cfg.Env, "namespace", cfg.Namespace)
 	select {
 	case err := <-errc:
 		return err
@@ -51,8 +58,18 @@ func run(log *slog.Logger) error {
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
-		return err
+	for _, srv := range servers {
+		if err := srv.Shutdown(shutdown); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			return err
+		}
 	}
 	return nil
+}
+
+// metricsServer serves g's /metrics on addr (LABKEEP_METRICS_ADDR): the
+// address monitoring scrapes, never published with the public handler.
+func metricsServer(addr string, g prometheus.Gatherer) *http.Server {
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	return &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 }

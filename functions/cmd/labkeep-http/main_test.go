@@ -3,9 +3,13 @@ package main
 import (
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 )
 
 // An invalid setting stops the server at start with the variable's name.
@@ -28,5 +32,36 @@ func TestRunFailsNamingTheVariable(t *testing.T) {
 	t.Setenv("LABKEEP_SESSION_MAX_LIFETIME", "10m")
 	if err := run(log); err == nil || !strings.Contains(err.Error(), "LABKEEP_SESSION_MAX_LIFETIME") {
 		t.Errorf("run with max lifetime below lifetime = %v", err)
+	}
+}
+
+// The metrics server answers GET /metrics from its gatherer and nothing
+// else.
+func TestMetricsServer(t *testing.T) {
+	reg := prometheus.NewRegistry()
+	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "labkeep_test_total", Help: "test"})
+	reg.MustRegister(c)
+	c.Inc()
+	srv := httptest.NewServer(metricsServer("", reg).Handler)
+	defer srv.Close()
+	for _, tc := range []struct {
+		method, path string
+		wantCode     int
+		wantBody     string
+	}{
+		{"GET", "/metrics", 200, "labkeep_test_total 1"},
+		{"GET", "/openSession", 404, ""},
+		{"POST", "/metrics", 405, ""},
+	} {
+		req, _ := http.NewRequest(tc.method, srv.URL+tc.path, nil)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		if resp.StatusCode != tc.wantCode || !strings.Contains(string(body), tc.wantBody) {
+			t.Errorf("%s %s = %d %q, want %d with %q", tc.method, tc.path, resp.StatusCode, body, tc.wantCode, tc.wantBody)
+		}
 	}
 }
