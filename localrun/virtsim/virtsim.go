@@ -8,7 +8,11 @@
 //     or running: true) gets a VirtualMachineInstance of the same name,
 //     controlled by the VM (ownerReference controller=true), which goes
 //     Pending → Scheduled → Running and gets condition Ready=True after the
-//     boot delay; the VM's status.created, status.ready and
+//     boot delay — only if its spec has a readinessProbe: virtsim cannot
+//     probe a guest, so it counts a probe as passing at the boot delay, and
+//     a VMI without one reaches Running but never Ready (KubeVirt would
+//     call it Ready at boot, before sshd listens; here a VM built without
+//     its probe is caught); the VM's status.created, status.ready and
 //     status.printableStatus follow;
 //   - spec.dataVolumeTemplates produce DataVolumes owned by the VM;
 //   - every VMI gets a virt-launcher Pod, as KubeVirt runs each VMI in one:
@@ -459,7 +463,7 @@ func (s *Sim) syncVMI(ctx context.Context, ns, name string) (time.Duration, erro
 	phase, ready, next := kubevirtv1.Pending, false, delay/2-age
 	switch {
 	case age >= delay && !fault.NeverReady:
-		phase, ready, next = kubevirtv1.Running, true, 0
+		phase, ready, next = kubevirtv1.Running, vmi.Spec.ReadinessProbe != nil, 0
 	case age >= delay/2:
 		phase, next = kubevirtv1.Scheduled, delay-age
 		if fault.NeverReady {

@@ -50,10 +50,17 @@ func (e *env) createVM(name string, annotations map[string]string, dataVolume st
 			"runStrategy": "Always",
 			"template": map[string]any{
 				"metadata": map[string]any{"labels": map[string]any{"labkeep.io/role": "control"}},
-				"spec":     map[string]any{"domain": map[string]any{"devices": map[string]any{}, "resources": map[string]any{"requests": map[string]any{"memory": "4Gi"}}}},
+				"spec": map[string]any{
+					"domain":         map[string]any{"devices": map[string]any{}, "resources": map[string]any{"requests": map[string]any{"memory": "4Gi"}}},
+					"readinessProbe": map[string]any{"tcpSocket": map[string]any{"port": int64(22)}},
+				},
 			},
 		},
 	}}
+	if annotations[withoutProbe] == "true" {
+		unstructured.RemoveNestedField(u.Object, "spec", "template", "spec", "readinessProbe")
+		delete(annotations, withoutProbe)
+	}
 	if dataVolume != "" {
 		_ = unstructured.SetNestedSlice(u.Object, []any{map[string]any{
 			"metadata": map[string]any{"name": dataVolume},
@@ -191,6 +198,33 @@ func TestNeverReadyAnnotation(t *testing.T) {
 	e.eventually("slow VM ready", func() bool { r, _, _ := e.vmState("slow"); return r })
 	if r, _, _ := e.vmState("stuck"); r {
 		t.Fatal("never-ready VM became ready")
+	}
+}
+
+// withoutProbe (a createVM annotation, not sent) builds the VM without a
+// readinessProbe.
+const withoutProbe = "test/without-probe"
+
+// Ready means the readiness probe passed: a VM whose template has none
+// reaches Running but never Ready, while its twin with a probe (the
+// control) does become Ready.
+func TestVMWithoutReadinessProbeNeverReady(t *testing.T) {
+	e := newEnv(t)
+	e.createVM("no-probe", map[string]string{withoutProbe: "true"}, "")
+	e.createVM("probed", nil, "")
+	e.eventually("probed VM ready", func() bool { r, _, _ := e.vmState("probed"); return r })
+	// Both were created together with the same boot delay; once the
+	// probed one is Ready the other has passed its boot delay too.
+	e.eventually("probe-less VMI running", func() bool { return e.vmiPhase("no-probe") == "Running" })
+	vmi, err := e.get("vmi", "no-probe")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, has, _ := unstructured.NestedMap(vmi.Object, "spec", "readinessProbe"); has {
+		t.Fatal("the probe-less VM's VMI has a readinessProbe")
+	}
+	if r, p, _ := e.vmState("no-probe"); r || p == "Running" {
+		t.Fatalf("VM without a readinessProbe: ready=%v printable=%q, want not ready", r, p)
 	}
 }
 

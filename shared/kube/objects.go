@@ -251,6 +251,14 @@ func (b builder) vm(n labs.Node, anchor *batchv1.Job) *kubevirtv1.VirtualMachine
 	if b.multiNode() {
 		spec.Subdomain = session.NetworkName(b.sess.ID)
 	}
+	// Ready only once a student can log in (the lab's readiness, TCP on
+	// the SSH port by default), so running means SSH answers.
+	r := b.lab.VMReadiness()
+	spec.ReadinessProbe = &kubevirtv1.Probe{
+		Handler:             kubevirtv1.Handler{TCPSocket: &corev1.TCPSocketAction{Port: intstr.FromInt32(r.TCPPort)}},
+		InitialDelaySeconds: r.InitialDelaySeconds,
+		PeriodSeconds:       r.PeriodSeconds,
+	}
 	vm := &kubevirtv1.VirtualMachine{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "kubevirt.io/v1", Kind: "VirtualMachine"},
 		ObjectMeta: b.owned(name, n.Role, n.Name, anchor),

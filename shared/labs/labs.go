@@ -55,6 +55,9 @@ type Lab struct {
 	// only names of OptInCapabilities, each at most once. Most labs need
 	// none; a networking lab asks for NET_RAW (ping, traceroute, tcpdump).
 	Capabilities []string `json:"capabilities,omitempty"`
+	// Readiness is when a VM node counts as running (vm labs only; default
+	// TCP on SSHPort): see Readiness.
+	Readiness *Readiness `json:"readiness,omitempty"`
 }
 
 // OptInCapabilities are the capabilities a pod lab may ask for beyond the
@@ -225,6 +228,9 @@ func normalise(l Lab) (Lab, error) {
 		}
 	default:
 		return l, fmt.Errorf("kind %q: must be %q or %q", l.Kind, KindVM, KindPod)
+	}
+	if err := normaliseReadiness(&l); err != nil {
+		return l, err
 	}
 	var nodes []Node
 	for i, n := range l.Nodes {
