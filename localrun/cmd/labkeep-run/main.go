@@ -116,6 +116,7 @@ func run() error {
 	fmt.Printf("  state dir:  %s\n", cfg.StateDir)
 	fmt.Printf("  kubectl:    kubectl --kubeconfig %s get vm,vmi -A\n", kubeconfig)
 	fmt.Printf("  settings:   source %s\n", filepath.Join(cfg.StateDir, "env"))
+	fmt.Printf("  admin CLI:  source %s && go run ./functions/cmd/labkeep admin sessions   (or reap --dry-run, close ID, status)\n", fns.EnvFile)
 	if fns.App.Portal != nil {
 		fmt.Printf("  portal:     %s%s (sign in with the student token above)\n", browserURL(fns.URL), portal.Prefix)
 		fmt.Printf("  admin:      %s%sadmin.html (sign in with the admin token above)\n", browserURL(fns.URL), portal.Prefix)
