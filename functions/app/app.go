@@ -460,7 +460,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	preview := *reaper
 	preview.Config.DryRun = true
 	a.handler = api.WithAdmin(httpapi.AdminOptions{
-		Alerts: store, Limits: cfg.AlertLimits(), Key: cfg.AlertKey(), Preview: &preview,
+		Alerts: store, Limits: cfg.AlertLimits(), Key: cfg.AlertKey(),
 	}, api.WithReaper(httpapi.ReaperOptions{
 		Reaper: reaper, DryRun: &preview, SchedulerToken: cfg.SchedulerToken, Gatherer: public,
 		Status: func(ctx context.Context) (reap.Status, error) {

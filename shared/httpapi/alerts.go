@@ -8,7 +8,6 @@ import (
 
 	"labkeep/guardian/alert"
 	"labkeep/shared/alerts"
-	"labkeep/shared/reap"
 )
 
 // AdminOptions configures guardian's alert endpoint and the admin
@@ -20,9 +19,6 @@ type AdminOptions struct {
 	Limits alerts.Limits
 	// Key verifies each workspace's webhook credentials.
 	Key alerts.Key
-	// Preview is the reaper in dry-run mode, behind POST /adminReapPreview:
-	// what a run would delete now, deleting nothing.
-	Preview ReaperRunner
 }
 
 // adminRoutes lists the paths of WithAdmin with their only method.
@@ -30,7 +26,6 @@ var adminRoutes = map[string]string{
 	"/guardianAlert":    http.MethodPost,
 	"/adminSessions":    http.MethodGet,
 	"/adminAlerts":      http.MethodGet,
-	"/adminReapPreview": http.MethodPost,
 }
 
 // WithAdmin returns a handler serving, in front of next:
@@ -41,15 +36,14 @@ var adminRoutes = map[string]string{
 //     workspace Pod's webhook URL: a workspace can post alerts for its own
 //     session only. A valid alert is stored with the session (201); a bad
 //     one is refused with 400 invalid_alert and nothing is stored.
-//   - GET /adminSessions (every live session), GET /adminAlerts (the
-//     newest alerts, ?session= for one session's, ?limit= up to 500) and
-//     POST /adminReapPreview (a dry reaper run), all for admins.
+//   - GET /adminSessions (every live session, with its alert count) and
+//     GET /adminAlerts (the newest alerts, ?session= for one session's,
+//     ?limit= up to 500), for admins.
 func (a *API) WithAdmin(o AdminOptions, next http.Handler) http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/guardianAlert", func(w http.ResponseWriter, r *http.Request) { a.guardianAlert(w, r, o) })
 	mux.HandleFunc("/adminSessions", func(w http.ResponseWriter, r *http.Request) { a.adminSessions(w, r, o.Alerts) })
 	mux.HandleFunc("/adminAlerts", func(w http.ResponseWriter, r *http.Request) { a.adminAlerts(w, r, o.Alerts) })
-	mux.HandleFunc("/adminReapPreview", a.adminRun(o.Preview))
 	mux.Handle("/", next)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if a.refuseMethod(adminRoutes, w, r) {
@@ -87,21 +81,4 @@ func (a *API) guardianAlert(w http.ResponseWriter, r *http.Request, o AdminOptio
 	}
 	a.log.Info("guardian alert", "session", id, "kind", stored.Kind, "severity", stored.Severity, "id", stored.ID)
 	writeJSON(w, http.StatusCreated, map[string]int64{"id": stored.ID})
-}
-
-// adminRun is an admin's reaper run by rr now (adminReapNow, and its dry
-// run adminReapPreview): only an empty body or an empty JSON object, as
-// there are no options; the answer is the run's report.
-func (a *API) adminRun(rr ReaperRunner) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if !a.admin(w, r) {
-			return
-		}
-		var none struct{}
-		if err := decodeBody(w, r, &none, false); err != nil {
-			a.writeError(w, r, err, nil)
-			return
-		}
-		a.reapNow(w, r, rr, reap.TriggerAdmin)
-	}
 }

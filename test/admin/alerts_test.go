@@ -199,9 +199,8 @@ func TestAdminEndpointsRefuse(t *testing.T) {
 		{"sessions without a token", "GET", "/adminSessions", "", "", 401, "unauthorized"},
 		{"sessions with a query", "GET", "/adminSessions?student=refuse-a", admin, "", 400, "bad_request"},
 		{"sessions by POST", "POST", "/adminSessions", admin, "", 405, "method_not_allowed"},
-		{"preview as a student", "POST", "/adminReapPreview", student, "", 403, "forbidden"},
-		{"preview with options", "POST", "/adminReapPreview", admin, `{"dryRun":false}`, 400, "bad_request"},
-		{"preview by GET", "GET", "/adminReapPreview", admin, "", 405, "method_not_allowed"},
+		{"alerts as a student", "GET", "/adminAlerts", student, "", 403, "forbidden"},
+		{"a preview as a student", "POST", "/adminReapNow", student, `{"dryRun":true}`, 403, "forbidden"},
 		{"guardianAlert by GET", "GET", "/guardianAlert", "", "", 405, "method_not_allowed"},
 	}
 	for _, tc := range tests {
@@ -229,13 +228,13 @@ func TestAdminEndpointsRefuse(t *testing.T) {
 		list.Sessions[0].ID != s.ID || list.Sessions[0].Student != "refuse-a" || list.Sessions[0].Status != "expired" {
 		t.Errorf("adminSessions = %d %s", r.Status, r.Body)
 	}
-	r = d.Do("POST", "/adminReapPreview", admin, "", "")
+	r = d.Do("POST", "/adminReapNow", admin, `{"dryRun":true}`, "")
 	var run struct {
 		DryRun bool           `json:"dryRun"`
 		Counts map[string]int `json:"counts"`
 	}
 	if err := json.Unmarshal(r.Body, &run); r.Status != 200 || err != nil || !run.DryRun || run.Counts["expired"] != 1 {
-		t.Errorf("adminReapPreview = %d %s", r.Status, r.Body)
+		t.Errorf("adminReapNow dry run = %d %s", r.Status, r.Body)
 	}
 	if live := d.LiveIDs(); !live[s.ID] {
 		t.Errorf("the preview ended the session: live %v", live)

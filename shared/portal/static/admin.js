@@ -3,7 +3,7 @@
 // header (kept in sessionStorage, gone with the tab): GET /adminStatus
 // (capacity, recent reaper runs, sessions failing run after run),
 // GET /adminSessions (live sessions), GET /adminAlerts (guardian alerts);
-// and acts with POST /adminReapNow, POST /adminReapPreview (a dry run) and
+// and acts with POST /adminReapNow (also {"dryRun": true}, a preview) and
 // POST /closeSession for a student (force-close, after a second click).
 // Every text shown comes from the server and is set with textContent,
 // never as markup: alerts carry what a workspace's user chose.
@@ -222,11 +222,11 @@
 
   // --- actions ---------------------------------------------------------
 
-  async function reap(path, title) {
+  async function reap(body, title) {
     const buttons = [$("reap-now"), $("reap-preview")];
     buttons.forEach((b) => { b.disabled = true; });
     $("reap-note").textContent = "running…";
-    const r = await call("POST", path);
+    const r = await call("POST", "adminReapNow", body);
     buttons.forEach((b) => { b.disabled = false; });
     $("reap-note").textContent = "";
     if (!r.ok) {
@@ -268,8 +268,8 @@
 
   $("signin-button").addEventListener("click", () => signIn($("token").value));
   $("signout").addEventListener("click", () => signOut(""));
-  $("reap-now").addEventListener("click", () => reap("adminReapNow", "Reap now"));
-  $("reap-preview").addEventListener("click", () => reap("adminReapPreview", "Preview"));
+  $("reap-now").addEventListener("click", () => reap(undefined, "Reap now"));
+  $("reap-preview").addEventListener("click", () => reap({ dryRun: true }, "Preview"));
   $("alerts-all").addEventListener("click", () => showAlerts(""));
 
   if (state.token) {
