@@ -122,6 +122,8 @@ type Config struct {
 	CapacityWait time.Duration `split_words:"true"`
 	// CleanupTimeout bounds the rollback of a failed open.
 	CleanupTimeout time.Duration `split_words:"true"`
+	// QueueIdle is how long a waitlist entry nobody polls keeps its place.
+	QueueIdle time.Duration `split_words:"true"`
 	// ReapDryRun makes the reaper report what it would delete and delete
 	// nothing (LABKEEP_REAP_DRY_RUN).
 	ReapDryRun bool `split_words:"true"`
@@ -190,7 +192,7 @@ func DefaultConfig() Config {
 		DeadlineGrace: k.DeadlineGrace, MaxConcurrentVms: l.MaxVMs, LabsFile: DefaultLabsFile, LabsReload: labs.DefaultReload, HTTPAddr: DefaultHTTPAddr,
 		KubeTimeout: k.CallTimeout, AnchorImage: k.AnchorImage, AnchorBackoffLimit: k.AnchorBackoffLimit,
 		AnchorCompletions: k.AnchorCompletions, GuardianImage: k.GuardianImage, RetryAfter: httpapi.DefaultRetryAfter,
-		CapacityWait: l.CapacityWait, CleanupTimeout: l.CleanupTimeout, ReapDryRun: r.DryRun, ReapRunDeadline: r.RunDeadline,
+		CapacityWait: l.CapacityWait, CleanupTimeout: l.CleanupTimeout, QueueIdle: l.QueueIdle, ReapDryRun: r.DryRun, ReapRunDeadline: r.RunDeadline,
 		ReapProvisionTimeout: r.ProvisionTimeout, ReapProvisionGrace: r.ProvisionGrace,
 		JWTMaxLifetime: tok.MaxLifetime, JWTLeeway: tok.Leeway, Portal: portal.DefaultEnabled,
 		KubeQPS: k.QPS, KubeBurst: k.Burst, ReapWorkers: r.Workers, AdminStatusRuns: DefaultAdminStatusRuns,
@@ -228,7 +230,7 @@ func (c Config) Kube() (kube.Config, error) {
 
 // Limits are the session Service's limits.
 func (c Config) Limits() session.Limits {
-	return session.Limits{MaxVMs: c.MaxConcurrentVms, CapacityWait: c.CapacityWait, CleanupTimeout: c.CleanupTimeout}
+	return session.Limits{MaxVMs: c.MaxConcurrentVms, CapacityWait: c.CapacityWait, CleanupTimeout: c.CleanupTimeout, QueueIdle: c.QueueIdle}
 }
 
 // Reap is the reaper's configuration.
@@ -264,7 +266,7 @@ var variables = map[string]string{
 	"Namespace": "NAMESPACE", "Env": "ENV", "DeadlineGrace": "DEADLINE_GRACE",
 	"AnchorImage": "ANCHOR_IMAGE", "AnchorBackoffLimit": "ANCHOR_BACKOFF_LIMIT", "AnchorCompletions": "ANCHOR_COMPLETIONS",
 	"GuardianImage": "GUARDIAN_IMAGE", "WorkspacePod": "WORKSPACE_POD_FILE", "CallTimeout": "KUBE_TIMEOUT", "QPS": "KUBE_QPS", "Burst": "KUBE_BURST",
-	"MaxVMs": "MAX_CONCURRENT_VMS", "CapacityWait": "CAPACITY_WAIT", "CleanupTimeout": "CLEANUP_TIMEOUT",
+	"MaxVMs": "MAX_CONCURRENT_VMS", "CapacityWait": "CAPACITY_WAIT", "CleanupTimeout": "CLEANUP_TIMEOUT", "QueueIdle": "QUEUE_IDLE",
 	"RunDeadline": "REAP_RUN_DEADLINE", "Workers": "REAP_WORKERS",
 	"Retention": "REAP_RETENTION", "RetentionBatch": "REAP_RETENTION_BATCH",
 	"AbsentConfirm": "REAP_ABSENT_CONFIRM", "DownGrace": "REAP_DOWN_GRACE",
@@ -439,7 +441,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	}
 	svc := &session.Service{
 		Store: store, Cluster: cluster, Labs: catalog, Policy: cfg.Policy(),
-		Limits: cfg.Limits(), Now: now, Log: log,
+		Limits: cfg.Limits(), Waitlist: store, Now: now, Log: log,
 	}
 	api := httpapi.New(httpapi.Options{
 		Sessions: svc, Auth: auth,
@@ -452,7 +454,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	}
 	reaper := &reap.Reaper{
 		Store: reapStore, Cluster: cluster, Now: now, Log: log, Metrics: reap.NewMetrics(reg),
-		Config: cfg.Reap(),
+		Config: cfg.Reap(), Waitlist: svc,
 	}
 	a := &App{Config: cfg, Store: store, Cluster: cluster, Labs: catalog, Sessions: svc, API: api, Kube: rc, Reaper: reaper, Metrics: reg, ReapStore: reapStore}
 	// The preview is the same reaper deleting nothing; its run is

@@ -140,6 +140,9 @@ type openRequest struct {
 	PublicKey string `json:"publicKey,omitempty"`
 	// Student lets an admin act for a student; students may not set it.
 	Student string `json:"student,omitempty"`
+	// Wait joins the waitlist instead of answering 503 no_capacity: the
+	// answer is then 202 with a queued session (session.OpenWaiting).
+	Wait bool `json:"wait,omitempty"`
 }
 
 type sessionRequest struct {
@@ -167,8 +170,15 @@ func (a *API) open(w http.ResponseWriter, r *http.Request) {
 		a.writeErrorFor(w, r, p, fmt.Errorf("%w: \"lab\" is required", ErrBadRequest), nil)
 		return
 	}
-	sess, err := a.svc.Open(r.Context(), student, req.Lab, req.PublicKey)
-	a.reply(w, r, p, http.StatusCreated, sess, err)
+	open, status := a.svc.Open, http.StatusCreated
+	if req.Wait {
+		open = a.svc.OpenWaiting
+	}
+	sess, err := open(r.Context(), student, req.Lab, req.PublicKey)
+	if sess.Status == session.StatusQueued {
+		status = http.StatusAccepted
+	}
+	a.reply(w, r, p, status, sess, err)
 }
 
 // reply writes sess with status for caller p, or err through the status
@@ -402,6 +412,12 @@ type sessionJSON struct {
 	// Warnings are when a live session's student is warned of its end
 	// (10 and 5 minutes before expiry), each due or not at serverTime.
 	Warnings []warningJSON `json:"warnings,omitempty"`
+	// QueuePosition (1: next), ETASeconds (likely wait) and
+	// ETALatestSeconds (the longest wait) are a queued session's place in
+	// the waitlist (session.QueueETAs).
+	QueuePosition    *int   `json:"queuePosition,omitempty"`
+	ETASeconds       *int64 `json:"etaSeconds,omitempty"`
+	ETALatestSeconds *int64 `json:"etaLatestSeconds,omitempty"`
 }
 
 // NotReadyToExtend is extendRefusal while a session is provisioning.
@@ -441,6 +457,10 @@ func (a *API) view(s session.Session, p Principal) sessionJSON {
 			v.Warnings = append(v.Warnings, warningJSON{BeforeSeconds: int64(wn.Before / time.Second), At: wn.At, Due: wn.Due(s.Window, now)})
 		}
 	}
+	if s.Status == session.StatusQueued {
+		pos, eta, latest := s.Queue.Position, ceilSeconds(s.Queue.ETA), ceilSeconds(s.Queue.ETALatest)
+		v.QueuePosition, v.ETASeconds, v.ETALatestSeconds = &pos, &eta, &latest
+	}
 	if !s.ReadyAt.IsZero() {
 		t := s.ReadyAt
 		v.ReadyAt = &t
@@ -466,3 +486,6 @@ func writeJSON(w http.ResponseWriter, status int, v any) {
 }
 
 func itoa(n int) string { return strconv.Itoa(n) }
+
+// ceilSeconds is d in whole seconds, rounded up.
+func ceilSeconds(d time.Duration) int64 { return int64((d + time.Second - 1) / time.Second) }

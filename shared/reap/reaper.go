@@ -147,6 +147,16 @@ type Reaper struct {
 	Log     *slog.Logger
 	// Metrics, if set, is updated after every run.
 	Metrics *Metrics
+	// Waitlist, if set, is served after every run that deletes (not a dry
+	// run): the backstop that hands capacity freed by anything (an expiry,
+	// a ghost, a crash mid-close) to the students waiting for it.
+	Waitlist Waitlist
+}
+
+// Waitlist is the line of students waiting for capacity
+// (session.Service.ServeWaitlist).
+type Waitlist interface {
+	ServeWaitlist(ctx context.Context) (served int, err error)
 }
 
 // RunOnce is reapTick and adminReapNow: it takes the reaper lock (ErrBusy if
@@ -246,6 +256,13 @@ func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (Report, error) {
 		report.Failures = append(report.Failures, Failure{Kind: FailedRetention, Error: err.Error()})
 	} else {
 		report.PrunedRuns = n
+	}
+	if r.Waitlist != nil && !cfg.DryRun {
+		if n, err := r.Waitlist.ServeWaitlist(runCtx); err != nil {
+			log.Warn("cannot serve the waitlist", "served", n, "err", err)
+		} else if n > 0 {
+			log.Info("served the waitlist", "served", n)
+		}
 	}
 	report.FinishedAt = r.Now().UTC()
 	if id, err := r.Store.RecordRun(sctx, report); err != nil {

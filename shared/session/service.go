@@ -26,6 +26,9 @@ type Service struct {
 	Labs    Catalog
 	Policy  lifetime.Policy
 	Limits  Limits
+	// Waitlist is the line of students waiting for capacity (see
+	// OpenWaiting); nil: nobody can wait, a full open is refused.
+	Waitlist Waitlist
 	// Now is the clock; time.Now in production.
 	Now func() time.Time
 	Log *slog.Logger
@@ -54,12 +57,15 @@ type Limits struct {
 	// CleanupTimeout bounds the rollback after a failed open, which runs
 	// even if the caller's request was cancelled.
 	CleanupTimeout time.Duration
+	// QueueIdle is how long a waitlist entry nobody polls keeps its
+	// place; past it the entry is dropped at the next look.
+	QueueIdle time.Duration
 }
 
 // DefaultLimits are the Service's limits unless told otherwise: the
 // capacity wait is half the reaper's default 2-minute provisioning grace.
 func DefaultLimits() Limits {
-	return Limits{MaxVMs: 8, CapacityWait: 60 * time.Second, CleanupTimeout: 30 * time.Second}
+	return Limits{MaxVMs: 8, CapacityWait: 60 * time.Second, CleanupTimeout: 30 * time.Second, QueueIdle: DefaultQueueIdle}
 }
 
 // Validate reports limits the Service cannot work with.
@@ -67,7 +73,8 @@ func (l Limits) Validate() error {
 	return errors.Join(
 		setting.AtLeast("MaxVMs", l.MaxVMs, 1),
 		setting.Positive("CapacityWait", l.CapacityWait),
-		setting.Positive("CleanupTimeout", l.CleanupTimeout))
+		setting.Positive("CleanupTimeout", l.CleanupTimeout),
+		setting.Positive("QueueIdle", l.QueueIdle))
 }
 
 // ErrEndedWhileProvisioning is returned by Open when the session's row was
@@ -102,6 +109,10 @@ func (s *Service) now() time.Time { return s.Now().UTC().Truncate(time.Microseco
 // the reaper will find, never an object without a row.
 func (s *Service) Open(ctx context.Context, student, labName, publicKey string) (_ Session, err error) {
 	defer func() { s.Metrics.opened(labName, err) }()
+	return s.open(ctx, student, labName, publicKey, false)
+}
+
+func (s *Service) open(ctx context.Context, student, labName, publicKey string, wait bool) (Session, error) {
 	lab, ok := s.Labs.Get(labName)
 	if !ok {
 		return Session{}, fmt.Errorf("%w %q; valid labs: %s", ErrUnknownLab, labName, strings.Join(s.Labs.Names(), ", "))
@@ -120,23 +131,15 @@ func (s *Service) Open(ctx context.Context, student, labName, publicKey string) 
 	} else if !errors.Is(err, ErrNoSession) {
 		return Session{}, err
 	}
-	token, err := newToken()
-	if err != nil {
+	// A student already in the line keeps their place: a repeated open
+	// is a poll, never a second entry.
+	if q, err := s.queued(ctx, student); err == nil {
+		return q, nil
+	} else if !errors.Is(err, ErrNoSession) {
 		return Session{}, err
 	}
-	sess := Session{
-		ID:           uuid.NewString(),
-		Student:      student,
-		Lab:          lab.Name,
-		Kind:         lab.Kind,
-		Status:       StatusProvisioning,
-		Window:       s.Policy.Open(s.now()),
-		GradingToken: token,
-	}
-	for _, n := range lab.Nodes {
-		sess.Nodes = append(sess.Nodes, Node{Name: n.Name, Role: n.Role, SSHPort: lab.SSHPort})
-	}
-	if err := issueKeys(&sess, studentKey); err != nil {
+	sess, err := s.newSession(uuid.NewString(), student, lab, studentKey)
+	if err != nil {
 		return Session{}, err
 	}
 	if err := s.Store.Create(ctx, sess); err != nil {
@@ -150,11 +153,21 @@ func (s *Service) Open(ctx context.Context, student, labName, publicKey string) 
 		return Session{}, err
 	}
 	log := s.Log.With("session", sess.ID, "lab", lab.Name)
-	started, err := s.provision(ctx, sess, lab)
+	started, queued, err := s.provision(ctx, sess, lab, wait)
+	if err == nil && !started {
+		if queued.ID == sess.ID { // not a place the student already had
+			queued.Issued = Issued{StudentPrivateKey: sess.Issued.StudentPrivateKey}
+		}
+		return queued, nil
+	}
 	if errors.Is(err, ErrEndedWhileProvisioning) {
+		defer s.serveDetached(ctx)
 		return s.abandon(ctx, log, sess, err, started)
 	}
 	if err != nil {
+		if started {
+			defer s.serveDetached(ctx)
+		}
 		return s.rollback(ctx, log, sess, err, started)
 	}
 	// Someone may have finished the row while the objects were being
@@ -254,49 +267,81 @@ func (s *Service) reclaimExpired(ctx context.Context, live Session) bool {
 		return false
 	}
 	s.Log.Info("expired session reclaimed on open", "session", live.ID, "status", cur.Status)
+	s.serveDetached(ctx)
 	return true
 }
 
 // provision checks capacity and creates the objects under the capacity
 // lock, so concurrent opens cannot all see room for one more VM. started
 // reports whether any object may have been created (false when refused
-// before the first create, so there is nothing to roll back).
-func (s *Service) provision(ctx context.Context, sess Session, lab labs.Lab) (started bool, err error) {
+// before the first create, so there is nothing to roll back). While
+// anyone waits in the line there is no room for an open (it would jump
+// the line); with wait, an open that finds no room joins the line under
+// the same lock and comes back as queued (started false, err nil).
+func (s *Service) provision(ctx context.Context, sess Session, lab labs.Lab, wait bool) (started bool, queued Session, err error) {
 	if need := lab.VMCount(); need > 0 {
-		wait := s.Limits.CapacityWait
-		lctx, cancel := context.WithTimeout(ctx, wait)
+		lockWait := s.Limits.CapacityWait
+		lctx, cancel := context.WithTimeout(ctx, lockWait)
 		unlock, err := s.Store.LockCapacity(lctx)
 		timedOut := lctx.Err() != nil && ctx.Err() == nil
 		cancel()
 		switch {
 		case err != nil && timedOut:
-			return false, fmt.Errorf("%w: waited %s for the capacity lock (other opens are queued)", ErrNoCapacity, wait)
+			return false, queued, fmt.Errorf("%w: waited %s for the capacity lock (other opens are queued)", ErrNoCapacity, lockWait)
 		case err != nil:
-			return false, fmt.Errorf("capacity lock: %w", err)
+			return false, queued, fmt.Errorf("capacity lock: %w", err)
 		}
 		defer unlock()
 		// The open may have queued long enough for its row to be finished
 		// (a close, or the reaper's ghost rule): create nothing then.
 		if _, err := s.confirmLive(ctx, sess.ID); err != nil {
-			return false, err
+			return false, queued, err
+		}
+		waiting, err := s.waiting(ctx)
+		if err != nil {
+			return false, queued, err
 		}
 		used, err := s.Cluster.CountVMs(ctx)
+		var full error
 		switch {
 		case err != nil:
 			// Don't lock every student out because a list failed: the
 			// namespace's ResourceQuota still refuses VMs beyond the limit.
 			s.Log.Warn("cannot count VMs; relying on the ResourceQuota", "session", sess.ID, "err", err)
 		case used+need > s.Limits.MaxVMs:
-			return false, fmt.Errorf("%w: %d of %d VMs in use, lab %s needs %d", ErrNoCapacity, used, s.Limits.MaxVMs, lab.Name, need)
+			full = fmt.Errorf("%w: %d of %d VMs in use, lab %s needs %d", ErrNoCapacity, used, s.Limits.MaxVMs, lab.Name, need)
+		}
+		if full == nil && waiting > 0 {
+			full = fmt.Errorf("%w: %d students wait for capacity", ErrNoCapacity, waiting)
+		}
+		if full != nil && wait && s.Waitlist != nil {
+			queued, err := s.enqueue(ctx, sess)
+			return false, queued, err
+		}
+		if full != nil {
+			return false, queued, full
 		}
 	}
 	if err := s.Cluster.Provision(ctx, sess, lab); err != nil {
 		if errors.Is(err, ErrNoCapacity) {
-			return true, err
+			return true, queued, err
 		}
-		return true, fmt.Errorf("%w: %w", ErrProvisioning, err)
+		return true, queued, fmt.Errorf("%w: %w", ErrProvisioning, err)
 	}
-	return true, nil
+	return true, queued, nil
+}
+
+// waiting is how many students wait in the line (after dropping the idle
+// entries); 0 without a Waitlist.
+func (s *Service) waiting(ctx context.Context) (int, error) {
+	if s.Waitlist == nil {
+		return 0, nil
+	}
+	if _, err := s.Waitlist.DropIdle(ctx, s.now().Add(-s.Limits.QueueIdle)); err != nil {
+		return 0, err
+	}
+	line, err := s.Waitlist.Line(ctx)
+	return len(line), err
 }
 
 // rollback ends the failed open's row (End: deletes first, then the mark,
@@ -349,11 +394,19 @@ type nothingCreated struct{ Cluster }
 func (nothingCreated) Teardown(context.Context, Session) error { return nil }
 
 // Get returns the student's session: the one with id if id is non-empty,
-// else their live one or, failing that, their most recent. A provisioning
+// else their live one or, failing that, their most recent. A student in
+// the line gets their queued session with its current place, and the poll
+// keeps the place (entries nobody polls are dropped, see
+// Limits.QueueIdle). A provisioning
 // session is checked against the cluster first and becomes running once
 // every node is ready. Returns ErrNoSession if there is none, or if id
 // belongs to another student (indistinguishable on purpose).
 func (s *Service) Get(ctx context.Context, student, id string) (Session, error) {
+	if q, err := s.queued(ctx, student); err == nil && (id == "" || id == q.ID) {
+		return q, nil
+	} else if err != nil && !errors.Is(err, ErrNoSession) {
+		return Session{}, err
+	}
 	var sess Session
 	var err error
 	if id != "" {
@@ -493,6 +546,14 @@ func (s *Service) Extend(ctx context.Context, student, id string) (_ Session, er
 // after these deletes.
 func (s *Service) Close(ctx context.Context, student, id string, actor Actor, by string) (Session, error) {
 	sess, err := s.liveOwned(ctx, student, id)
+	if errors.Is(err, ErrNoSession) {
+		// A student in the line leaves it.
+		if left, lerr := s.leave(ctx, student, id, actor, by); lerr == nil {
+			return left, nil
+		} else if !errors.Is(lerr, ErrNoSession) {
+			return Session{}, lerr
+		}
+	}
 	if err != nil {
 		return Session{}, err
 	}
@@ -515,6 +576,7 @@ func (s *Service) Close(ctx context.Context, student, id string, actor Actor, by
 	}
 	s.Log.Info("session closed", "session", sess.ID, "status", closed.Status, "reason", closed.End.String())
 	s.Metrics.ended(closed.End)
+	s.serveDetached(ctx)
 	return closed, nil
 }
 

@@ -68,6 +68,8 @@ type Session struct {
 	// cloud-init, so a grader can tell this session's submissions apart. It
 	// is never shown in API responses.
 	GradingToken string
+	// Queue is where a queued session (StatusQueued) stands in the line.
+	Queue Place
 }
 
 // Node is one machine of a session.
