@@ -52,8 +52,11 @@ type Config struct {
 	SessionMaxLifetime time.Duration `split_words:"true"`
 	DeadlineGrace      time.Duration `split_words:"true"`
 	// MaxConcurrentVms (LABKEEP_MAX_CONCURRENT_VMS) caps live VMs in the namespace.
-	MaxConcurrentVms int    `split_words:"true"`
-	LabsFile         string `split_words:"true"`
+	MaxConcurrentVms int `split_words:"true"`
+	// MaxConcurrentPods (LABKEEP_MAX_CONCURRENT_PODS) caps live workspace
+	// Pods (pod labs) in the namespace.
+	MaxConcurrentPods int    `split_words:"true"`
+	LabsFile          string `split_words:"true"`
 	// LabsReload is how often LabsFile is re-read (labs.Live); 0 reads it
 	// only at start.
 	LabsReload time.Duration `split_words:"true"`
@@ -189,7 +192,7 @@ func DefaultConfig() Config {
 	tok, al := httpapi.DefaultTokenRules(), alerts.DefaultLimits()
 	return Config{
 		Namespace: k.Namespace, SessionLifetime: p.Lifetime, SessionMaxLifetime: p.MaxLifetime,
-		DeadlineGrace: k.DeadlineGrace, MaxConcurrentVms: l.MaxVMs, LabsFile: DefaultLabsFile, LabsReload: labs.DefaultReload, HTTPAddr: DefaultHTTPAddr,
+		DeadlineGrace: k.DeadlineGrace, MaxConcurrentVms: l.MaxVMs, MaxConcurrentPods: l.MaxPods, LabsFile: DefaultLabsFile, LabsReload: labs.DefaultReload, HTTPAddr: DefaultHTTPAddr,
 		KubeTimeout: k.CallTimeout, AnchorImage: k.AnchorImage, AnchorBackoffLimit: k.AnchorBackoffLimit,
 		AnchorCompletions: k.AnchorCompletions, GuardianImage: k.GuardianImage, RetryAfter: httpapi.DefaultRetryAfter,
 		CapacityWait: l.CapacityWait, CleanupTimeout: l.CleanupTimeout, QueueIdle: l.QueueIdle, ReapDryRun: r.DryRun, ReapRunDeadline: r.RunDeadline,
@@ -230,7 +233,7 @@ func (c Config) Kube() (kube.Config, error) {
 
 // Limits are the session Service's limits.
 func (c Config) Limits() session.Limits {
-	return session.Limits{MaxVMs: c.MaxConcurrentVms, CapacityWait: c.CapacityWait, CleanupTimeout: c.CleanupTimeout, QueueIdle: c.QueueIdle}
+	return session.Limits{MaxVMs: c.MaxConcurrentVms, MaxPods: c.MaxConcurrentPods, CapacityWait: c.CapacityWait, CleanupTimeout: c.CleanupTimeout, QueueIdle: c.QueueIdle}
 }
 
 // Reap is the reaper's configuration.
@@ -266,7 +269,7 @@ var variables = map[string]string{
 	"Namespace": "NAMESPACE", "Env": "ENV", "DeadlineGrace": "DEADLINE_GRACE",
 	"AnchorImage": "ANCHOR_IMAGE", "AnchorBackoffLimit": "ANCHOR_BACKOFF_LIMIT", "AnchorCompletions": "ANCHOR_COMPLETIONS",
 	"GuardianImage": "GUARDIAN_IMAGE", "WorkspacePod": "WORKSPACE_POD_FILE", "CallTimeout": "KUBE_TIMEOUT", "QPS": "KUBE_QPS", "Burst": "KUBE_BURST",
-	"MaxVMs": "MAX_CONCURRENT_VMS", "CapacityWait": "CAPACITY_WAIT", "CleanupTimeout": "CLEANUP_TIMEOUT", "QueueIdle": "QUEUE_IDLE",
+	"MaxVMs": "MAX_CONCURRENT_VMS", "MaxPods": "MAX_CONCURRENT_PODS", "CapacityWait": "CAPACITY_WAIT", "CleanupTimeout": "CLEANUP_TIMEOUT", "QueueIdle": "QUEUE_IDLE",
 	"RunDeadline": "REAP_RUN_DEADLINE", "Workers": "REAP_WORKERS",
 	"Retention": "REAP_RETENTION", "RetentionBatch": "REAP_RETENTION_BATCH",
 	"AbsentConfirm": "REAP_ABSENT_CONFIRM", "DownGrace": "REAP_DOWN_GRACE",

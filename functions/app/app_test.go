@@ -60,6 +60,7 @@ func TestInvalidConfigNamesTheVariable(t *testing.T) {
 		{"non-numeric max VMs", "LABKEEP_MAX_CONCURRENT_VMS", "eight"},
 		{"negative max VMs", "LABKEEP_MAX_CONCURRENT_VMS", "-1"},
 		{"zero max VMs", "LABKEEP_MAX_CONCURRENT_VMS", "0"},
+		{"zero max workspace Pods", "LABKEEP_MAX_CONCURRENT_PODS", "0"},
 		{"missing scheduler token", "LABKEEP_SCHEDULER_TOKEN", ""},
 		{"run deadline at the schedule period", "LABKEEP_REAP_RUN_DEADLINE", "1m"},
 		{"grace beyond the provision timeout", "LABKEEP_REAP_PROVISION_GRACE", "11m"},
@@ -257,7 +258,7 @@ func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
 	vars := map[string]string{
 		"LABKEEP_ENV": "prod", "LABKEEP_DATABASE_URL": "postgres://db/x", "LABKEEP_NAMESPACE": "vms",
 		"LABKEEP_SESSION_LIFETIME": "2m", "LABKEEP_SESSION_MAX_LIFETIME": "5m", "LABKEEP_DEADLINE_GRACE": "1m",
-		"LABKEEP_MAX_CONCURRENT_VMS": "3", "LABKEEP_LABS_FILE": "/labs.yaml", "LABKEEP_JWT_SECRET": strings.Repeat("k", 40),
+		"LABKEEP_MAX_CONCURRENT_VMS": "3", "LABKEEP_MAX_CONCURRENT_PODS": "7", "LABKEEP_LABS_FILE": "/labs.yaml", "LABKEEP_JWT_SECRET": strings.Repeat("k", 40),
 		"LABKEEP_HTTP_ADDR": "127.0.0.1:9", "LABKEEP_METRICS_ADDR": "127.0.0.1:10", "LABKEEP_LABS_RELOAD": "3s", "LABKEEP_KUBECONFIG": "/kubeconfig", "LABKEEP_KUBE_TIMEOUT": "3s",
 		"LABKEEP_ANCHOR_IMAGE": "pause:x", "LABKEEP_ANCHOR_BACKOFF_LIMIT": "2", "LABKEEP_ANCHOR_COMPLETIONS": "7",
 		"LABKEEP_GUARDIAN_IMAGE": "guardian:x", "LABKEEP_PLATFORM_SSH_KEYS": "ssh-ed25519 AAA a",

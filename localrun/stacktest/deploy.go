@@ -63,6 +63,8 @@ type Options struct {
 	LabsYAML string
 	// MaxVMs is LABKEEP_MAX_CONCURRENT_VMS.
 	MaxVMs int
+	// MaxPods is LABKEEP_MAX_CONCURRENT_PODS.
+	MaxPods int
 	// Lifetime and MaxLifetime are LABKEEP_SESSION_LIFETIME and
 	// LABKEEP_SESSION_MAX_LIFETIME; with only Lifetime set, MaxLifetime is
 	// three times it (the default ratio).
@@ -235,6 +237,9 @@ func (o Options) config(cfg app.Config) app.Config {
 	set(&cfg.ReapRunDeadline, o.RunDeadline)
 	if o.MaxVMs != 0 {
 		cfg.MaxConcurrentVms = o.MaxVMs
+	}
+	if o.MaxPods != 0 {
+		cfg.MaxConcurrentPods = o.MaxPods
 	}
 	if o.KubeQPS != 0 {
 		cfg.KubeQPS = o.KubeQPS

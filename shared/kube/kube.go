@@ -258,6 +258,27 @@ func (c *Cluster) CountVMs(ctx context.Context) (int, error) {
 	return len(list.Items), nil
 }
 
+// CountWorkspacePods implements session.Cluster: one list of every Pod in
+// the namespace, counting those with a deadline that have not finished —
+// what a ResourceQuota with scope Terminating counts. labkeep's workspace
+// Pods carry the session's deadline; its anchor Jobs' Pods (the deadline
+// is the Job's) and KubeVirt's virt-launcher Pods have none.
+func (c *Cluster) CountWorkspacePods(ctx context.Context) (int, error) {
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	list, err := c.kube.CoreV1().Pods(c.cfg.Namespace).List(ctx, metav1.ListOptions{})
+	if err != nil {
+		return 0, fmt.Errorf("listing Pods: %w", err)
+	}
+	n := 0
+	for _, p := range list.Items {
+		if p.Spec.ActiveDeadlineSeconds != nil && p.Status.Phase != corev1.PodSucceeded && p.Status.Phase != corev1.PodFailed {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // Provision implements session.Cluster. Order: anchor Job (everything else
 // is owned by it), per-node cloud-init Secrets, the session's
 // NetworkPolicy (before any node starts, so no node is ever unconfined),

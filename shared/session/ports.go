@@ -87,6 +87,11 @@ type Cluster interface {
 	// CountVMs counts every VirtualMachine in the namespace — labkeep's or
 	// not, any environment — because they all use the same hardware.
 	CountVMs(ctx context.Context) (int, error)
+	// CountWorkspacePods counts every Pod in the namespace that has a
+	// deadline (spec.activeDeadlineSeconds) and has not finished —
+	// labkeep's workspace Pods and anyone else's — exactly what the
+	// namespace's Terminating-scoped ResourceQuota counts.
+	CountWorkspacePods(ctx context.Context) (int, error)
 	// Provision creates the session's objects in order: deadline anchor,
 	// per-node cloud-init Secrets, the session's NetworkPolicy, VMs (plus a
 	// Service for multi-node labs) or the workspace Pod. It stops at the first error,

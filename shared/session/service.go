@@ -49,6 +49,9 @@ type Catalog interface {
 type Limits struct {
 	// MaxVMs is the limit of VirtualMachines live in the namespace.
 	MaxVMs int
+	// MaxPods is the limit of workspace Pods (pod labs) live in the
+	// namespace, counted as CountWorkspacePods does.
+	MaxPods int
 	// CapacityWait bounds how long an open queues for the capacity lock;
 	// past it the open is refused with ErrNoCapacity. Keep it well below
 	// the reaper's provisioning grace, which fails a queued row (it has no
@@ -65,13 +68,14 @@ type Limits struct {
 // DefaultLimits are the Service's limits unless told otherwise: the
 // capacity wait is half the reaper's default 2-minute provisioning grace.
 func DefaultLimits() Limits {
-	return Limits{MaxVMs: 8, CapacityWait: 60 * time.Second, CleanupTimeout: 30 * time.Second, QueueIdle: DefaultQueueIdle}
+	return Limits{MaxVMs: 8, MaxPods: 20, CapacityWait: 60 * time.Second, CleanupTimeout: 30 * time.Second, QueueIdle: DefaultQueueIdle}
 }
 
 // Validate reports limits the Service cannot work with.
 func (l Limits) Validate() error {
 	return errors.Join(
 		setting.AtLeast("MaxVMs", l.MaxVMs, 1),
+		setting.AtLeast("MaxPods", l.MaxPods, 1),
 		setting.Positive("CapacityWait", l.CapacityWait),
 		setting.Positive("CleanupTimeout", l.CleanupTimeout),
 		setting.Positive("QueueIdle", l.QueueIdle))
@@ -279,7 +283,7 @@ func (s *Service) reclaimExpired(ctx context.Context, live Session) bool {
 // the line); with wait, an open that finds no room joins the line under
 // the same lock and comes back as queued (started false, err nil).
 func (s *Service) provision(ctx context.Context, sess Session, lab labs.Lab, wait bool) (started bool, queued Session, err error) {
-	if need := lab.VMCount(); need > 0 {
+	if c := s.capacityFor(lab); c.need > 0 {
 		lockWait := s.Limits.CapacityWait
 		lctx, cancel := context.WithTimeout(ctx, lockWait)
 		unlock, err := s.Store.LockCapacity(lctx)
@@ -301,15 +305,15 @@ func (s *Service) provision(ctx context.Context, sess Session, lab labs.Lab, wai
 		if err != nil {
 			return false, queued, err
 		}
-		used, err := s.Cluster.CountVMs(ctx)
+		used, err := c.count(ctx)
 		var full error
 		switch {
 		case err != nil:
 			// Don't lock every student out because a list failed: the
 			// namespace's ResourceQuota still refuses VMs beyond the limit.
-			s.Log.Warn("cannot count VMs; relying on the ResourceQuota", "session", sess.ID, "err", err)
-		case used+need > s.Limits.MaxVMs:
-			full = fmt.Errorf("%w: %d of %d VMs in use, lab %s needs %d", ErrNoCapacity, used, s.Limits.MaxVMs, lab.Name, need)
+			s.Log.Warn("cannot count capacity in use; relying on the ResourceQuota", "counting", c.what, "session", sess.ID, "err", err)
+		case used+c.need > c.limit:
+			full = fmt.Errorf("%w: %d of %d %s in use, lab %s needs %d", ErrNoCapacity, used, c.limit, c.what, lab.Name, c.need)
 		}
 		if full == nil && waiting > 0 {
 			full = fmt.Errorf("%w: %d students wait for capacity", ErrNoCapacity, waiting)

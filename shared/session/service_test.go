@@ -156,7 +156,8 @@ type fakeCluster struct {
 	onProvision func()
 }
 
-func (f *fakeCluster) CountVMs(context.Context) (int, error) { return f.vms, f.countErr }
+func (f *fakeCluster) CountVMs(context.Context) (int, error)           { return f.vms, f.countErr }
+func (f *fakeCluster) CountWorkspacePods(context.Context) (int, error) { return 0, f.countErr }
 
 func (f *fakeCluster) Provision(_ context.Context, s Session, lab labs.Lab) error {
 	f.provisioned = append(f.provisioned, s.ID)
@@ -196,7 +197,7 @@ func newService(t *testing.T, c *fakeCluster, now *time.Time) (*Service, *memSto
 	}
 	st := &memStore{rows: map[string]Session{}}
 	return &Service{
-		Store: st, Cluster: c, Labs: cat, Limits: Limits{MaxVMs: 4, CapacityWait: time.Minute, CleanupTimeout: time.Second},
+		Store: st, Cluster: c, Labs: cat, Limits: Limits{MaxVMs: 4, MaxPods: 4, CapacityWait: time.Minute, CleanupTimeout: time.Second},
 		Policy: lifetime.Policy{Lifetime: time.Hour, MaxLifetime: 3 * time.Hour},
 		Now:    func() time.Time { return *now },
 		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
