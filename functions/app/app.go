@@ -339,6 +339,9 @@ func (c Config) Validate() error {
 	if c.HTTPAddr == "" {
 		bad("HTTP_ADDR", "is required")
 	}
+	if c.MetricsAddr != "" && c.MetricsAddr == c.HTTPAddr {
+		bad("METRICS_ADDR", "must differ from LABKEEP_HTTP_ADDR %s: /metrics is kept off the public listener", c.HTTPAddr)
+	}
 	if c.RetryAfter <= 0 {
 		bad("RETRY_AFTER", "must be positive, got %s", c.RetryAfter)
 	}

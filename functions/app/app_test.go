@@ -78,6 +78,8 @@ func TestInvalidConfigNamesTheVariable(t *testing.T) {
 		{"guardian webhook with a query", "LABKEEP_GUARDIAN_WEBHOOK_URL", "https://labkeep.example/guardianAlert?token=x"},
 		{"no alerts kept", "LABKEEP_GUARDIAN_ALERTS_PER_SESSION", "0"},
 		{"alert texts too short", "LABKEEP_GUARDIAN_ALERT_MAX_TEXT", "10"},
+		{"metrics on the public listener", "LABKEEP_METRICS_ADDR", ":8080"},
+		{"negative labs reload", "LABKEEP_LABS_RELOAD", "-1s"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
