@@ -41,6 +41,11 @@ const ServiceAccount = "labkeep-functions"
 // LABKEEP_MAX_CONCURRENT_VMS).
 const VMQuota = "labkeep-vms"
 
+// PodQuota is the ResourceQuota of resourcequota.yaml that caps workspace
+// Pods (scope Terminating: Pods with a deadline) in the sessions
+// namespace (keep it equal to LABKEEP_MAX_CONCURRENT_PODS).
+const PodQuota = "labkeep-workspaces"
+
 //go:embed guardian/workspace-pod.yaml
 var workspacePod []byte
 

@@ -12,6 +12,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+
+	"labkeep/infra"
 )
 
 // overlayDirs lists the environments of deploy/: every directory whose
@@ -78,6 +80,8 @@ type envFacts struct {
 	PlatformNS      string   // LABKEEP_PLATFORM_NAMESPACE
 	MaxVMs          string   // LABKEEP_MAX_CONCURRENT_VMS
 	QuotaVMs        string   // the quota's count/virtualmachines.kubevirt.io
+	MaxPods         string   // LABKEEP_MAX_CONCURRENT_PODS
+	QuotaPods       string   // the labkeep-workspaces quota's pods
 	SubjectNS       []string // the RoleBindings' subjects' namespaces
 	ForwarderTarget bool     // the forwarder proxies to the functions' own namespace
 }
@@ -112,6 +116,8 @@ func factsOf(t *testing.T, objs []*unstructured.Unstructured) envFacts {
 					f.PlatformNS = value
 				case "LABKEEP_MAX_CONCURRENT_VMS":
 					f.MaxVMs = value
+				case "LABKEEP_MAX_CONCURRENT_PODS":
+					f.MaxPods = value
 				}
 				if name, ok, _ := unstructured.NestedString(m, "valueFrom", "secretKeyRef", "name"); ok {
 					ref := o.GetNamespace() + "/" + name
@@ -127,8 +133,10 @@ func factsOf(t *testing.T, objs []*unstructured.Unstructured) envFacts {
 					f.SecretRefs = append(f.SecretRefs, o.GetNamespace()+"/"+name)
 				}
 			}
-		case o.GetKind() == "ResourceQuota":
+		case o.GetKind() == "ResourceQuota" && o.GetName() == infra.VMQuota:
 			f.QuotaVMs, _, _ = unstructured.NestedString(o.Object, "spec", "hard", "count/virtualmachines.kubevirt.io")
+		case o.GetKind() == "ResourceQuota" && o.GetName() == infra.PodQuota:
+			f.QuotaPods, _, _ = unstructured.NestedString(o.Object, "spec", "hard", "pods")
 		case o.GetKind() == "RoleBinding":
 			subjects, _, _ := unstructured.NestedSlice(o.Object, "subjects")
 			for _, s := range subjects {
@@ -162,6 +170,9 @@ func (f envFacts) consistency() []string {
 	}
 	if f.MaxVMs == "" || f.MaxVMs != f.QuotaVMs {
 		bad = append(bad, "LABKEEP_MAX_CONCURRENT_VMS = "+f.MaxVMs+", quota = "+f.QuotaVMs)
+	}
+	if f.MaxPods == "" || f.MaxPods != f.QuotaPods {
+		bad = append(bad, "LABKEEP_MAX_CONCURRENT_PODS = "+f.MaxPods+", quota = "+f.QuotaPods)
 	}
 	for _, ref := range f.SecretRefs {
 		if ref != f.DatabaseSecret {
@@ -233,8 +244,8 @@ func TestOverlaysPassServerSideDryRun(t *testing.T) {
 }
 
 // writeOverlay writes a throwaway environment outside the repository:
-// the base and the shared component, with env and maxVMs.
-func writeOverlay(t *testing.T, env, maxVMs string) string {
+// the base and the shared component, with env and the caps.
+func writeOverlay(t *testing.T, env, maxVMs, maxPods string) string {
 	t.Helper()
 	dir := t.TempDir()
 	rel := func(target string) string { // kustomize refuses absolute paths
@@ -247,7 +258,7 @@ func writeOverlay(t *testing.T, env, maxVMs string) string {
 	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n" +
 		"resources: [" + rel(filepath.Join(repoRoot, "infra")) + "]\n" +
 		"components: [" + rel(filepath.Join(repoRoot, "deploy", "env")) + "]\n" +
-		"configMapGenerator:\n  - name: labkeep-env\n    literals: [env=" + env + ", maxVMs=" + maxVMs + "]\n" +
+		"configMapGenerator:\n  - name: labkeep-env\n    literals: [env=" + env + ", maxVMs=" + maxVMs + ", maxPods=" + maxPods + "]\n" +
 		"    options: {disableNameSuffixHash: true, annotations: {config.kubernetes.io/local-config: \"true\"}}\n"
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
 		t.Fatal(err)
@@ -278,11 +289,11 @@ func TestOverlaysNeverShareAnEnvironment(t *testing.T) {
 	}
 	// A deliberately broken pair: a new overlay copied from dev whose env
 	// was left at dev (only its VM cap changed) shares everything.
-	copied := factsOf(t, renderOverlay(t, writeOverlay(t, "dev", "3")))
+	copied := factsOf(t, renderOverlay(t, writeOverlay(t, "dev", "3", "5")))
 	tests = append(tests, pair{"dev and a copy still saying env=dev", facts["dev"], copied,
 		[]string{"env label", "lock scope", "database secret", "functions namespace", "sessions namespace"}})
 	// And its fix: the copy with its own env shares nothing.
-	fixed := factsOf(t, renderOverlay(t, writeOverlay(t, "qa", "3")))
+	fixed := factsOf(t, renderOverlay(t, writeOverlay(t, "qa", "3", "5")))
 	tests = append(tests, pair{"dev and the copy with env=qa", facts["dev"], fixed, nil})
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
