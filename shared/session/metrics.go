@@ -64,6 +64,12 @@ func NewMetrics(reg prometheus.Registerer, live Store) *Metrics {
 		}, []string{"reason", "actor"}),
 	}
 	reg.MustRegister(m.opens, m.timeToReady, m.extensions, m.ends)
+	// The endings alerts watch exist at 0 from the start: a counter's
+	// first increase is only seen against an earlier sample, so a series
+	// born at 1 would hide the first refused or failed open.
+	for _, k := range []EndKind{EndNoCapacity, EndProvisioningFailed} {
+		m.ends.WithLabelValues(string(k), string(ActorOpen))
+	}
 	if live != nil {
 		reg.MustRegister(liveCollector{store: live})
 	}

@@ -113,6 +113,7 @@ func TestMetricsCountWhatTheServiceDoes(t *testing.T) {
 		"labkeep_session_extensions_total{result=no_session}":               1,
 		"labkeep_session_time_to_ready_seconds{lab=one}":                    1,
 		"labkeep_session_ends_total{actor=open,reason=provisioning_failed}": 1,
+		"labkeep_session_ends_total{actor=open,reason=no_capacity}":         0,
 		"labkeep_session_ends_total{actor=student,reason=closed}":           1,
 		"labkeep_sessions{lab=shell,status=provisioning}":                   1,
 	}
