@@ -6,8 +6,12 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 
+	"labkeep/infra"
 	"labkeep/localrun/stacktest"
 	"labkeep/shared/kube"
 )
@@ -73,5 +77,60 @@ func TestThirtyShellOpensWithFivePodSlots(t *testing.T) {
 			t.Fatalf("open after a close = %d %s", r.Status, r.Body)
 		}
 		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// The labkeep-workspaces quota of infra/resourcequota.yaml (here with 2
+// pods) is the backstop for workspace Pods only: with labkeep's own caps
+// set high, the third shell is refused by the quota, while VM labs — whose
+// anchor Pods and virt-launcher Pods have no deadline — still open.
+func TestWorkspaceQuotaCountsWorkspacePodsOnly(t *testing.T) {
+	e := newEnv(t, stacktest.Options{MaxPods: 100, MaxVMs: 100, Quota: false})
+	objs, err := infra.Objects(infra.Placement{Sessions: e.Namespace}, "resourcequota.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var quota corev1.ResourceQuota
+	for _, o := range objs {
+		if o.GetName() == infra.PodQuota {
+			if err := runtime.DefaultUnstructuredConverter.FromUnstructured(o.Object, &quota); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if quota.Name == "" {
+		t.Fatalf("infra/resourcequota.yaml has no %s", infra.PodQuota)
+	}
+	quota.Spec.Hard[corev1.ResourcePods] = *resource.NewQuantity(2, resource.DecimalSI)
+	ctx := context.Background()
+	if _, err := e.Kube.CoreV1().ResourceQuotas(e.Namespace).Create(ctx, &quota, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stacktest.Eventually(t, 30*time.Second, func() (bool, string) {
+		q, err := e.Kube.CoreV1().ResourceQuotas(e.Namespace).Get(ctx, quota.Name, metav1.GetOptions{})
+		return err == nil && len(q.Status.Hard) > 0, fmt.Sprintf("quota %s has no status yet (%v)", quota.Name, err)
+	})
+	for _, s := range []string{"w1", "w2"} {
+		e.Opened(s, "shell")
+	}
+	r := e.Open("w3", "shell")
+	if r.Status != 503 || r.Code != "no_capacity" {
+		t.Fatalf("third shell = %d %s, want 503 no_capacity from the quota", r.Status, r.Body)
+	}
+	if got := e.Count(`SELECT count(*) FROM sessions WHERE student = 'w3' AND status = 'failed' AND failure_reason LIKE 'no\_capacity: %exceeded quota%'`); got != 1 {
+		t.Errorf("w3 failed rows refused by the quota = %d, want 1", got)
+	}
+	waitNoneOf(t, e, r.Session.ID)
+	for _, s := range []string{"v1", "v2", "v3"} {
+		e.Opened(s, "linux-vm")
+	}
+	q, err := e.Kube.CoreV1().ResourceQuotas(e.Namespace).Get(ctx, quota.Name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := q.Status.Used[corev1.ResourcePods]
+	t.Logf("with 2 shells and 3 VM sessions open the quota counts %s pods", used.String())
+	if used.Value() > 2 {
+		t.Errorf("quota counts %s pods, want at most the 2 workspace Pods", used.String())
 	}
 }
