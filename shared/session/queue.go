@@ -12,10 +12,11 @@ import (
 
 // The waitlist. At capacity an open that asked to wait (OpenWaiting) is
 // not refused: the student gets an Entry and keeps it by polling (Get).
-// The line is strictly first come, first served across the whole capacity
-// (arrival order is the database's, never the client's): nobody is served
-// while someone who came earlier still waits, and an open without waiting
-// is refused while anyone waits, so retrying never jumps the line. When
+// Each capacity pool (VMs, workspace Pods) has its own line, strictly
+// first come, first served (arrival order is the database's, never the
+// client's): nobody is served while someone who came earlier still waits
+// for the same pool, and an open without waiting is refused while anyone
+// waits for its pool, so retrying never jumps the line. When
 // capacity frees, the head of the line is turned into a provisioning
 // session at once, by whoever freed it (a close, a failed open) and by the
 // reaper as a backstop (ServeWaitlist); both hold the capacity lock, and
@@ -117,6 +118,19 @@ func (s *Service) queued(ctx context.Context, student string) (Session, error) {
 	if err != nil {
 		return Session{}, err
 	}
+	q, err := s.placeOf(ctx, e)
+	if err != nil || q.Queue.Position != 1 || q.Queue.ETA > 0 {
+		return q, err
+	}
+	// The head, with room by the database's count: the cluster may only
+	// now have let go of what a finished session held (a Pod or VM
+	// terminates gracefully after its delete), so the head's own poll
+	// serves the line. If it was served, ErrNoSession sends the caller to
+	// the session.
+	s.serveDetached(ctx)
+	if e, err = s.Waitlist.Touch(ctx, student, s.now()); err != nil {
+		return Session{}, err
+	}
 	return s.placeOf(ctx, e)
 }
 
@@ -136,13 +150,16 @@ func (s *Service) dropIdle(ctx context.Context) {
 	}
 }
 
-// placeOf renders e as a queued Session with its position and ETA.
+// placeOf renders e as a queued Session with its position and ETA in
+// the line of its capacity pool.
 func (s *Service) placeOf(ctx context.Context, e Entry) (Session, error) {
 	sess := Session{ID: e.ID, Student: e.Student, Lab: e.Lab, Status: StatusQueued, StudentKey: e.StudentKey}
 	sess.StartedAt = e.EnqueuedAt
-	if lab, ok := s.Labs.Get(e.Lab); ok {
-		sess.Kind = lab.Kind
+	pool, ok := s.poolOf(e.Lab)
+	if !ok {
+		return sess, fmt.Errorf("%w: lab %s left the catalog", ErrNoSession, e.Lab)
 	}
+	sess.Kind = pool.kind
 	line, err := s.Waitlist.Line(ctx)
 	if err != nil {
 		return sess, err
@@ -157,16 +174,22 @@ func (s *Service) placeOf(ctx context.Context, e Entry) (Session, error) {
 		return sess, err
 	}
 	share := EarlyCloseShare(ended)
-	in := ETAInput{Now: now, Capacity: s.Limits.MaxVMs, Lag: reapLag,
+	in := ETAInput{Now: now, Capacity: pool.limit, Lag: reapLag,
 		Likely: time.Duration(float64(s.Policy.Lifetime) * (1 - share)), Latest: s.Policy.MaxLifetime}
 	for _, l := range live {
-		in.Live = append(in.Live, HoldingOf(l, s.vms(l.Lab), share, now))
+		if c, ok := s.poolOf(l.Lab); ok && c.what == pool.what {
+			in.Live = append(in.Live, HoldingOf(l, c.need, share, now))
+		}
 	}
 	pos := 0
-	for i, w := range line {
-		in.Waiting = append(in.Waiting, s.vms(w.Lab))
+	for _, w := range line {
+		c, ok := s.poolOf(w.Lab)
+		if !ok || c.what != pool.what {
+			continue
+		}
+		in.Waiting = append(in.Waiting, c.need)
 		if w.ID == e.ID {
-			pos = i + 1
+			pos = len(in.Waiting)
 			break
 		}
 	}
@@ -178,14 +201,41 @@ func (s *Service) placeOf(ctx context.Context, e Entry) (Session, error) {
 	return sess, nil
 }
 
-// vms is how many VMs a session of the named lab holds (0 if the lab has
-// left the catalog: it then holds none of the limit either).
-func (s *Service) vms(name string) int {
-	lab, ok := s.Labs.Get(name)
+// pool is a capacity pool (VMs, workspace Pods) with the kind of lab it
+// serves: each pool has a line of its own, so a student waiting for a
+// workspace Pod never waits behind one waiting for VMs.
+type pool struct {
+	capacity
+	kind labs.Kind
+}
+
+// poolOf is the pool a session of the named lab takes capacity from;
+// false if the lab has left the catalog.
+func (s *Service) poolOf(labName string) (pool, bool) {
+	lab, ok := s.Labs.Get(labName)
 	if !ok {
-		return 0
+		return pool{}, false
 	}
-	return lab.VMCount()
+	return pool{s.capacityFor(lab), lab.Kind}, true
+}
+
+// waiting is how many students wait in the line of the pool named what
+// (after dropping the idle entries); 0 without a Waitlist.
+func (s *Service) waiting(ctx context.Context, what string) (int, error) {
+	if s.Waitlist == nil {
+		return 0, nil
+	}
+	if _, err := s.Waitlist.DropIdle(ctx, s.now().Add(-s.Limits.QueueIdle)); err != nil {
+		return 0, err
+	}
+	line, err := s.Waitlist.Line(ctx)
+	n := 0
+	for _, e := range line {
+		if c, ok := s.poolOf(e.Lab); ok && c.what == what {
+			n++
+		}
+	}
+	return n, err
 }
 
 // leave takes the student out of the line (closeSession while queued);
@@ -240,70 +290,98 @@ func (s *Service) serveDetached(ctx context.Context) {
 	}
 }
 
-// ServeWaitlist provisions the head of the line while the capacity allows
-// it, strictly in arrival order (a head that does not fit blocks everyone
-// behind it), and returns how many it served. Each step holds the capacity
-// lock from the count to the last create, and turns the entry into the
-// session row in one transaction, so concurrent servers (a close, the
-// reaper) never serve one entry twice nor overshoot the limit. The reaper
-// calls it every run as a backstop; everything that frees capacity calls
-// it at once.
+// ServeWaitlist provisions the head of each pool's line while its
+// capacity allows, strictly in arrival order (a head that does not fit
+// blocks everyone behind it in its pool), and returns how many it served.
+// Each round holds the capacity lock from the count to the last create,
+// and turns an entry into its session row in one transaction, so
+// concurrent servers (a close, the reaper) never serve one entry twice nor
+// overshoot a limit. The reaper calls it every run as a backstop;
+// everything that frees capacity calls it at once.
 func (s *Service) ServeWaitlist(ctx context.Context) (served int, err error) {
 	if s.Waitlist == nil {
 		return 0, nil
 	}
 	for {
-		done, err := s.serveHead(ctx)
-		if err != nil || done {
+		n, again, err := s.serveRound(ctx)
+		served += n
+		if err != nil || !again {
 			return served, err
 		}
-		served++
 	}
 }
 
-// serveHead serves the head of the line if it fits; done reports that
-// nothing was served (empty line, or no room for the head).
-func (s *Service) serveHead(ctx context.Context) (done bool, err error) {
+// serveRound serves, under one hold of the capacity lock, the head of
+// every pool's line that fits, and drops heads whose lab left the
+// catalog; again reports that the line changed, so another round may
+// serve more.
+func (s *Service) serveRound(ctx context.Context) (served int, again bool, err error) {
 	lctx, cancel := context.WithTimeout(ctx, s.Limits.CapacityWait)
 	unlock, err := s.Store.LockCapacity(lctx)
 	cancel()
 	if err != nil {
-		return true, fmt.Errorf("capacity lock: %w", err)
+		return 0, false, fmt.Errorf("capacity lock: %w", err)
 	}
 	defer unlock()
 	if _, err := s.Waitlist.DropIdle(ctx, s.now().Add(-s.Limits.QueueIdle)); err != nil {
-		return true, err
+		return 0, false, err
 	}
 	line, err := s.Waitlist.Line(ctx)
-	if err != nil || len(line) == 0 {
-		return true, err
+	if err != nil {
+		return 0, false, err
 	}
-	head := line[0]
-	lab, ok := s.Labs.Get(head.Lab)
-	if !ok {
-		_, err := s.Waitlist.Leave(ctx, head.Student)
-		s.Log.Warn("waitlist entry dropped: its lab left the catalog", "session", head.ID, "lab", head.Lab)
+	seen := map[string]bool{}
+	for _, head := range line {
+		lab, ok := s.Labs.Get(head.Lab)
+		if !ok {
+			if _, err := s.Waitlist.Leave(ctx, head.Student); err != nil {
+				return served, false, err
+			}
+			s.Log.Warn("waitlist entry dropped: its lab left the catalog", "session", head.ID, "lab", head.Lab)
+			again = true
+			continue
+		}
+		c := s.capacityFor(lab)
+		if seen[c.what] {
+			continue // not the head of its pool's line
+		}
+		seen[c.what] = true
+		ok, err := s.serveEntry(ctx, head, lab, c)
+		if err != nil {
+			return served, false, err
+		}
+		if ok {
+			served++
+			again = true
+		}
+	}
+	return served, again, nil
+}
+
+// serveEntry turns the head of a pool's line into a provisioning session
+// and creates its objects, if its pool has room (called under the
+// capacity lock). ok reports that the entry left the line (served, even
+// if its provisioning then failed and was rolled back, or gone already).
+func (s *Service) serveEntry(ctx context.Context, head Entry, lab labs.Lab, c capacity) (ok bool, err error) {
+	used, err := c.count(ctx)
+	if err != nil {
 		return false, err
 	}
-	used, err := s.Cluster.CountVMs(ctx)
-	if err != nil {
-		return true, err
-	}
-	if used+lab.VMCount() > s.Limits.MaxVMs {
-		return true, nil
+	if used+c.need > c.limit {
+		return false, nil
 	}
 	sess, err := s.newSession(head.ID, head.Student, lab, head.StudentKey)
 	if err != nil {
-		return true, err
+		return false, err
 	}
 	switch err := s.Waitlist.Promote(ctx, sess); {
 	case errors.Is(err, ErrNoSession):
-		return false, nil // served or left meanwhile: look again
+		return true, nil // served or left meanwhile
 	case errors.Is(err, ErrSessionExists):
 		_, err := s.Waitlist.Leave(ctx, head.Student)
-		return false, err
+		return err == nil, err
 	case err != nil:
-		return true, err
+		return false, err
 	}
 	log := s.Log.With("session", sess.ID, "lab", lab.Name)
 	log.Info("served from the waitlist", "student", sess.Student, "waited", sess.StartedAt.Sub(head.EnqueuedAt))
@@ -313,12 +391,12 @@ func (s *Service) serveHead(ctx context.Context) (done bool, err error) {
 			kind = ErrNoCapacity
 		}
 		_, _ = s.rollback(ctx, log, sess, fmt.Errorf("%w: %w", kind, err), true)
-		return false, nil
+		return true, nil
 	}
 	if _, err := s.confirmLive(ctx, sess.ID); err != nil {
 		_, _ = s.abandon(ctx, log, sess, err, true)
 	}
-	return false, nil
+	return true, nil
 }
 
 // Holding is the capacity one live session holds and when it likely and

@@ -159,6 +159,13 @@ func (s *Service) open(ctx context.Context, student, labName, publicKey string, 
 	log := s.Log.With("session", sess.ID, "lab", lab.Name)
 	started, queued, err := s.provision(ctx, sess, lab, wait)
 	if err == nil && !started {
+		// The line may have room nobody has handed on yet (an idle head
+		// was dropped just now): serve it, then answer with where the
+		// student stands — still queued, or served already.
+		s.serveDetached(ctx)
+		if cur, err := s.Get(ctx, student, queued.ID); err == nil {
+			queued = cur
+		}
 		if queued.ID == sess.ID { // not a place the student already had
 			queued.Issued = Issued{StudentPrivateKey: sess.Issued.StudentPrivateKey}
 		}
@@ -301,7 +308,7 @@ func (s *Service) provision(ctx context.Context, sess Session, lab labs.Lab, wai
 		if _, err := s.confirmLive(ctx, sess.ID); err != nil {
 			return false, queued, err
 		}
-		waiting, err := s.waiting(ctx)
+		waiting, err := s.waiting(ctx, c.what)
 		if err != nil {
 			return false, queued, err
 		}
@@ -333,19 +340,6 @@ func (s *Service) provision(ctx context.Context, sess Session, lab labs.Lab, wai
 		return true, queued, fmt.Errorf("%w: %w", ErrProvisioning, err)
 	}
 	return true, queued, nil
-}
-
-// waiting is how many students wait in the line (after dropping the idle
-// entries); 0 without a Waitlist.
-func (s *Service) waiting(ctx context.Context) (int, error) {
-	if s.Waitlist == nil {
-		return 0, nil
-	}
-	if _, err := s.Waitlist.DropIdle(ctx, s.now().Add(-s.Limits.QueueIdle)); err != nil {
-		return 0, err
-	}
-	line, err := s.Waitlist.Line(ctx)
-	return len(line), err
 }
 
 // rollback ends the failed open's row (End: deletes first, then the mark,

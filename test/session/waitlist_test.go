@@ -267,3 +267,31 @@ func TestWaitlistDropsIdleAndReaperServes(t *testing.T) {
 	}
 	t.Logf("amy served by the reaper's run after the holder expired: %s", amy.ID)
 }
+
+// VMs and workspace Pods are separate pools with a line each: a student
+// waiting for the shell Pod lab is first in the Pods' line however many
+// wait for VMs, and is served when a Pod frees while the VM line still
+// waits.
+func TestWaitlistLinePerPool(t *testing.T) {
+	e := newEnv(t, stacktest.Options{MaxVMs: 1, MaxPods: 1})
+	e.Opened("vm-holder", "linux-vm")
+	e.Opened("pod-holder", "shell")
+	for i, s := range []string{"vm-1", "vm-2"} {
+		if r := openWaiting(e, s, "linux-vm"); r.Status != http.StatusAccepted || *place(t, r).QueuePosition != i+1 {
+			t.Fatalf("%s: %d %s, want 202 at place %d", s, r.Status, r.Body, i+1)
+		}
+	}
+	r := openWaiting(e, "pod-1", "shell")
+	if r.Status != http.StatusAccepted || *place(t, r).QueuePosition != 1 {
+		t.Fatalf("pod-1: %d %s, want 202 at place 1 of the Pods' line", r.Status, r.Body)
+	}
+	if r := e.Close("pod-holder"); r.Status != http.StatusOK {
+		t.Fatalf("close pod-holder = %d %s", r.Status, r.Body)
+	}
+	e.WaitRunning("pod-1", 60*time.Second)
+	for i, s := range []string{"vm-1", "vm-2"} {
+		if v := place(t, poll(e, s)); v.Status != "queued" || *v.QueuePosition != i+1 {
+			t.Errorf("%s reads %+v once a Pod freed, want still queued at place %d", s, v, i+1)
+		}
+	}
+}
