@@ -306,3 +306,14 @@ func TestOverlaysNeverShareAnEnvironment(t *testing.T) {
 		t.Fatalf("no deploy/dev overlay among %v", dirs)
 	}
 }
+
+// The base alone (kubectl apply -k infra/) also keeps each cap equal to
+// its quota.
+func TestBaseCapsEqualQuotas(t *testing.T) {
+	f := factsOf(t, renderOverlay(t, filepath.Join(repoRoot, "infra")))
+	got := []string{f.MaxVMs, f.MaxPods}
+	want := []string{f.QuotaVMs, f.QuotaPods}
+	if diff := cmp.Diff(want, got); diff != "" || f.MaxVMs == "" || f.MaxPods == "" {
+		t.Errorf("LABKEEP_MAX_CONCURRENT_VMS, _PODS vs their quotas (-quota +setting):\n%s", diff)
+	}
+}
