@@ -138,7 +138,7 @@ type shownETA struct {
 	eta ETA
 }
 
-// An afternoon of 30 students arriving over four hours for 8 VM slots
+// An afternoon of 24 students arriving over four hours for 8 VM slots
 // (one in eight opens a 3-VM lab), with realistic lifetimes: a third close
 // early, a third extend (up to the 3-hour cap) and a third let the hour
 // run out, the reaper freeing their VMs up to 90 s after the expiry. Every
@@ -152,7 +152,7 @@ func TestETAOverASimulatedAfternoon(t *testing.T) {
 	const capacity = 8
 	rng := rand.New(rand.NewPCG(42, 7))
 	var students []*simStudent
-	const arrivals = 30
+	const arrivals = 24
 	for i := range arrivals {
 		s := &simStudent{arrive: t0.Add(time.Duration(rng.IntN(4*3600)) * time.Second), vms: 1,
 			reapLag: time.Duration(rng.IntN(91)) * time.Second}
