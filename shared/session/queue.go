@@ -297,10 +297,16 @@ func (s *Service) serveDetached(ctx context.Context) {
 // and turns an entry into its session row in one transaction, so
 // concurrent servers (a close, the reaper) never serve one entry twice nor
 // overshoot a limit. The reaper calls it every run as a backstop;
-// everything that frees capacity calls it at once.
+// everything that frees capacity calls it at once (and so waits for the
+// capacity lock when someone waits).
 func (s *Service) ServeWaitlist(ctx context.Context) (served int, err error) {
 	if s.Waitlist == nil {
 		return 0, nil
+	}
+	// Nobody waits (the usual case): no need to queue for the capacity
+	// lock, which an open may hold for as long as its creates take.
+	if line, err := s.Waitlist.Line(ctx); err != nil || len(line) == 0 {
+		return 0, err
 	}
 	for {
 		n, again, err := s.serveRound(ctx)
