@@ -23,9 +23,9 @@ type AdminOptions struct {
 
 // adminRoutes lists the paths of WithAdmin with their only method.
 var adminRoutes = map[string]string{
-	"/guardianAlert":    http.MethodPost,
-	"/adminSessions":    http.MethodGet,
-	"/adminAlerts":      http.MethodGet,
+	"/guardianAlert": http.MethodPost,
+	"/adminSessions": http.MethodGet,
+	"/adminAlerts":   http.MethodGet,
 }
 
 // WithAdmin returns a handler serving, in front of next:
