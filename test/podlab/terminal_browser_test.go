@@ -32,7 +32,8 @@ const readTerminal = `(() => ({
 // In a real headless Chromium, the student signs in to the portal, opens
 // the terminal of their running shell lab with its button, types id into
 // xterm.js, and reads root's id from the real workspace container; then,
-// back on the portal, the Cleanup button reports what guardian killed. The
+// back on the portal, the Cleanup button kills CPU hogs started over SSH and
+// reports what guardian killed, and SSH works after it. The
 // pages run under their Content-Security-Policy: a violation or an
 // uncaught exception fails the test.
 func TestWebTerminalInTheBrowser(t *testing.T) {
@@ -64,6 +65,12 @@ func TestWebTerminalInTheBrowser(t *testing.T) {
 	tab.Screenshot("terminal-id")
 	t.Logf("the terminal page shows: %q; xterm.js drew:\n%s", view.Status, lastLines(strings.TrimRight(view.Rows, " \n"), 4))
 
+	s.waitSSH(time.Minute)
+	s.mustRun(`for i in 1 2 3; do setsid sh -c 'while :; do :; done' </dev/null >/dev/null 2>&1 & done`)
+	hogs := pids(t, s.mustRun(`sleep 1; pgrep -f 'while :; do :; d[o]ne'`))
+	if len(hogs) != 3 {
+		t.Fatalf("hogs running: %v, want 3", hogs)
+	}
 	tab.Do(time.Minute, chromedp.Navigate(d.Server.URL+"/portal/"), chromedp.WaitVisible(chromedp.CSS("#terminal-cleanup")),
 		chromedp.Click(chromedp.CSS("#terminal-cleanup")))
 	var note string
@@ -75,7 +82,10 @@ func TestWebTerminalInTheBrowser(t *testing.T) {
 		return err == nil && strings.HasPrefix(n, "Killed "), "cleanup note: " + n
 	})
 	tab.Screenshot("portal-after-cleanup")
-	t.Logf("the Cleanup button: %q", note)
+	if left := strings.TrimSpace(s.mustRun(`pgrep -f 'while :; do :; d[o]ne' | wc -l`)); left != "0" {
+		t.Errorf("%s hogs of %v left after the Cleanup button", left, hogs)
+	}
+	t.Logf("the Cleanup button: %q; the hogs %v are gone and SSH works after it", note, hogs)
 	// Every file the pages asked for loaded (xterm.js, its CSS, the
 	// scripts): the only miss allowed is the browser's own favicon request.
 	var misses []string
