@@ -12,6 +12,7 @@ import (
 
 	"labkeep/localrun/stacktest"
 	"labkeep/shared/kube"
+	"labkeep/shared/reap"
 	"labkeep/shared/session"
 )
 
@@ -59,6 +60,15 @@ func TestVMLabAndPodLabSideBySide(t *testing.T) {
 	stacktest.Eventually(t, time.Minute, func() (bool, string) {
 		return shell.pod() == nil, "workspace Pod still there: " + shell.podState()
 	})
+	// A Pod missing at one look is only a suspect (it may be coming back);
+	// missing again at a look AbsentConfirm later, it is a ghost.
+	if r := d.Do("POST", "/reapTick", stacktest.SchedulerToken, "", ""); r.Status != http.StatusOK {
+		t.Fatalf("reapTick: %d %s", r.Status, r.Body)
+	}
+	if code, seen := shell.get(); code != http.StatusOK || seen.Status != "running" {
+		t.Errorf("ivy's getSession after one look without her Pod: %d %s; want still running", code, seen.Status)
+	}
+	d.Clock.Advance(reap.DefaultConfig().AbsentConfirm + time.Second)
 	if r := d.Do("POST", "/reapTick", stacktest.SchedulerToken, "", ""); r.Status != http.StatusOK {
 		t.Fatalf("reapTick: %d %s", r.Status, r.Body)
 	}
