@@ -58,24 +58,38 @@ func (c Client) Sign(sub, role string, exp time.Time) string {
 // here, not taken from httpapi, on purpose: a change to the wire format
 // must break these tests as it would break a portal.
 type SessionView struct {
-	ID               string     `json:"id"`
-	Student          string     `json:"student"`
-	Lab              string     `json:"lab"`
-	Kind             string     `json:"kind"`
-	Status           string     `json:"status"`
-	StartedAt        time.Time  `json:"startedAt"`
-	ExpiresAt        time.Time  `json:"expiresAt"`
-	MaxExpiresAt     time.Time  `json:"maxExpiresAt"`
-	ReadyAt          *time.Time `json:"readyAt"`
-	FinishedAt       *time.Time `json:"finishedAt"`
-	RemainingSeconds int64      `json:"remainingSeconds"`
-	Extendable       bool       `json:"extendable"`
-	ServerTime       time.Time  `json:"serverTime"`
-	Nodes            []NodeView `json:"nodes"`
-	FailureReason    string     `json:"failureReason"`
-	HostKey          string     `json:"hostKey"`
-	StudentKey       string     `json:"studentKey"`
-	PrivateKey       string     `json:"privateKey"`
+	ID               string        `json:"id"`
+	Student          string        `json:"student"`
+	Lab              string        `json:"lab"`
+	Kind             string        `json:"kind"`
+	Status           string        `json:"status"`
+	StartedAt        time.Time     `json:"startedAt"`
+	ExpiresAt        time.Time     `json:"expiresAt"`
+	MaxExpiresAt     time.Time     `json:"maxExpiresAt"`
+	ReadyAt          *time.Time    `json:"readyAt"`
+	FinishedAt       *time.Time    `json:"finishedAt"`
+	RemainingSeconds int64         `json:"remainingSeconds"`
+	Extendable       bool          `json:"extendable"`
+	ServerTime       time.Time     `json:"serverTime"`
+	Nodes            []NodeView    `json:"nodes"`
+	FailureReason    string        `json:"failureReason"`
+	HostKey          string        `json:"hostKey"`
+	StudentKey       string        `json:"studentKey"`
+	PrivateKey       string        `json:"privateKey"`
+	ExtendRefusal    string        `json:"extendRefusal"`
+	Warnings         []WarningView `json:"warnings"`
+	// QueuePosition, ETASeconds and ETALatestSeconds are set only while
+	// the session waits in line.
+	QueuePosition    *int   `json:"queuePosition"`
+	ETASeconds       *int64 `json:"etaSeconds"`
+	ETALatestSeconds *int64 `json:"etaLatestSeconds"`
+}
+
+// WarningView is one end-of-session warning of a SessionView.
+type WarningView struct {
+	BeforeSeconds int64     `json:"beforeSeconds"`
+	At            time.Time `json:"at"`
+	Due           bool      `json:"due"`
 }
 
 // NodeView is one node of a SessionView.
@@ -83,6 +97,7 @@ type NodeView struct {
 	Name  string `json:"name"`
 	Role  string `json:"role"`
 	Ready bool   `json:"ready"`
+	Phase string `json:"phase"`
 	SSH   struct {
 		Host       string `json:"host"`
 		Port       int    `json:"port"`

@@ -130,37 +130,14 @@ func (s *student) click(sel string) {
 	s.tab.Do(30*time.Second, chromedp.Click(chromedp.CSS(sel)))
 }
 
-// apiSession is the session JSON the page reads, as the server sends it.
-type apiSession struct {
-	ID               string    `json:"id"`
-	Status           string    `json:"status"`
-	ExpiresAt        time.Time `json:"expiresAt"`
-	MaxExpiresAt     time.Time `json:"maxExpiresAt"`
-	RemainingSeconds int64     `json:"remainingSeconds"`
-	ServerTime       time.Time `json:"serverTime"`
-	Extendable       bool      `json:"extendable"`
-	ExtendRefusal    string    `json:"extendRefusal"`
-	FailureReason    string    `json:"failureReason"`
-	StudentKey       string    `json:"studentKey"`
-	Warnings         []struct {
-		BeforeSeconds int64     `json:"beforeSeconds"`
-		At            time.Time `json:"at"`
-		Due           bool      `json:"due"`
-	} `json:"warnings"`
-	Nodes []struct {
-		stacktest.NodeView
-		Phase string `json:"phase"`
-	} `json:"nodes"`
-}
-
 // get is the student's getSession, straight from the server.
-func (s *student) get() apiSession {
+func (s *student) get() stacktest.SessionView {
 	s.t.Helper()
 	r := s.d.Do("GET", "/getSession", s.token, "", "")
 	if r.Status != http.StatusOK {
 		s.t.Fatalf("getSession = %d %s", r.Status, r.Body)
 	}
-	var v apiSession
+	var v stacktest.SessionView
 	if err := json.Unmarshal(r.Body, &v); err != nil {
 		s.t.Fatal(err)
 	}
@@ -180,7 +157,7 @@ func remaining(t *testing.T, p pageState) int64 {
 // countdownAgrees checks the page's countdown against the server's
 // remainingSeconds read between two looks at the page: the server's
 // figure must lie within a second of the two.
-func (s *student) countdownAgrees() (page int64, api apiSession) {
+func (s *student) countdownAgrees() (page int64, api stacktest.SessionView) {
 	s.t.Helper()
 	before := remaining(s.t, s.state())
 	api = s.get()

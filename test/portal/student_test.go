@@ -154,7 +154,7 @@ func TestStudentRunsAPodLabInTheBrowser(t *testing.T) {
 }
 
 // due reports whether the server lists the warning before seconds as due.
-func due(s apiSession, before int64) bool {
+func due(s stacktest.SessionView, before int64) bool {
 	for _, w := range s.Warnings {
 		if w.BeforeSeconds == before {
 			return w.Due

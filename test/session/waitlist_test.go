@@ -20,19 +20,9 @@ import (
 	"labkeep/shared/reap"
 )
 
-// queuedView is what a queued openSession/getSession answer says about the
-// student's place.
-type queuedView struct {
-	ID               string `json:"id"`
-	Status           string `json:"status"`
-	QueuePosition    *int   `json:"queuePosition"`
-	ETASeconds       *int64 `json:"etaSeconds"`
-	ETALatestSeconds *int64 `json:"etaLatestSeconds"`
-}
-
-func place(t *testing.T, r stacktest.Response) queuedView {
+func place(t *testing.T, r stacktest.Response) stacktest.SessionView {
 	t.Helper()
-	var v queuedView
+	var v stacktest.SessionView
 	if err := json.Unmarshal(r.Body, &v); err != nil {
 		t.Fatalf("answer %d %s: %v", r.Status, r.Body, err)
 	}
