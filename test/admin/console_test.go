@@ -2,21 +2,15 @@ package admin_test
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
-	admissionv1 "k8s.io/api/admissionregistration/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/types"
-
 	"github.com/chromedp/chromedp"
 
 	"labkeep/localrun/browser"
 	"labkeep/localrun/stacktest"
-	"labkeep/shared/kube"
 )
 
 // consoleState is what the admin console shows, read from its DOM.
@@ -115,35 +109,6 @@ func signIn(t *testing.T, b *browser.Browser, d *stacktest.Deployment) admin {
 	return a
 }
 
-// refuseVMDeletes makes the real API server refuse to delete the VMs of
-// one session, as test/reap does: a ValidatingAdmissionPolicy refuses
-// DELETE of a VM with refuseAnnotation, which the session's VMs get.
-func refuseVMDeletes(t *testing.T, d *stacktest.Deployment, sessionID string) {
-	t.Helper()
-	ctx := context.Background()
-	vmAPI := d.Dyn.Resource(stacktest.Resource("VirtualMachine")).Namespace(d.Namespace)
-	vms, err := vmAPI.List(ctx, metav1.ListOptions{LabelSelector: kube.LabelSession + "=" + sessionID})
-	if err != nil || len(vms.Items) == 0 {
-		t.Fatalf("no VM of session %s to guard: %v", sessionID, err)
-	}
-	const annotation = "labkeep.test/refuse-delete"
-	for _, vm := range vms.Items {
-		patch, _ := json.Marshal(map[string]any{"metadata": map[string]any{"annotations": map[string]any{annotation: "true"}}})
-		if _, err := vmAPI.Patch(ctx, vm.GetName(), types.MergePatchType, patch, metav1.PatchOptions{}); err != nil {
-			t.Fatalf("annotating VM %s: %v", vm.GetName(), err)
-		}
-	}
-	stacktest.Refuse(t, st, stacktest.Refusal{
-		Name: "refuse-delete-" + d.Namespace, Namespace: d.Namespace,
-		Group: "kubevirt.io", Resource: "virtualmachines", Operations: []admissionv1.OperationType{admissionv1.Delete},
-		Expression: `!has(oldObject.metadata.annotations) || !('` + annotation + `' in oldObject.metadata.annotations)`,
-		Message:    "injected fault: deleting this VM is refused",
-		Probe: func() error {
-			return vmAPI.Delete(ctx, vms.Items[0].GetName(), metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
-		},
-	})
-}
-
 func find(rows []row, key, value string) (row, bool) {
 	for _, r := range rows {
 		if r.Data[key] == value {
@@ -199,7 +164,7 @@ func TestAdminConsole(t *testing.T) {
 
 	// Both sessions expire; the API server refuses to delete stuck's VM.
 	d.Clock.Advance(61 * time.Minute)
-	refuseVMDeletes(t, d, stuck.ID)
+	d.RefuseVMDeletes(t, st, stuck.ID)
 
 	a.click("#reap-preview")
 	s = a.wait("the preview's result", 60*time.Second, func(s consoleState) bool { return s.Result.Shown && s.ReapReady })
