@@ -101,7 +101,7 @@ func (a admin) click(sel string) {
 func signIn(t *testing.T, b *browser.Browser, d *stacktest.Deployment) admin {
 	t.Helper()
 	a := admin{t: t, tab: b.Tab(t)}
-	a.tab.Do(time.Minute, chromedp.Navigate(d.Server.URL+"/portal/admin.html"), chromedp.WaitVisible(chromedp.CSS("#signin")))
+	a.tab.Do(time.Minute, chromedp.Navigate(b.Reach(t, d.Server.URL)+"/portal/admin.html"), chromedp.WaitVisible(chromedp.CSS("#signin")))
 	a.tab.Do(30*time.Second,
 		chromedp.SetValue(chromedp.CSS("#token"), d.Token("ops", "admin")),
 		chromedp.Click(chromedp.CSS("#signin-button")),
@@ -138,7 +138,7 @@ func TestAdminConsole(t *testing.T) {
 		}
 	}
 
-	b := browser.Start(t)
+	b := browser.Start(t, browser.Isolated)
 	a := signIn(t, b, d)
 	s := a.wait("both live sessions and the alerts", 30*time.Second, func(s consoleState) bool {
 		return len(s.Sessions) == 2 && len(s.Alerts) == 3

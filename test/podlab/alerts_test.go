@@ -82,9 +82,9 @@ func TestGuardianAlertReachesTheAdminConsole(t *testing.T) {
 	}
 
 	// The admin console shows it, with the student.
-	b := browser.Start(t)
+	b := browser.Start(t, browser.Isolated)
 	tab := b.Tab(t)
-	tab.Do(time.Minute, chromedp.Navigate(d.Server.URL+"/portal/admin.html"), chromedp.WaitVisible(chromedp.CSS("#signin")))
+	tab.Do(time.Minute, chromedp.Navigate(b.Reach(t, d.Server.URL)+"/portal/admin.html"), chromedp.WaitVisible(chromedp.CSS("#signin")))
 	tab.Do(30*time.Second,
 		chromedp.SetValue(chromedp.CSS("#token"), d.Token("ops", "admin")),
 		chromedp.Click(chromedp.CSS("#signin-button")),

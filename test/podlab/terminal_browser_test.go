@@ -41,9 +41,9 @@ func TestWebTerminalInTheBrowser(t *testing.T) {
 	s := openLab(t, d, "wendy", "shell", nil)
 	s.waitRunning(3 * time.Minute)
 
-	b := browser.Start(t)
+	b := browser.Start(t, browser.Isolated)
 	tab := b.Tab(t)
-	tab.Do(time.Minute, chromedp.Navigate(d.Server.URL+"/portal/"), chromedp.WaitVisible(chromedp.CSS("#signin")))
+	tab.Do(time.Minute, chromedp.Navigate(b.Reach(t, d.Server.URL)+"/portal/"), chromedp.WaitVisible(chromedp.CSS("#signin")))
 	tab.Do(30*time.Second,
 		chromedp.SetValue(chromedp.CSS("#token"), d.Token("wendy", "student")),
 		chromedp.Click(chromedp.CSS("#signin-button")),
@@ -71,7 +71,7 @@ func TestWebTerminalInTheBrowser(t *testing.T) {
 	if len(hogs) != 3 {
 		t.Fatalf("hogs running: %v, want 3", hogs)
 	}
-	tab.Do(time.Minute, chromedp.Navigate(d.Server.URL+"/portal/"), chromedp.WaitVisible(chromedp.CSS("#terminal-cleanup")),
+	tab.Do(time.Minute, chromedp.Navigate(b.Reach(t, d.Server.URL)+"/portal/"), chromedp.WaitVisible(chromedp.CSS("#terminal-cleanup")),
 		chromedp.Click(chromedp.CSS("#terminal-cleanup")))
 	var note string
 	stacktest.Eventually(t, time.Minute, func() (bool, string) {

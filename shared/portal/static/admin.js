@@ -18,7 +18,13 @@
   // session's newest).
   const state = { token: window.sessionStorage.getItem(tokenKey) || "", poll: 0, sessions: {}, alertsFor: "" };
 
-  async function call(method, path, body) {
+  // call sends one request to the API. When the network fails under it
+  // (the browser drops requests in flight when the machine's network
+  // changes) it is sent again if that is safe: reads always, a change only
+  // if the caller says so (again = true: a preview and a force-close,
+  // whose repetition changes nothing more; never Reap now, which would
+  // count as a second run).
+  async function call(method, path, body, again) {
     const headers = { Authorization: "Bearer " + state.token };
     const init = { method: method, headers: headers, cache: "no-store", credentials: "omit", redirect: "error" };
     if (body !== undefined) {
@@ -26,10 +32,16 @@
       init.body = JSON.stringify(body);
     }
     let res;
-    try {
-      res = await fetch(new URL(path, api), init);
-    } catch (e) {
-      return { status: 0, ok: false, data: null, offline: String(e) };
+    for (let attempt = 1; ; attempt++) {
+      try {
+        res = await fetch(new URL(path, api), init);
+        break;
+      } catch (e) {
+        if ((method !== "GET" && !again) || attempt === 3) {
+          return { status: 0, ok: false, data: null, offline: String(e) };
+        }
+        await new Promise((resolve) => window.setTimeout(resolve, 500 * attempt));
+      }
     }
     let data = null;
     try {
@@ -226,7 +238,7 @@
     const buttons = [$("reap-now"), $("reap-preview")];
     buttons.forEach((b) => { b.disabled = true; });
     $("reap-note").textContent = "running…";
-    const r = await call("POST", "adminReapNow", body);
+    const r = await call("POST", "adminReapNow", body, Boolean(body && body.dryRun));
     buttons.forEach((b) => { b.disabled = false; });
     $("reap-note").textContent = "";
     if (!r.ok) {
@@ -261,7 +273,7 @@
       state.poll = window.setTimeout(refresh, pollMs * 2);
       return;
     }
-    const r = await call("POST", "closeSession", { student: s.student, id: s.id });
+    const r = await call("POST", "closeSession", { student: s.student, id: s.id }, true);
     showMessage(r.ok ? "closed " + s.student + "'s session (" + r.data.status + ")" : errorText(r), r.ok ? "info" : "error");
     await refresh();
   }
