@@ -8,7 +8,7 @@ export PATH := $(PATH):$(shell ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sor
 GO ?= go
 GOTEST_FLAGS ?=
 
-.PHONY: help setup setup-test run test bench vet
+.PHONY: help setup setup-test run test bench bench-quick bench-all vet
 
 # help lists the targets: each documented target has a "## " line after it.
 help: ## list the targets
@@ -34,6 +34,7 @@ ALONE := ./guardian/e2e ./test/podlab ./test/guardianvm
 test: setup-test vet ## every test (race detector on), against the real local stack
 	$(GO) test -race -count=1 -timeout 30m $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v -e '/guardian/e2e$$' -e '/test/podlab$$' -e '/test/guardianvm$$')
 	$(GO) test -race -count=1 -p 1 -timeout 30m $(GOTEST_FLAGS) $(ALONE)
+	@$(MAKE) --no-print-directory bench-quick
 
 # vet also fails on an untidy go.mod: `go mod tidy` must leave nothing to change.
 vet: ## go vet, go mod tidy check, gofmt check
@@ -41,5 +42,26 @@ vet: ## go vet, go mod tidy check, gofmt check
 	@$(GO) mod tidy -diff >/dev/null || { echo "go.mod/go.sum are not tidy: run go mod tidy"; $(GO) mod tidy -diff; exit 1; }
 	@unformatted=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$unformatted" ]; then echo "gofmt needed: $$unformatted"; exit 1; fi
 
-bench: setup-test ## the benchmarks
+# The table's benchmarks: every BenchmarkTable… (in whichever package holds
+# one) runs once (-benchtime=1x: each sizes its own work), one package at a
+# time so they don't load each other's figures, against the real local
+# stack, and records its figures with their baselines from the same run
+# (localrun/benchtable); localrun/cmd/benchtable then prints the one table
+# and saves it with the machine under test/bench/results. bench-quick runs
+# each case once at its smallest scale: CI's check that they still run (it
+# never fails on a number); its results go to a temp dir.
+BENCH_PKGS = $$(grep -rl --include='*_test.go' '^func BenchmarkTable' . | xargs -r -n1 dirname | sort -u)
+BENCH_RUN = $(GO) test -run '^$$' -bench '^BenchmarkTable' -benchtime=1x -benchmem -count=1 -p 1
+bench: setup-test ## the benchmarks' table with baselines (~30 min), saved in test/bench/results
+	@rows=$$(mktemp) && trap 'rm -f "$$rows"' EXIT && \
+	LABKEEP_BENCH_ROWS=$$rows $(BENCH_RUN) -timeout 40m $(BENCH_PKGS) && \
+	LABKEEP_BENCH_ROWS=$$rows $(GO) run ./localrun/cmd/benchtable
+
+bench-quick: setup-test ## each table benchmark once at small scale (part of make test)
+	@dir=$$(mktemp -d) && trap 'rm -rf "$$dir"' EXIT && \
+	export LABKEEP_BENCH_QUICK=1 LABKEEP_BENCH_ROWS=$$dir/rows.jsonl LABKEEP_BENCH_RESULTS=$$dir && \
+	$(BENCH_RUN) -timeout 10m $(BENCH_PKGS) && \
+	$(GO) run ./localrun/cmd/benchtable
+
+bench-all: setup-test ## every benchmark, the table's and the others, with go test's output
 	$(GO) test -run '^$$' -bench . -benchmem -count=1 ./...
