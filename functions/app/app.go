@@ -454,6 +454,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 		Now: now, Log: log, RetryAfter: cfg.RetryAfter,
 	})
 	svc.Metrics = session.NewMetrics(reg, store)
+	reg.MustRegister(svc.QueueCollector())
 	var public prometheus.Gatherer = reg
 	if cfg.MetricsAddr != "" {
 		public = nil // served on its own address only

@@ -8,6 +8,8 @@ import (
 	"github.com/google/uuid"
 
 	"labkeep/shared/alerts"
+	"labkeep/shared/reap"
+	"labkeep/shared/session"
 )
 
 // Bounds of GET /adminAlerts' limit.
@@ -95,4 +97,37 @@ func (a *API) adminAlerts(w http.ResponseWriter, r *http.Request, store alerts.S
 	writeJSON(w, http.StatusOK, struct {
 		Alerts []alerts.Alert `json:"alerts"`
 	}{list})
+}
+
+// adminStatusJSON is GET /adminStatus: the reaper's status and, per lab,
+// the waitlist.
+type adminStatusJSON struct {
+	reap.Status
+	Queues []queueJSON `json:"queues"`
+}
+
+// queueJSON is one lab's line (session.QueueStat): how many students
+// wait and how long the earliest has waited, in whole seconds rounded up.
+type queueJSON struct {
+	Lab               string `json:"lab"`
+	Length            int    `json:"length"`
+	OldestWaitSeconds int64  `json:"oldestWaitSeconds"`
+}
+
+// adminStatus is st with every lab's line (session.Service.QueueStats).
+func (a *API) adminStatus(r *http.Request, st reap.Status) (adminStatusJSON, error) {
+	stats, err := a.svc.QueueStats(r.Context())
+	if err != nil {
+		return adminStatusJSON{}, fmt.Errorf("waitlist: %w", err)
+	}
+	return adminStatusJSON{Status: st, Queues: queuesJSON(stats)}, nil
+}
+
+// queuesJSON renders stats, never null.
+func queuesJSON(stats []session.QueueStat) []queueJSON {
+	out := []queueJSON{}
+	for _, q := range stats {
+		out = append(out, queueJSON{Lab: q.Lab, Length: q.Length, OldestWaitSeconds: ceilSeconds(q.OldestWait)})
+	}
+	return out
 }

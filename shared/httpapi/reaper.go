@@ -84,7 +84,12 @@ func (a *API) WithReaper(o ReaperOptions) http.Handler {
 			a.writeError(w, r, err, nil)
 			return
 		}
-		writeJSON(w, http.StatusOK, st)
+		out, err := a.adminStatus(r, st)
+		if err != nil {
+			a.writeError(w, r, err, nil)
+			return
+		}
+		writeJSON(w, http.StatusOK, out)
 	})
 	mux.HandleFunc("/reapTick", func(w http.ResponseWriter, r *http.Request) {
 		if !schedulerAuthorized(r, o.SchedulerToken) {

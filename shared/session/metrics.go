@@ -19,6 +19,7 @@ type Metrics struct {
 	timeToReady *prometheus.HistogramVec
 	extensions  *prometheus.CounterVec
 	ends        *prometheus.CounterVec
+	waitlist    *prometheus.CounterVec
 }
 
 // results are the sentinel errors an open or extend is counted by: the
@@ -62,8 +63,11 @@ func NewMetrics(reg prometheus.Registerer, live Store) *Metrics {
 		ends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "labkeep_session_ends_total", Help: "Sessions the functions ended, by reason (closed, expired, no_capacity, provisioning_failed) and actor (student, admin, open); the reaper's are labkeep_reaped_items_total.",
 		}, []string{"reason", "actor"}),
+		waitlist: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "labkeep_waitlist_events_total", Help: "Waitlist entries by lab and event: joined, served (became a provisioning session), dropped (nobody polled it, or its lab left the catalog), left (closed while queued).",
+		}, []string{"lab", "event"}),
 	}
-	reg.MustRegister(m.opens, m.timeToReady, m.extensions, m.ends)
+	reg.MustRegister(m.opens, m.timeToReady, m.extensions, m.ends, m.waitlist)
 	// The endings alerts watch exist at 0 from the start: a counter's
 	// first increase is only seen against an earlier sample, so a series
 	// born at 1 would hide the first refused or failed open.
@@ -107,6 +111,13 @@ func (m *Metrics) ended(r EndReason) {
 	m.ends.WithLabelValues(string(r.Kind), string(r.Actor)).Inc()
 }
 
+func (m *Metrics) queueEvent(lab string, ev QueueEvent) {
+	if m == nil {
+		return
+	}
+	m.waitlist.WithLabelValues(lab, string(ev)).Inc()
+}
+
 var liveDesc = prometheus.NewDesc("labkeep_sessions", "Live sessions by lab and status (provisioning, running), read from the database at scrape.", []string{"lab", "status"}, nil)
 
 // liveCollector reads the live sessions at each scrape. A failed read
@@ -117,11 +128,9 @@ type liveCollector struct{ store Store }
 func (c liveCollector) Describe(ch chan<- *prometheus.Desc) { ch <- liveDesc }
 
 func (c liveCollector) Collect(ch chan<- prometheus.Metric) {
-	ctx, cancel := context.WithTimeout(context.Background(), liveReadTimeout)
-	defer cancel()
-	live, err := c.store.ListLive(ctx)
-	if err != nil {
-		return // one failed read must not fail the whole scrape
+	live, ok := atScrape(c.store.ListLive)
+	if !ok {
+		return
 	}
 	type key struct{ lab, status string }
 	counts := map[key]int{}
@@ -131,4 +140,14 @@ func (c liveCollector) Collect(ch chan<- prometheus.Metric) {
 	for k, n := range counts {
 		ch <- prometheus.MustNewConstMetric(liveDesc, prometheus.GaugeValue, float64(n), k.lab, k.status)
 	}
+}
+
+// atScrape is read's answer for a collector, bounded by liveReadTimeout;
+// false if it failed: the collector then reports nothing, since one
+// failed read must not fail the whole scrape.
+func atScrape[T any](read func(context.Context) (T, error)) (T, bool) {
+	ctx, cancel := context.WithTimeout(context.Background(), liveReadTimeout)
+	defer cancel()
+	v, err := read(ctx)
+	return v, err == nil
 }

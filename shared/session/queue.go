@@ -137,17 +137,25 @@ func (s *Service) queued(ctx context.Context, student string) (Session, error) {
 // dropIdle removes the entries nobody polled within Limits.QueueIdle and,
 // if any went, serves the line (the head may have been one of them).
 func (s *Service) dropIdle(ctx context.Context) {
-	dropped, err := s.Waitlist.DropIdle(ctx, s.now().Add(-s.Limits.QueueIdle))
+	dropped, err := s.dropIdleEntries(ctx)
 	if err != nil {
 		s.Log.Warn("cannot drop idle waitlist entries", "err", err)
 		return
 	}
-	for _, e := range dropped {
-		s.Log.Info("waitlist entry dropped: nobody polled it", "session", e.ID, "student", e.Student, "idle", s.Limits.QueueIdle)
-	}
 	if len(dropped) > 0 {
 		s.serveDetached(ctx)
 	}
+}
+
+// dropIdleEntries removes the entries nobody polled within
+// Limits.QueueIdle, logs and counts each, and returns them.
+func (s *Service) dropIdleEntries(ctx context.Context) ([]Entry, error) {
+	dropped, err := s.Waitlist.DropIdle(ctx, s.now().Add(-s.Limits.QueueIdle))
+	for _, e := range dropped {
+		s.Log.Info("waitlist entry dropped: nobody polled it", "session", e.ID, "student", e.Student, "idle", s.Limits.QueueIdle)
+		s.Metrics.queueEvent(e.Lab, QueueDropped)
+	}
+	return dropped, err
 }
 
 // placeOf renders e as a queued Session with its position and ETA in
@@ -225,7 +233,7 @@ func (s *Service) waiting(ctx context.Context, what string) (int, error) {
 	if s.Waitlist == nil {
 		return 0, nil
 	}
-	if _, err := s.Waitlist.DropIdle(ctx, s.now().Add(-s.Limits.QueueIdle)); err != nil {
+	if _, err := s.dropIdleEntries(ctx); err != nil {
 		return 0, err
 	}
 	line, err := s.Waitlist.Line(ctx)
@@ -259,6 +267,7 @@ func (s *Service) leave(ctx context.Context, student, id string, actor Actor, by
 		return Session{}, err
 	}
 	s.Log.Info("left the waitlist", "session", e.ID, "student", student, "by", by)
+	s.Metrics.queueEvent(e.Lab, QueueLeft)
 	s.serveDetached(ctx)
 	return Session{ID: e.ID, Student: e.Student, Lab: e.Lab, Status: StatusClosed, StudentKey: e.StudentKey,
 		FinishedAt: s.now(),
@@ -274,6 +283,9 @@ func (s *Service) enqueue(ctx context.Context, sess Session) (Session, error) {
 		StudentKey: sess.StudentKey, EnqueuedAt: now, PolledAt: now})
 	if err != nil && !errors.Is(err, ErrSessionExists) {
 		return Session{}, err
+	}
+	if err == nil {
+		s.Metrics.queueEvent(e.Lab, QueueJoined)
 	}
 	s.Log.Info("joined the waitlist", "session", e.ID, "student", e.Student, "lab", e.Lab, "seq", e.Seq)
 	return s.placeOf(ctx, e)
@@ -329,7 +341,7 @@ func (s *Service) serveRound(ctx context.Context) (served int, again bool, err e
 		return 0, false, fmt.Errorf("capacity lock: %w", err)
 	}
 	defer unlock()
-	if _, err := s.Waitlist.DropIdle(ctx, s.now().Add(-s.Limits.QueueIdle)); err != nil {
+	if _, err := s.dropIdleEntries(ctx); err != nil {
 		return 0, false, err
 	}
 	line, err := s.Waitlist.Line(ctx)
@@ -344,6 +356,7 @@ func (s *Service) serveRound(ctx context.Context) (served int, again bool, err e
 				return served, false, err
 			}
 			s.Log.Warn("waitlist entry dropped: its lab left the catalog", "session", head.ID, "lab", head.Lab)
+			s.Metrics.queueEvent(head.Lab, QueueDropped)
 			again = true
 			continue
 		}
@@ -389,6 +402,7 @@ func (s *Service) serveEntry(ctx context.Context, head Entry, lab labs.Lab, c ca
 	case err != nil:
 		return false, err
 	}
+	s.Metrics.queueEvent(lab.Name, QueueServed)
 	log := s.Log.With("session", sess.ID, "lab", lab.Name)
 	log.Info("served from the waitlist", "student", sess.Student, "waited", sess.StartedAt.Sub(head.EnqueuedAt))
 	if err := s.Cluster.Provision(ctx, sess, lab); err != nil {
