@@ -63,6 +63,11 @@ type builder struct {
 	lab  labs.Lab
 	// pod is the workspace Pod definition (ParseWorkspacePod).
 	pod *corev1.Pod
+	// liveKeys gives each VM root's authorized keys from its node's keys
+	// Secret through the guest agent (credentials.go), so they can change
+	// while it runs; without it a VM has only what cloud-init gave it at
+	// boot.
+	liveKeys bool
 }
 
 func (b builder) labels(role, node string) map[string]string {
@@ -250,6 +255,9 @@ func (b builder) vm(n labs.Node, anchor *batchv1.Job) *kubevirtv1.VirtualMachine
 	}
 	if b.multiNode() {
 		spec.Subdomain = session.NetworkName(b.sess.ID)
+	}
+	if b.liveKeys {
+		spec.AccessCredentials = accessCredentials(b.sess.ID, n.Name)
 	}
 	// Ready only once a student can log in (the lab's readiness, TCP on
 	// the SSH port by default), so running means SSH answers.

@@ -76,6 +76,15 @@ func CloudInitName(sessionID, node string) string {
 	return "lk-" + sessionID + "-" + node + "-cloudinit"
 }
 
+// SSHKeysName is the Secret holding the SSH public keys a running VM of
+// one node takes through its guest agent (KubeVirt accessCredentials), so
+// a key can reach a VM that booted before its student existed (a warm-pool
+// instance). Like the cloud-init Secret it is owned by the anchor and goes
+// with it, never by name.
+func SSHKeysName(sessionID, node string) string {
+	return "lk-" + sessionID + "-" + node + "-ssh-keys"
+}
+
 // NetworkName is the NetworkPolicy of a session and the Service of a
 // multi-node session.
 func NetworkName(sessionID string) string { return "lk-" + sessionID }
