@@ -42,24 +42,9 @@ func BenchmarkLoginUnderCPUStorm(b *testing.B) {
 	const logins = 20
 	var without, with []time.Duration
 	var withoutFailed, withFailed int
-	storm := func(ws *workspace, settle time.Duration) (lat []time.Duration, failed int, spin []*proc) {
-		for i := 0; i < stormSpinners; i++ {
-			spin = append(spin, ws.user(bins.workload, "spin"))
-		}
-		time.Sleep(settle)
-		for i := 0; i < logins; i++ {
-			took, err := ws.login(20 * time.Second)
-			if err != nil {
-				failed++
-				took = 20 * time.Second
-			}
-			lat = append(lat, took)
-		}
-		return lat, failed, spin
-	}
 	for b.Loop() {
 		ws := newWorkspace(b, stormLimits)
-		lat, failed, spin := storm(ws, 2*time.Second)
+		lat, failed, spin := stormLogins(ws, 2*time.Second, logins)
 		without, withoutFailed = append(without, lat...), withoutFailed+failed
 		for _, s := range spin {
 			s.cmd.Process.Kill()
@@ -67,7 +52,7 @@ func BenchmarkLoginUnderCPUStorm(b *testing.B) {
 		}
 		ws.startGuardian(b.TempDir()+"/state.json", nil)
 		// Two storm looks: the first is the baseline.
-		lat, failed, spin = storm(ws, 2*time.Second+2*guard.Defaults().StormEvery)
+		lat, failed, spin = stormLogins(ws, 2*time.Second+2*guard.Defaults().StormEvery, logins)
 		with, withFailed = append(with, lat...), withFailed+failed
 		alive := 0
 		for _, s := range spin {
@@ -79,7 +64,6 @@ func BenchmarkLoginUnderCPUStorm(b *testing.B) {
 			b.Errorf("%d spinners killed", stormSpinners-alive)
 		}
 	}
-	ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 	b.ReportMetric(ms(percentile(without, 0.5)), "kernel-p50-ms")
 	b.ReportMetric(ms(percentile(without, 0.99)), "kernel-p99-ms")
 	b.ReportMetric(100*float64(len(without)-withoutFailed)/float64(len(without)), "kernel-login-ok-%")
@@ -88,6 +72,28 @@ func BenchmarkLoginUnderCPUStorm(b *testing.B) {
 	b.ReportMetric(100*float64(len(with)-withFailed)/float64(len(with)), "guardian-login-ok-%")
 	b.ReportMetric(float64(percentile(without, 0.99))/float64(percentile(with, 0.99)), "p99-x")
 }
+
+// stormLogins starts stormSpinners spinners in ws, waits settle and logs
+// in logins times, one after another; a failed login counts 20 s. It
+// returns the latencies, the failures and the spinners.
+func stormLogins(ws *workspace, settle time.Duration, logins int) (lat []time.Duration, failed int, spin []*proc) {
+	for i := 0; i < stormSpinners; i++ {
+		spin = append(spin, ws.user(bins.workload, "spin"))
+	}
+	time.Sleep(settle)
+	for i := 0; i < logins; i++ {
+		took, err := ws.login(20 * time.Second)
+		if err != nil {
+			failed++
+			took = 20 * time.Second
+		}
+		lat = append(lat, took)
+	}
+	return lat, failed, spin
+}
+
+// ms is d in milliseconds.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
 // BenchmarkForkBomb: logins and containment during a fork bomb at the
 // production pids.max, without guardian (the kernel's limit alone) and with
@@ -153,13 +159,17 @@ func (r *bombRun) report(b *testing.B, label string) {
 
 // bombOnce starts the bomb with logins every 200 ms and returns the
 // logins from bomb start until a second after it was contained.
-func bombOnce(ws *workspace, script string) bombRun {
+func bombOnce(ws *workspace, script string) bombRun { return bombCapped(ws, script, bombCap) }
+
+// bombCapped is bombOnce with the bomb counted as never contained after
+// limit.
+func bombCapped(ws *workspace, script string, limit time.Duration) bombRun {
 	ws.t.Helper()
 	l := ws.loginLoop(200*time.Millisecond, 5*time.Second)
 	start := time.Now()
 	bomb := ws.user("/bin/sh", "-c", script)
-	took := bombCap
-	if eventually(bombCap, func() bool { return !bomb.alive() && countExe(ws, "/usr/bin/dash") == 0 }) {
+	took := limit
+	if eventually(limit, func() bool { return !bomb.alive() && countExe(ws, "/usr/bin/dash") == 0 }) {
 		took = time.Since(start)
 	}
 	time.Sleep(time.Second)
@@ -172,11 +182,7 @@ func bombOnce(ws *workspace, script string) bombRun {
 // quiet workspace with the production periods (one op = one second).
 func BenchmarkGuardianIdle(b *testing.B) {
 	ws := newWorkspace(b, testcgroup.Limits{MemoryBytes: 1 << 30, Pids: 512, CPUs: 1})
-	defaults := map[string]string{}
-	for k := range fastEnv() {
-		defaults[k] = "" // back to guardian's defaults
-	}
-	g := ws.startGuardian(b.TempDir()+"/state.json", defaults)
+	g := ws.startGuardian(b.TempDir()+"/state.json", productionPeriods())
 	cpu0, _, _ := g.usage()
 	for b.Loop() {
 		time.Sleep(time.Second)
@@ -184,4 +190,14 @@ func BenchmarkGuardianIdle(b *testing.B) {
 	cpu1, rss, _ := g.usage()
 	b.ReportMetric(float64((cpu1-cpu0).Milliseconds())/float64(b.N), "cpu-ms/s")
 	b.ReportMetric(float64(rss)/(1<<20), "RSS-MiB")
+}
+
+// productionPeriods is startGuardian's extra that puts every period
+// fastEnv shortens back to guardian's defaults.
+func productionPeriods() map[string]string {
+	defaults := map[string]string{}
+	for k := range fastEnv() {
+		defaults[k] = "" // back to guardian's defaults
+	}
+	return defaults
 }

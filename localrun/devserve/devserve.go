@@ -196,6 +196,21 @@ func writeEnvFile(path string, s *Server) error {
 // EventBridge) until ctx is done: every interval it POSTs /reapTick with
 // the scheduler token, as they do, and logs the outcome.
 func (s *Server) RunScheduler(ctx context.Context, interval time.Duration) {
+	Schedule(ctx, s.URL, s.schedulerToken, interval, func(status int, report []byte, err error) {
+		if err != nil {
+			s.log.Error("reapTick", "err", err)
+			return
+		}
+		s.log.Info("reapTick", "status", status, "report", string(report))
+	})
+}
+
+// Schedule is the production scheduler for functions served at url: every
+// interval, from the first interval on, it POSTs /reapTick with the
+// scheduler token and hands each outcome to done (the answer's status and
+// body, or the error that left it without one), until ctx is done. A tick
+// cut short by ctx's end is not handed over.
+func Schedule(ctx context.Context, url, token string, interval time.Duration, done func(status int, body []byte, err error)) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	for {
@@ -204,23 +219,28 @@ func (s *Server) RunScheduler(ctx context.Context, interval time.Duration) {
 			return
 		case <-t.C:
 		}
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, s.URL+"/reapTick", nil)
-		if err != nil {
-			s.log.Error("reapTick", "err", err)
-			continue
+		status, body, err := tick(ctx, url, token)
+		if ctx.Err() != nil {
+			return
 		}
-		req.Header.Set("Authorization", "Bearer "+s.schedulerToken)
-		res, err := http.DefaultClient.Do(req)
-		if err != nil {
-			if ctx.Err() == nil {
-				s.log.Error("reapTick", "err", err)
-			}
-			continue
-		}
-		body, _ := io.ReadAll(io.LimitReader(res.Body, 1<<20))
-		res.Body.Close()
-		s.log.Info("reapTick", "status", res.StatusCode, "report", string(body))
+		done(status, body, err)
 	}
+}
+
+// tick is one scheduled POST /reapTick.
+func tick(ctx context.Context, url, token string) (int, []byte, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url+"/reapTick", nil)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer res.Body.Close()
+	body, err := io.ReadAll(io.LimitReader(res.Body, 1<<20))
+	return res.StatusCode, body, err
 }
 
 // Stop shuts the server down and closes the database pool.
