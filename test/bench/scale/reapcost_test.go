@@ -237,18 +237,21 @@ func addHistory(b *testing.B, d *stacktest.Deployment, n int) {
 }
 
 // openLive opens live sessions until there are want (from have), through
-// the Service as students do, and waits for each to be running.
-func openLive(b *testing.B, d *stacktest.Deployment, have, want int) {
+// the Service as students do, waits for each to be running and returns
+// the new sessions' students.
+func openLive(b *testing.B, d *stacktest.Deployment, have, want int) []string {
 	b.Helper()
 	ctx := context.Background()
 	prefix := "live-" + stacktest.Suffix()
 	sem := make(chan struct{}, 8)
 	var wg sync.WaitGroup
+	var students []string
 	for i := have; i < want; i++ {
+		student := fmt.Sprintf("%s-%d", prefix, i)
+		students = append(students, student)
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			student := fmt.Sprintf("%s-%d", prefix, i)
 			s, err := d.App.Sessions.Open(ctx, student, "linux-vm", "")
 			if err != nil {
 				b.Errorf("open %s: %v", student, err)
@@ -269,4 +272,5 @@ func openLive(b *testing.B, d *stacktest.Deployment, have, want int) {
 	if b.Failed() {
 		b.FailNow()
 	}
+	return students
 }
