@@ -11,6 +11,9 @@
   const tokenKey = "labkeep.token";
   const phases = ["scheduled", "booting", "ready"];
   const phaseLabel = { scheduled: "scheduled", booting: "booting", ready: "SSH ready" };
+  // queuePollMs is how often a page in line reads its place: well within
+  // the server's idle time (LABKEEP_QUEUE_IDLE, 2 minutes by default).
+  const queuePollMs = 5000;
   const $ = (id) => document.getElementById(id);
 
   const state = {
@@ -142,6 +145,31 @@
     return s && (s.status === "provisioning" || s.status === "running");
   }
 
+  // queued: the student waits in line (openSession with wait); the
+  // session is theirs once served, under the same id.
+  function queued(s) {
+    return !!s && s.status === "queued";
+  }
+
+  // fmtWait is a wait in whole minutes (rounded up), hours beyond one.
+  function fmtWait(secs) {
+    const mins = Math.max(1, Math.ceil(secs / 60));
+    if (mins < 60) return mins + " min";
+    const h = Math.floor(mins / 60);
+    const m = mins % 60;
+    return h + " h" + (m ? " " + m + " min" : "");
+  }
+
+  // etaText is the server's estimate in words: likely (etaSeconds) and at
+  // the latest (etaLatestSeconds, a bound the wait never exceeds).
+  function etaText(s) {
+    const likely = s.etaSeconds || 0;
+    const latest = s.etaLatestSeconds || 0;
+    if (latest <= 0) return "Your lab starts any moment now.";
+    return "Your lab starts likely " + (likely > 0 ? "in ~" + fmtWait(likely) : "any moment now") +
+      ", at the latest in " + fmtWait(latest) + ".";
+  }
+
   function show(id, on) {
     $(id).hidden = !on;
   }
@@ -217,21 +245,36 @@
 
   function updateOpen() {
     const wait = Math.ceil((state.retryUntil - performance.now()) / 1000);
-    const busy = live(state.session) || $("open").dataset.busy === "1";
+    const busy = live(state.session) || queued(state.session) || $("open").dataset.busy === "1";
     $("open").disabled = busy || !chosenLab() || wait > 0;
     $("open-note").textContent = wait > 0 ? "you can try again in " + wait + " s" : "";
+    // Waiting in line is offered for the lab found full, while chosen.
+    const offer = $("wait-offer");
+    offer.hidden = !offer.dataset.lab || offer.dataset.lab !== chosenLab() || live(state.session) || queued(state.session);
+    $("wait").disabled = busy;
   }
 
-  async function open() {
+  // offerWait offers to wait in line for lab ("" withdraws the offer).
+  function offerWait(lab) {
+    $("wait-offer").dataset.lab = lab;
+    $("wait-lab").textContent = lab;
+    updateOpen();
+  }
+
+  // open opens the chosen lab; with wait, a full lab puts the student in
+  // line (202 queued) instead of refusing (503 no_capacity), and the
+  // refusal of an open without wait offers the line.
+  async function open(wait) {
     const body = { lab: chosenLab() };
     const key = $("public-key").value.trim();
     if (key) body.publicKey = key;
+    if (wait) body.wait = true;
     $("open").dataset.busy = "1";
-    updateOpen();
-    showMessage("Opening " + body.lab + "…", "info", "");
+    offerWait("");
+    showMessage((wait ? "Joining the line for " : "Opening ") + body.lab + "…", "info", "");
     const r = await call("POST", "openSession", body);
     $("open").dataset.busy = "";
-    if (r.status === 201) {
+    if (r.status === 201 || r.status === 202) {
       showMessage("", "", "");
       state.privateKey = r.data.privateKey || "";
       window.sessionStorage.setItem("labkeep.ownKey." + r.data.id, key ? "1" : "");
@@ -241,8 +284,25 @@
       // row of a refused open says what the error says already.
       if (r.data && live(r.data.session)) render(r.data.session, r.received);
       showError(r);
+      if (r.data && r.data.error && r.data.error.code === "no_capacity") offerWait(body.lab);
     }
     updateOpen();
+  }
+
+  // leave takes the student out of the line (closeSession while queued).
+  async function leave() {
+    const s = state.session;
+    $("leave").disabled = true;
+    const r = await call("POST", "closeSession", { id: s.id }, true);
+    $("leave").disabled = false;
+    if (r.ok || r.status === 404) {
+      state.privateKey = "";
+      render(null, r.received);
+      showMessage("You left the line for " + s.lab + ".", "info", "left");
+    } else {
+      showError(r);
+      refresh();
+    }
   }
 
   // --- the session -------------------------------------------------------
@@ -254,7 +314,12 @@
     if (r.status === 200) {
       render(r.data, r.received);
     } else if (r.status === 404) {
+      const was = state.session;
       render(null, r.received);
+      if (queued(was)) {
+        showMessage("You are no longer in the line for " + was.lab +
+          ": a place nobody keeps asking for is given up. Open the lab again to join the line anew.", "error", "queue_dropped");
+      }
     } else if (r.status !== 401) {
       showError(r);
       state.poll = window.setTimeout(refresh, 5000);
@@ -265,7 +330,7 @@
     const was = state.session;
     state.session = s;
     state.anchor = live(s) ? { seconds: secondsLeft(s), at: received } : null;
-    show("labs", !live(s));
+    show("labs", !live(s) && !queued(s));
     show("session", !!s);
     if (!s) {
       updateOpen();
@@ -282,9 +347,11 @@
     $("session").dataset.status = s.status;
     $("session").dataset.id = s.id;
 
+    renderQueue(s);
     renderPhases(s);
     renderNodes(s);
-    show("key", live(s) && !!state.privateKey);
+    show("machines", !queued(s));
+    show("key", (live(s) || queued(s)) && !!state.privateKey);
     $("private-key").textContent = state.privateKey;
 
     show("clock", live(s));
@@ -292,6 +359,9 @@
     if (live(s)) {
       setTime($("expires-at"), s.expiresAt);
       setTime($("max-expires-at"), s.maxExpiresAt);
+    } else if (queued(s)) {
+      show("close-confirm", false);
+      show("warning", false);
     } else {
       show("close-confirm", false);
       show("warning", false);
@@ -305,6 +375,25 @@
     // Follow provisioning closely; while running, re-read now and then so
     // an ending decided elsewhere (the reaper, an administrator) shows.
     if (live(s)) state.poll = window.setTimeout(refresh, s.status === "provisioning" ? 1500 : 10000);
+    // In line, every read is the sign of life that keeps the place (and
+    // brings the session once served).
+    if (queued(s)) state.poll = window.setTimeout(refresh, queuePollMs);
+  }
+
+  // renderQueue shows a queued session's place and the server's ETA.
+  function renderQueue(s) {
+    const q = $("queue");
+    show("queue", queued(s));
+    if (!queued(s)) {
+      q.dataset.position = "";
+      return;
+    }
+    $("queue-position").textContent = String(s.queuePosition);
+    $("queue-eta").textContent = etaText(s);
+    q.dataset.position = String(s.queuePosition);
+    q.dataset.eta = String(s.etaSeconds);
+    q.dataset.etaLatest = String(s.etaLatestSeconds);
+    q.dataset.serverTime = s.serverTime;
   }
 
   function renderPhases(s) {
@@ -491,7 +580,9 @@
   document.addEventListener("DOMContentLoaded", () => {
     $("signin-button").addEventListener("click", () => signIn($("token").value));
     $("signout").addEventListener("click", () => signOut(""));
-    $("open").addEventListener("click", open);
+    $("open").addEventListener("click", () => open(false));
+    $("wait").addEventListener("click", () => open(true));
+    $("leave").addEventListener("click", leave);
     $("extend").addEventListener("click", extend);
     $("close").addEventListener("click", () => show("close-confirm", true));
     $("close-no").addEventListener("click", () => show("close-confirm", false));
