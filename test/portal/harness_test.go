@@ -97,13 +97,20 @@ func visit(t *testing.T, b *browser.Browser, d *stacktest.Deployment, name strin
 // state reads what the page shows now.
 func (s *student) state() pageState {
 	s.t.Helper()
+	return evaluate[pageState](s, readState)
+}
+
+// evaluate runs js (over DevTools, not by the page) in s's tab and
+// returns its value.
+func evaluate[T any](s *student, js string) T {
+	s.t.Helper()
 	ctx, cancel := context.WithTimeout(s.tab.Ctx, 10*time.Second)
 	defer cancel()
-	st, err := chromedp.Run(ctx, chromedp.Evaluate[pageState](readState))
+	v, err := chromedp.Run(ctx, chromedp.Evaluate[T](js))
 	if err != nil {
 		s.t.Fatalf("reading the page: %v", err)
 	}
-	return st
+	return v
 }
 
 // waitPage polls the page until cond holds, failing the test (with a

@@ -1,14 +1,11 @@
 package portal_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strconv"
 	"testing"
 	"time"
-
-	"github.com/chromedp/chromedp"
 
 	"labkeep/localrun/browser"
 	"labkeep/localrun/stacktest"
@@ -39,15 +36,10 @@ const readQueue = `(() => {
   };
 })()`
 
+// queue reads the page's place in line now.
 func (s *student) queue() queueState {
 	s.t.Helper()
-	ctx, cancel := context.WithTimeout(s.tab.Ctx, 10*time.Second)
-	defer cancel()
-	q, err := chromedp.Run(ctx, chromedp.Evaluate[queueState](readQueue))
-	if err != nil {
-		s.t.Fatalf("reading the place in line: %v", err)
-	}
-	return q
+	return evaluate[queueState](s, readQueue)
 }
 
 // waitQueue polls the page's place in line until cond holds (timeout: a

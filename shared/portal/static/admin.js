@@ -1,7 +1,8 @@
 // admin.js: labkeep's admin console (admin.html). It reads the admin
 // endpoints of its own origin with an admin JWT in the Authorization
 // header (kept in sessionStorage, gone with the tab): GET /adminStatus
-// (capacity, recent reaper runs, sessions failing run after run),
+// (capacity, recent reaper runs, sessions failing run after run, the
+// waitlist per lab, the warm pool per lab when the server keeps one),
 // GET /adminSessions (live sessions), GET /adminAlerts (guardian alerts);
 // and acts with POST /adminReapNow (also {"dryRun": true}, a preview) and
 // POST /closeSession for a student (force-close, after a second click).
@@ -169,6 +170,8 @@
     $("live-vms").textContent = s.liveVMs;
     $("cluster-error").textContent = s.clusterError ? "cluster: " + s.clusterError : "";
     $("cluster-error").hidden = !s.clusterError;
+    renderQueues(s.queues || []);
+    renderPools(s.pools || []);
     fill("failing", "no-failing", (s.failingSessions || []).map((f) => {
       const tr = row([el("td", f.session), f.kind, f.runsInARow, el("td", f.lastError, "error")]);
       tr.dataset.session = f.session;
@@ -181,6 +184,33 @@
         el("td", (r.failures || []).length, (r.failures || []).length ? "bad" : "")]);
       tr.dataset.run = r.id;
       tr.dataset.failures = (r.failures || []).length;
+      return tr;
+    }));
+  }
+
+  // renderQueues lists the labs someone waits for, the longest wait
+  // first; labs nobody waits for are left out.
+  function renderQueues(list) {
+    const waiting = list.filter((q) => q.length > 0).sort((a, b) => b.oldestWaitSeconds - a.oldestWaitSeconds);
+    const total = waiting.reduce((n, q) => n + q.length, 0);
+    $("waiting-total").textContent = total ? total + " waiting" : "";
+    fill("waiting", "no-waiting", waiting.map((q) => {
+      const tr = row([q.lab, q.length, duration(q.oldestWaitSeconds)]);
+      tr.dataset.lab = q.lab;
+      tr.dataset.length = q.length;
+      tr.dataset.oldest = q.oldestWaitSeconds;
+      return tr;
+    }));
+  }
+
+  // renderPools shows the warm pool per lab; the section is hidden when
+  // the server keeps no pool (no pools field, or an empty one).
+  function renderPools(list) {
+    $("pools-section").hidden = list.length === 0;
+    fill("pools", null, list.map((p) => {
+      const tr = row([p.lab, p.target, p.idle, p.starting, p.claimed]);
+      tr.dataset.lab = p.lab;
+      tr.dataset.idle = p.idle;
       return tr;
     }));
   }
