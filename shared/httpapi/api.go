@@ -66,6 +66,7 @@ var routes = map[string]string{
 	"/closeSession":  http.MethodPost,
 	"/labs":          http.MethodGet,
 	"/healthz":       http.MethodGet,
+	"/openapi.yaml":  http.MethodGet,
 }
 
 // refuseMethod answers 405 method_not_allowed, with the route's method in
@@ -97,6 +98,7 @@ func New(o Options) *API {
 	a.mux.HandleFunc("/getSession", a.get)
 	a.mux.HandleFunc("/closeSession", a.close)
 	a.mux.HandleFunc("/labs", a.labs)
+	a.mux.HandleFunc("/openapi.yaml", a.openapi)
 	a.mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

@@ -1,0 +1,461 @@
+package openapi_test
+
+import (
+	"bytes"
+	"context"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"golang.org/x/crypto/ssh"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	networkingv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"labkeep/localrun/stacktest"
+	"labkeep/shared/reap"
+)
+
+// notExercised are the documented answers the drive below does not
+// produce, each with the reason; every other documented operation and
+// status must be seen at least once.
+var notExercised = map[string]string{
+	"POST /openSession 500":      "an internal error (the database failing mid-request); the healthy stack has none to give, and the body is the one Error every status shares",
+	"GET /getSession 500":        "as above",
+	"POST /extendSession 500":    "as above",
+	"GET /adminStatus 500":       "as above",
+	"GET /adminSessions 500":     "as above",
+	"GET /adminAlerts 500":       "as above",
+	"POST /guardianAlert 500":    "as above",
+	"POST /adminReapNow 500":     "as above (a failed reaper run)",
+	"POST /reapTick 500":         "as above (a failed reaper run)",
+	"GET /terminal/connect 500":  "as above",
+	"POST /terminal/cleanup 500": "as above",
+	"POST /terminal/cleanup 200": "needs a workspace Pod with guardian running on the real node (test/podlab drives it; this suite runs no node)",
+	"POST /terminal/cleanup 502": "guardian failing in a running workspace Pod: needs the real node too",
+}
+
+// bearer is an Authorization header carrying token.
+func bearer(token string) string { return "Bearer " + token }
+
+// padded is a JSON object of fields grown past the 64 KiB body bound with
+// white space, so it still matches the description: only its size is
+// wrong.
+func padded(fields string) string { return "{" + fields + strings.Repeat(" ", 65<<10) + "}" }
+
+// alertJSON is an alert as guardian posts it.
+func alertJSON(kind, message string) string {
+	return fmt.Sprintf(`{"kind":%q,"subject":"pid 4242","severity":"critical","message":%q,"fields":{"pid":"4242"},`+
+		`"workspace":"ws-1","first":"2026-12-01T10:00:00Z","last":"2026-12-01T10:00:03Z","count":2}`, kind, message)
+}
+
+// Every route of the functions, driven through its success and its error
+// answers against the real handlers on the real stack; the checker
+// validates every request and answer against the description. Then every
+// documented operation and status must have been seen, or be in
+// notExercised.
+func TestEveryRouteMatchesTheDescription(t *testing.T) {
+	doc := loadDescription(t)
+	chk := newChecker(t, doc)
+	// Three VMs: a, the stuck student's and b's; c finds none. A session
+	// may be extended by at most a minute, so a minute on the clock
+	// reaches the cap.
+	d := stacktest.Deploy(t, st, stacktest.Options{MaxVMs: 3, Lifetime: 10 * time.Minute, MaxLifetime: 11 * time.Minute})
+	cl := newClient(d.Server.URL, chk)
+	tok := func(sub string) string { return bearer(d.Token(sub, "student")) }
+	admin := bearer(d.Token("ops", "admin"))
+	scheduler := bearer(stacktest.SchedulerToken)
+	id := func(a answer) string {
+		var s struct{ ID string }
+		if err := json.Unmarshal(a.Body, &s); err != nil || s.ID == "" {
+			t.Fatalf("no session id in %s", a.Body)
+		}
+		return s.ID
+	}
+
+	t.Run("service", func(t *testing.T) {
+		cl.run(t, []call{
+			{name: "healthz", method: "GET", path: "/healthz", status: 200},
+			{name: "metrics", method: "GET", path: "/metrics", status: 200},
+			{name: "the description", method: "GET", path: "/openapi.yaml", status: 200},
+			{name: "an unknown path", method: "GET", path: "/nope", auth: tok("s"), status: 404, code: "not_found"},
+			{name: "another method", method: "PUT", path: "/openSession", auth: tok("s"), body: `{"lab":"linux-vm"}`, status: 405, code: "method_not_allowed"},
+			{name: "labs", method: "GET", path: "/labs", auth: tok("s"), status: 200},
+			{name: "labs with a query", method: "GET", path: "/labs?x=1", auth: tok("s"), status: 400, code: "bad_request"},
+			{name: "labs without a token", method: "GET", path: "/labs", status: 401, code: "unauthorized", invalid: true},
+			{name: "labs with a forged token", method: "GET", path: "/labs", auth: bearer("forged"), status: 401, code: "unauthorized"},
+		})
+	})
+
+	var a, b, p answer
+	opened := t.Run("openSession", func(t *testing.T) {
+		cl.run(t, []call{
+			{name: "no token", method: "POST", path: "/openSession", body: `{"lab":"linux-vm"}`, status: 401, code: "unauthorized", invalid: true},
+			{name: "not JSON", method: "POST", path: "/openSession", auth: tok("a"), ctype: "text/plain", body: `lab=linux-vm`, status: 415, code: "unsupported_media_type", invalid: true},
+			{name: "no lab", method: "POST", path: "/openSession", auth: tok("a"), body: `{}`, status: 400, code: "bad_request", invalid: true},
+			{name: "an unknown field", method: "POST", path: "/openSession", auth: tok("a"), body: `{"lab":"linux-vm","pool":"x"}`, status: 400, code: "bad_request", invalid: true},
+			{name: "an unknown lab", method: "POST", path: "/openSession", auth: tok("a"), body: `{"lab":"nope"}`, status: 400, code: "unknown_lab"},
+			{name: "a bad public key", method: "POST", path: "/openSession", auth: tok("a"), body: `{"lab":"linux-vm","publicKey":"not a key"}`, status: 400, code: "invalid_public_key"},
+			{name: "for another student", method: "POST", path: "/openSession", auth: tok("a"), body: `{"lab":"linux-vm","student":"b"}`, status: 403, code: "forbidden"},
+			{name: "too large", method: "POST", path: "/openSession", auth: tok("a"), body: padded(`"lab":"linux-vm"`), status: 413, code: "too_large"},
+		})
+		a = cl.do(t, call{method: "POST", path: "/openSession", auth: tok("a"), body: `{"lab":"linux-vm"}`, status: 201})
+		cl.do(t, call{method: "POST", path: "/openSession", auth: tok("a"), body: `{"lab":"linux-vm"}`, status: 409, code: "session_exists"})
+		p = cl.do(t, call{method: "POST", path: "/openSession", auth: tok(stuck), body: `{"lab":"linux-vm","publicKey":"` + publicKey(t) + `"}`, status: 201})
+		b = cl.do(t, call{method: "POST", path: "/openSession", auth: admin, body: `{"lab":"linux-vm","student":"b","wait":true}`, status: 201})
+		full := cl.do(t, call{method: "POST", path: "/openSession", auth: tok("c"), body: `{"lab":"linux-vm"}`, status: 503, code: "no_capacity"})
+		if full.Header.Get("Retry-After") == "" {
+			t.Errorf("503 no_capacity without Retry-After")
+		}
+		cl.do(t, call{method: "POST", path: "/openSession", auth: tok("c"), body: `{"lab":"linux-vm","wait":true}`, status: 202})
+	})
+	if !opened {
+		t.FailNow()
+	}
+	aID, bID, pID := id(a), id(b), id(p)
+	d.WaitRunning("a", time.Minute)
+
+	t.Run("getSession", func(t *testing.T) {
+		cl.run(t, []call{
+			{name: "own", method: "GET", path: "/getSession", auth: tok("a"), status: 200},
+			{name: "by id", method: "GET", path: "/getSession?id=" + aID, auth: tok("a"), status: 200},
+			{name: "queued", method: "GET", path: "/getSession", auth: tok("c"), status: 200},
+			{name: "as an admin", method: "GET", path: "/getSession?student=b", auth: admin, status: 200},
+			{name: "an unknown parameter", method: "GET", path: "/getSession?pool=x", auth: tok("a"), status: 400, code: "bad_request"},
+			{name: "no token", method: "GET", path: "/getSession", status: 401, code: "unauthorized", invalid: true},
+			{name: "another student's", method: "GET", path: "/getSession?student=b", auth: tok("a"), status: 403, code: "forbidden"},
+			{name: "none", method: "GET", path: "/getSession", auth: tok("nobody"), status: 404, code: "no_session"},
+		})
+	})
+
+	t.Run("extendSession", func(t *testing.T) {
+		cl.run(t, []call{
+			{name: "no token", method: "POST", path: "/extendSession", status: 401, code: "unauthorized", invalid: true},
+			{name: "not JSON", method: "POST", path: "/extendSession", auth: tok("a"), ctype: "text/plain", body: "x", status: 415, code: "unsupported_media_type", invalid: true},
+			{name: "an unknown field", method: "POST", path: "/extendSession", auth: tok("a"), body: `{"minutes":30}`, status: 400, code: "bad_request", invalid: true},
+			{name: "too large", method: "POST", path: "/extendSession", auth: tok("a"), body: padded(`"id":"` + aID + `"`), status: 413, code: "too_large"},
+			{name: "for another student", method: "POST", path: "/extendSession", auth: tok("a"), body: `{"student":"b"}`, status: 403, code: "forbidden"},
+			{name: "none", method: "POST", path: "/extendSession", auth: tok("nobody"), status: 404, code: "no_session"},
+			{name: "provisioning", method: "POST", path: "/extendSession", auth: tok(stuck), status: 409, code: "not_running"},
+		})
+		// Extensions, a minute apart, until the maximum lifetime refuses
+		// the next.
+		for i := 0; ; i++ {
+			if i == 5 {
+				t.Fatal("5 extensions a minute apart and never extension_cap")
+			}
+			r := cl.do(t, call{method: "POST", path: "/extendSession", auth: tok("a"), body: `{"id":"` + aID + `"}`, status: nextExtend(t, cl, tok("a"))})
+			if r.Status == http.StatusConflict {
+				break
+			}
+			d.Clock.Advance(time.Minute)
+		}
+	})
+
+	t.Run("terminal", func(t *testing.T) {
+		ws := map[string]string{"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+		with := func(h map[string]string) map[string]string {
+			out := map[string]string{}
+			for k, v := range ws {
+				out[k] = v
+			}
+			for k, v := range h {
+				out[k] = v
+			}
+			return out
+		}
+		cl.run(t, []call{
+			{name: "upgraded, the token to come in the first message", method: "GET", path: "/terminal/connect?session=" + aID, header: ws, status: 101},
+			{name: "a foreign Origin", method: "GET", path: "/terminal/connect?session=" + aID, header: with(map[string]string{"Origin": "https://elsewhere.example"}), status: 403, code: "forbidden"},
+			{name: "no session", method: "GET", path: "/terminal/connect", auth: tok("a"), header: ws, status: 400, code: "bad_request", invalid: true},
+			{name: "a forged token", method: "GET", path: "/terminal/connect?session=" + aID, auth: bearer("forged"), header: ws, status: 401, code: "unauthorized"},
+			{name: "another student's session", method: "GET", path: "/terminal/connect?session=" + bID, auth: tok("a"), header: ws, status: 403, code: "forbidden"},
+			{name: "a provisioning session", method: "GET", path: "/terminal/connect?session=" + pID, auth: tok(stuck), header: ws, status: 409, code: "not_running"},
+			{name: "cleanup without a token", method: "POST", path: "/terminal/cleanup", body: `{"session":"` + aID + `"}`, status: 401, code: "unauthorized", invalid: true},
+			{name: "cleanup not JSON", method: "POST", path: "/terminal/cleanup", auth: tok("a"), ctype: "text/plain", body: aID, status: 415, code: "unsupported_media_type", invalid: true},
+			{name: "cleanup without a session", method: "POST", path: "/terminal/cleanup", auth: tok("a"), body: `{}`, status: 400, code: "bad_request", invalid: true},
+			{name: "cleanup of a VM lab", method: "POST", path: "/terminal/cleanup", auth: tok("a"), body: `{"session":"` + aID + `"}`, status: 400, code: "bad_request"},
+			{name: "cleanup of another student's session", method: "POST", path: "/terminal/cleanup", auth: tok("a"), body: `{"session":"` + bID + `"}`, status: 403, code: "forbidden"},
+			{name: "cleanup of a provisioning session", method: "POST", path: "/terminal/cleanup", auth: tok(stuck), body: `{"session":"` + pID + `"}`, status: 409, code: "not_running"},
+		})
+	})
+
+	t.Run("guardianAlert", func(t *testing.T) {
+		key := d.App.Config.AlertKey()
+		basic := func(user, pass string) string {
+			r, _ := http.NewRequest("GET", "/", nil)
+			r.SetBasicAuth(user, pass)
+			return r.Header.Get("Authorization")
+		}
+		own := basic(aID, key.Token(aID))
+		none := "00000000-0000-4000-8000-000000000000"
+		cl.run(t, []call{
+			{name: "stored", method: "POST", path: "/guardianAlert", auth: own, body: alertJSON("memory-kill", "killed python3"), status: 201},
+			{name: "another session's token", method: "POST", path: "/guardianAlert", auth: basic(aID, key.Token(bID)), body: alertJSON("k", "m"), status: 401, code: "unauthorized"},
+			{name: "no credentials", method: "POST", path: "/guardianAlert", body: alertJSON("k", "m"), status: 401, code: "unauthorized", invalid: true},
+			{name: "no such session", method: "POST", path: "/guardianAlert", auth: basic(none, key.Token(none)), body: alertJSON("k", "m"), status: 404, code: "no_session"},
+			{name: "not JSON", method: "POST", path: "/guardianAlert", auth: own, ctype: "text/plain", body: "k", status: 415, code: "unsupported_media_type", invalid: true},
+			{name: "a session in the body", method: "POST", path: "/guardianAlert", auth: own, body: `{"session":"` + bID + `","kind":"k"}`, status: 400, code: "bad_request", invalid: true},
+			{name: "an unknown severity", method: "POST", path: "/guardianAlert", auth: own, body: strings.Replace(alertJSON("k", "m"), "critical", "fatal", 1), status: 400, code: "invalid_alert", invalid: true},
+			{name: "no kind", method: "POST", path: "/guardianAlert", auth: own, body: alertJSON("", "m"), status: 400, code: "invalid_alert"},
+			{name: "too large", method: "POST", path: "/guardianAlert", auth: own, body: alertJSON("k", strings.Repeat("x", 70<<10)), status: 413, code: "too_large"},
+		})
+	})
+
+	t.Run("admin", func(t *testing.T) {
+		cl.run(t, []call{
+			{name: "sessions", method: "GET", path: "/adminSessions", auth: admin, status: 200},
+			{name: "sessions with a query", method: "GET", path: "/adminSessions?student=a", auth: admin, status: 400, code: "bad_request"},
+			{name: "sessions without a token", method: "GET", path: "/adminSessions", status: 401, code: "unauthorized", invalid: true},
+			{name: "sessions as a student", method: "GET", path: "/adminSessions", auth: tok("a"), status: 403, code: "forbidden"},
+			{name: "alerts", method: "GET", path: "/adminAlerts", auth: admin, status: 200},
+			{name: "one session's alerts", method: "GET", path: "/adminAlerts?session=" + aID + "&limit=10", auth: admin, status: 200},
+			{name: "alerts beyond the limit", method: "GET", path: "/adminAlerts?limit=501", auth: admin, status: 400, code: "bad_request", invalid: true},
+			{name: "alerts of no session id", method: "GET", path: "/adminAlerts?session=x", auth: admin, status: 400, code: "bad_request", invalid: true},
+			{name: "alerts without a token", method: "GET", path: "/adminAlerts", status: 401, code: "unauthorized", invalid: true},
+			{name: "alerts as a student", method: "GET", path: "/adminAlerts", auth: tok("a"), status: 403, code: "forbidden"},
+			{name: "status", method: "GET", path: "/adminStatus", auth: admin, status: 200},
+			{name: "status without a token", method: "GET", path: "/adminStatus", status: 401, code: "unauthorized", invalid: true},
+			{name: "status as a student", method: "GET", path: "/adminStatus", auth: tok("a"), status: 403, code: "forbidden"},
+		})
+	})
+
+	t.Run("reaper", func(t *testing.T) {
+		// A session whose deletes fail makes a run with failures; then
+		// its close fails too (500), and the reaper reports it.
+		d.Faults.FailDeletesOf(bID)
+		cl.run(t, []call{
+			{name: "a close whose deletes fail", method: "POST", path: "/closeSession", auth: tok("b"), status: 500, code: "internal"},
+			{name: "reap now", method: "POST", path: "/adminReapNow", auth: admin, status: 200},
+			{name: "reap now, a dry run", method: "POST", path: "/adminReapNow", auth: admin, body: `{"dryRun":true}`, status: 200},
+			{name: "reap now, a bad body", method: "POST", path: "/adminReapNow", auth: admin, body: `{"dryRun":"yes"}`, status: 400, code: "bad_request", invalid: true},
+			{name: "reap now, not JSON", method: "POST", path: "/adminReapNow", auth: admin, ctype: "text/plain", body: "dry", status: 415, code: "unsupported_media_type", invalid: true},
+			{name: "reap now, too large", method: "POST", path: "/adminReapNow", auth: admin, body: padded(`"dryRun":true`), status: 413, code: "too_large"},
+			{name: "reap now without a token", method: "POST", path: "/adminReapNow", status: 401, code: "unauthorized", invalid: true},
+			{name: "reap now as a student", method: "POST", path: "/adminReapNow", auth: tok("a"), status: 403, code: "forbidden"},
+			{name: "tick", method: "POST", path: "/reapTick", auth: scheduler, status: 200},
+			{name: "tick with a CloudEvent", method: "POST", path: "/reapTick", auth: scheduler, body: `{"specversion":"1.0","type":"dev.knative.sources.ping"}`, status: 200},
+			{name: "tick without the token", method: "POST", path: "/reapTick", status: 401, code: "unauthorized", invalid: true},
+			{name: "tick with another token", method: "POST", path: "/reapTick", auth: bearer("forged"), status: 401, code: "unauthorized"},
+			{name: "status after failing runs", method: "GET", path: "/adminStatus", auth: admin, status: 200},
+		})
+		d.Faults.Heal()
+		// Another run holds the reaper lock: the scheduler's run is
+		// skipped (200), the admin's refused (409 busy).
+		unlock, ok, err := d.App.Store.TryLock(t.Context(), reap.LockName)
+		if err != nil || !ok {
+			t.Fatalf("taking the reaper lock = %v, %v", ok, err)
+		}
+		cl.run(t, []call{
+			{name: "tick while another run reaps", method: "POST", path: "/reapTick", auth: scheduler, status: 200},
+			{name: "reap now while another run reaps", method: "POST", path: "/adminReapNow", auth: admin, status: 409, code: "busy"},
+		})
+		unlock()
+	})
+
+	t.Run("closeSession", func(t *testing.T) {
+		cl.run(t, []call{
+			{name: "no token", method: "POST", path: "/closeSession", status: 401, code: "unauthorized", invalid: true},
+			{name: "not JSON", method: "POST", path: "/closeSession", auth: tok("a"), ctype: "text/plain", body: "x", status: 415, code: "unsupported_media_type", invalid: true},
+			{name: "an unknown field", method: "POST", path: "/closeSession", auth: tok("a"), body: `{"reason":"done"}`, status: 400, code: "bad_request", invalid: true},
+			{name: "too large", method: "POST", path: "/closeSession", auth: tok("a"), body: padded(`"id":"` + aID + `"`), status: 413, code: "too_large"},
+			{name: "for another student", method: "POST", path: "/closeSession", auth: tok("a"), body: `{"student":"b"}`, status: 403, code: "forbidden"},
+			{name: "own", method: "POST", path: "/closeSession", auth: tok("a"), body: `{"id":"` + aID + `"}`, status: 200},
+			{name: "again", method: "POST", path: "/closeSession", auth: tok("a"), status: 404, code: "no_session"},
+			{name: "by an admin", method: "POST", path: "/closeSession", auth: admin, body: `{"student":"b"}`, status: 200},
+			{name: "ended, by id", method: "GET", path: "/getSession?id=" + aID, auth: tok("a"), status: 200},
+			{name: "provisioning", method: "POST", path: "/closeSession", auth: tok(stuck), status: 200},
+		})
+	})
+
+	t.Run("provisioning refused", func(t *testing.T) {
+		refuseNetworkPolicies(t, d)
+		cl.do(t, call{method: "POST", path: "/openSession", auth: tok("e"), body: `{"lab":"linux-vm"}`, status: 502, code: "provisioning_failed"})
+	})
+
+	t.Run("coverage", func(t *testing.T) {
+		chk.mu.Lock()
+		defer chk.mu.Unlock()
+		for _, err := range chk.unchecked {
+			t.Errorf("an exchange outside the calls: %v", err)
+		}
+		var missing, stale []string
+		for _, key := range chk.documented() {
+			_, excluded := notExercised[key]
+			switch seen := chk.seen[key] > 0; {
+			case !seen && !excluded:
+				missing = append(missing, key)
+			case seen && excluded:
+				stale = append(stale, key)
+			}
+		}
+		for key := range notExercised {
+			if !slices.Contains(chk.documented(), key) {
+				stale = append(stale, key+" (not documented)")
+			}
+		}
+		for _, name := range []string{"NotFound", "MethodNotAllowed"} {
+			if chk.seen[name] == 0 {
+				missing = append(missing, "an undocumented path or method answered "+name)
+			}
+		}
+		if len(missing) > 0 {
+			t.Errorf("documented but never exercised (drive them, or list them in notExercised with the reason):\n%s", strings.Join(missing, "\n"))
+		}
+		if len(stale) > 0 {
+			slices.Sort(stale)
+			t.Errorf("in notExercised but exercised after all, or not documented:\n%s", strings.Join(stale, "\n"))
+		}
+		t.Logf("%d documented answers, %d exercised, %d excluded", len(chk.documented()), len(chk.documented())-len(notExercised), len(notExercised))
+	})
+}
+
+// nextExtend is what the next extension of the caller's session will
+// answer, judged by what getSession says of it now: 200 while extendable,
+// else 409 extension_cap.
+func nextExtend(t *testing.T, cl client, auth string) int {
+	t.Helper()
+	r := cl.do(t, call{method: "GET", path: "/getSession", auth: auth, status: 200})
+	var s struct{ Extendable bool }
+	if err := json.Unmarshal(r.Body, &s); err != nil {
+		t.Fatal(err)
+	}
+	if s.Extendable {
+		return http.StatusOK
+	}
+	return http.StatusConflict
+}
+
+// refuseNetworkPolicies makes the real API server refuse every
+// NetworkPolicy create in d's sessions namespace (a
+// ValidatingAdmissionPolicy, as a webhook or quota refuses in production)
+// for the rest of the test: a session's provisioning creates its
+// NetworkPolicy before any node, so every open fails.
+func refuseNetworkPolicies(t *testing.T, d *stacktest.Deployment) {
+	t.Helper()
+	policies := d.Kube.NetworkingV1().NetworkPolicies(d.Namespace)
+	stacktest.Refuse(t, st, stacktest.Refusal{
+		Name: "openapi-refuse-" + d.Env, Namespace: d.Namespace,
+		Group: "networking.k8s.io", Resource: "networkpolicies", Operations: []admissionv1.OperationType{admissionv1.Create},
+		Expression: "false", Message: "injected fault: no NetworkPolicy may be created",
+		Probe: func() error {
+			_, err := policies.Create(context.Background(), &networkingv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		},
+	})
+}
+
+// The checker can fail: answers recorded from the real handlers, mutated
+// as a drifting handler would answer (a field renamed, a type changed, a
+// field added, a value outside its enum, an error code under another
+// status, an undocumented status, a header dropped), are each refused,
+// while the answers as recorded pass.
+func TestDriftIsDetected(t *testing.T) {
+	doc := loadDescription(t)
+	chk := newChecker(t, doc)
+	d := stacktest.Deploy(t, st, stacktest.Options{MaxVMs: 1})
+	cl := newClient(d.Server.URL, chk)
+	auth := bearer(d.Token("drift", "student"))
+	opened := cl.do(t, call{method: "POST", path: "/openSession", auth: auth, body: `{"lab":"linux-vm"}`, status: 201})
+	full := cl.do(t, call{method: "POST", path: "/openSession", auth: bearer(d.Token("other", "student")), body: `{"lab":"linux-vm"}`, status: 503, code: "no_capacity"})
+	status := cl.do(t, call{method: "GET", path: "/adminStatus", auth: bearer(d.Token("ops", "admin")), status: 200})
+
+	// check validates an answer to method path as the checker does.
+	check := func(method, path string) func(status int, h http.Header, body []byte) error {
+		req, err := http.NewRequest(method, d.Server.URL+path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		route, params, err := chk.router.FindRoute(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := &openapi3filter.RequestValidationInput{Request: req, PathParams: params, Route: route, Options: options}
+		return func(status int, h http.Header, body []byte) error { return chk.validateResponse(in, status, h, body) }
+	}
+	validOpen, validStatus := check("POST", "/openSession"), check("GET", "/adminStatus")
+	replace := func(body []byte, from, to string) []byte {
+		if !bytes.Contains(body, []byte(from)) {
+			t.Fatalf("%q is not in the recorded answer %s", from, body)
+		}
+		return bytes.Replace(body, []byte(from), []byte(to), 1)
+	}
+	noRetry := full.Header.Clone()
+	noRetry.Del("Retry-After")
+	tests := []struct {
+		name   string
+		check  func(int, http.Header, []byte) error
+		status int
+		header http.Header
+		body   []byte
+	}{
+		{"a field renamed", validOpen, 201, opened.Header, replace(opened.Body, `"remainingSeconds":`, `"secondsLeft":`)},
+		{"a number turned string", validOpen, 201, opened.Header, replaceValue(t, opened.Body, "remainingSeconds", `"3600"`)},
+		{"a field added", validOpen, 201, opened.Header, replace(opened.Body, `{"id":`, `{"pool":"warm","id":`)},
+		{"a status outside the enum", validOpen, 201, opened.Header, replaceValue(t, opened.Body, "status", `"booting"`)},
+		{"a node field added", validOpen, 201, opened.Header, replace(opened.Body, `"phase":`, `"ip":"10.0.0.1","phase":`)},
+		{"an undocumented status", validOpen, 200, opened.Header, opened.Body},
+		{"another status's error code", validOpen, 409, full.Header, full.Body},
+		{"no Retry-After on no_capacity", validOpen, 503, noRetry, full.Body},
+		{"an adminStatus field added", validStatus, 200, status.Header, replace(status.Body, `{"recentRuns":`, `{"uptime":3,"recentRuns":`)},
+	}
+	if err := validOpen(201, opened.Header, opened.Body); err != nil {
+		t.Fatalf("the recorded openSession answer itself fails: %v", err)
+	}
+	if err := validOpen(503, full.Header, full.Body); err != nil {
+		t.Fatalf("the recorded no_capacity answer itself fails: %v", err)
+	}
+	if err := validStatus(200, status.Header, status.Body); err != nil {
+		t.Fatalf("the recorded adminStatus answer itself fails: %v", err)
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := tc.check(tc.status, tc.header, tc.body)
+			if err == nil {
+				t.Errorf("the drifted answer %d %s validates", tc.status, tc.body)
+			}
+			t.Logf("refused: %.300v", err)
+		})
+	}
+}
+
+// replaceValue is body (a JSON object) with its top-level field's value
+// replaced by raw.
+func replaceValue(t *testing.T, body []byte, field, raw string) []byte {
+	t.Helper()
+	var m map[string]json.RawMessage
+	if err := json.Unmarshal(body, &m); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := m[field]; !ok {
+		t.Fatalf("no field %s in %s", field, body)
+	}
+	m[field] = json.RawMessage(raw)
+	out, err := json.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// publicKey is a new ed25519 public key as one authorized_keys line, a
+// student's own key.
+func publicKey(t *testing.T) string {
+	t.Helper()
+	pub, _, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key)))
+}
