@@ -275,6 +275,41 @@ func TestEveryRouteMatchesTheDescription(t *testing.T) {
 		})
 	})
 
+	// Runs with work to report: one expired session reaped, another
+	// whose deletes fail, so the reports carry items and failures and
+	// adminStatus a failing session.
+	t.Run("reaper with work", func(t *testing.T) {
+		done := cl.do(t, call{method: "POST", path: "/openSession", auth: tok("r1"), body: `{"lab":"linux-vm"}`, status: 201})
+		failing := cl.do(t, call{method: "POST", path: "/openSession", auth: tok("r2"), body: `{"lab":"linux-vm"}`, status: 201})
+		d.WaitRunning("r1", time.Minute)
+		d.WaitRunning("r2", time.Minute)
+		d.Faults.FailDeletesOf(id(failing))
+		defer d.Faults.Heal()
+		d.Clock.Advance(12 * time.Minute)
+		cl.run(t, []call{
+			{name: "expired", method: "GET", path: "/getSession?id=" + id(done), auth: tok("r1"), status: 200},
+			{name: "as the admins list it, expired", method: "GET", path: "/adminSessions", auth: admin, status: 200},
+			{name: "a dry run with work", method: "POST", path: "/adminReapNow", auth: admin, body: `{"dryRun":true}`, status: 200},
+			{name: "a tick with work", method: "POST", path: "/reapTick", auth: scheduler, status: 200},
+			{name: "a run with a failure", method: "POST", path: "/adminReapNow", auth: admin, status: 200},
+			{name: "status with a failing session", method: "GET", path: "/adminStatus", auth: admin, status: 200},
+			{name: "reaped, as its student reads it", method: "GET", path: "/getSession?id=" + id(done), auth: tok("r1"), status: 200},
+			{name: "reaped, as an admin reads it", method: "GET", path: "/getSession?student=r1&id=" + id(done), auth: admin, status: 200},
+		})
+		var st struct {
+			RecentRuns []struct {
+				Items    []json.RawMessage
+				Failures []json.RawMessage
+			}
+			FailingSessions []json.RawMessage
+		}
+		r := cl.do(t, call{method: "GET", path: "/adminStatus", auth: admin, status: 200})
+		if err := json.Unmarshal(r.Body, &st); err != nil || len(st.RecentRuns) == 0 || len(st.FailingSessions) == 0 ||
+			!slices.ContainsFunc(st.RecentRuns, func(run struct{ Items, Failures []json.RawMessage }) bool { return len(run.Items) > 0 && len(run.Failures) > 0 }) {
+			t.Errorf("adminStatus shows no run with both items and failures, or no failing session, so their schemas went unchecked: %s", r.Body)
+		}
+	})
+
 	t.Run("provisioning refused", func(t *testing.T) {
 		refuseNetworkPolicies(t, d)
 		cl.do(t, call{method: "POST", path: "/openSession", auth: tok("e"), body: `{"lab":"linux-vm"}`, status: 502, code: "provisioning_failed"})
