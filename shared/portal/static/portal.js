@@ -12,7 +12,8 @@
   const phases = ["scheduled", "booting", "ready"];
   const phaseLabel = { scheduled: "scheduled", booting: "booting", ready: "SSH ready" };
   // queuePollMs is how often a page in line reads its place: well within
-  // the server's idle time (LABKEEP_QUEUE_IDLE, 2 minutes by default).
+  // the server's idle time (LABKEEP_QUEUE_IDLE, 2 minutes by default),
+  // and so is Chromium's slowing of a hidden tab's timers to once a minute.
   const queuePollMs = 5000;
   const $ = (id) => document.getElementById(id);
 
