@@ -175,10 +175,11 @@ func (c *checker) validateResponse(in *openapi3filter.RequestValidationInput, st
 
 // undocumented validates the answer to a request no operation matches
 // against the description's MethodNotAllowed (a listed path, another
-// method) or NotFound (no such path) response.
+// method; under /terminal/ that is NotFound too, as the description says)
+// or NotFound (no such path) response.
 func (c *checker) undocumented(req *http.Request, res *http.Response, body []byte, routeErr error) error {
 	name, status := "NotFound", http.StatusNotFound
-	if errors.Is(routeErr, routers.ErrMethodNotAllowed) {
+	if errors.Is(routeErr, routers.ErrMethodNotAllowed) && !strings.HasPrefix(req.URL.Path, "/terminal/") {
 		name, status = "MethodNotAllowed", http.StatusMethodNotAllowed
 	}
 	if res.StatusCode != status {
