@@ -55,15 +55,21 @@ func BenchmarkTableOpenBurst(b *testing.B) {
 // VMs and creates without excluding other opens (the baseline).
 func unlockedServer(b *testing.B, d *stacktest.Deployment) string {
 	b.Helper()
-	svc := *d.App.Sessions
-	svc.Store = noCapacityLock{d.App.Store}
 	auth, err := d.App.Config.Tokens().Authenticator([]byte(stacktest.JWTSecret), d.Clock.Now)
 	if err != nil {
 		b.Fatal(err)
 	}
-	srv := httptest.NewServer(httpapi.New(httpapi.Options{Sessions: &svc, Auth: auth, Now: d.Clock.Now, Log: stacktest.Discard()}))
+	srv := httptest.NewServer(httpapi.New(httpapi.Options{Sessions: unlocked(d), Auth: auth, Now: d.Clock.Now, Log: stacktest.Discard()}))
 	b.Cleanup(srv.Close)
 	return srv.URL
+}
+
+// unlocked is the deployment's session service with a capacity lock that
+// excludes nothing: every open counts the live VMs and creates at once.
+func unlocked(d *stacktest.Deployment) *session.Service {
+	svc := *d.App.Sessions
+	svc.Store = noCapacityLock{d.App.Store}
+	return &svc
 }
 
 // noCapacityLock is the store with LockCapacity taking no lock: the
