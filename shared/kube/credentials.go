@@ -43,6 +43,16 @@ const SSHKeysUser = "root"
 // per line, blank lines ignored.
 const SSHKeysField = "authorized_keys"
 
+// liveKeys reports whether s's VMs take root's keys live: those of a
+// session provisioned without a student key, which must come later, while
+// the VM runs (an unclaimed warm-pool instance boots before its student
+// exists; a claim calls ReplaceSSHKeys). A session with its student's key
+// at boot keeps cloud-init's keys alone, so its guest is never asked for an
+// agent.
+func liveKeys(s session.Session, lab labs.Lab) bool {
+	return lab.Kind == labs.KindVM && s.StudentKey == ""
+}
+
 // accessCredentials is a VM's one accessCredentials entry: root's keys
 // from the node's keys Secret, through the guest agent.
 func accessCredentials(sessionID, node string) []kubevirtv1.AccessCredential {

@@ -6,6 +6,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
+	"labkeep/shared/labs"
 	"labkeep/shared/session"
 )
 
@@ -78,6 +79,27 @@ func TestSSHKeysSecret(t *testing.T) {
 			}
 			if diff := cmp.Diff(b.labels(n.Role, n.Name), got.Labels); diff != "" {
 				t.Errorf("labels (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestLiveKeysOnlyForVMsWithoutAStudentKeyYet(t *testing.T) {
+	vm, pod := testBuilder(t, "linux").lab, testBuilder(t, "shell").lab
+	tests := []struct {
+		name string
+		key  string
+		lab  labs.Lab
+		want bool
+	}{
+		{"a VM booting before its student (a pool instance): live keys", "", vm, true},
+		{"a student's own VM has its key at boot: cloud-init only", "ssh-ed25519 AAAA student", vm, false},
+		{"a workspace Pod has no guest agent: never", "", pod, false},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := liveKeys(session.Session{StudentKey: tc.key}, tc.lab); got != tc.want {
+				t.Errorf("liveKeys = %v, want %v", got, tc.want)
 			}
 		})
 	}

@@ -280,12 +280,13 @@ func (c *Cluster) CountWorkspacePods(ctx context.Context) (int, error) {
 }
 
 // Provision implements session.Cluster. Order: anchor Job (everything else
-// is owned by it), per-node cloud-init Secrets, the session's
-// NetworkPolicy (before any node starts, so no node is ever unconfined),
-// then for VM labs the Service of a multi-node session and the VMs; for
-// pod labs the workspace.
+// is owned by it), per-node cloud-init Secrets (and, for the VMs of a
+// session without a student key yet, keys Secrets holding the platform's
+// keys: credentials.go), the session's NetworkPolicy (before any node
+// starts, so no node is ever unconfined), then for VM labs the Service of
+// a multi-node session and the VMs; for pod labs the workspace.
 func (c *Cluster) Provision(ctx context.Context, s session.Session, lab labs.Lab) error {
-	b := builder{cfg: c.cfg, sess: s, lab: lab, pod: c.pod}
+	b := builder{cfg: c.cfg, sess: s, lab: lab, pod: c.pod, liveKeys: liveKeys(s, lab)}
 	anchor, err := create(ctx, c, "anchor Job", b.anchor(), c.kube.BatchV1().Jobs(c.cfg.Namespace).Create)
 	if err != nil {
 		return err
@@ -293,6 +294,11 @@ func (c *Cluster) Provision(ctx context.Context, s session.Session, lab labs.Lab
 	for _, n := range lab.Nodes {
 		if _, err := create(ctx, c, "cloud-init Secret "+n.Name, b.cloudInit(n, anchor), c.kube.CoreV1().Secrets(c.cfg.Namespace).Create); err != nil {
 			return err
+		}
+		if b.liveKeys {
+			if _, err := create(ctx, c, "SSH keys Secret "+n.Name, b.sshKeys(n, anchor, c.cfg.PlatformSSHKeys), c.kube.CoreV1().Secrets(c.cfg.Namespace).Create); err != nil {
+				return err
+			}
 		}
 	}
 	if _, err := create(ctx, c, "NetworkPolicy", b.networkPolicy(anchor), c.kube.NetworkingV1().NetworkPolicies(c.cfg.Namespace).Create); err != nil {
