@@ -30,6 +30,7 @@ import (
 	"labkeep/shared/session"
 	"labkeep/shared/setting"
 	"labkeep/shared/terminal"
+	"labkeep/shared/warmpool"
 )
 
 // EnvPrefix is the prefix of every setting: LABKEEP_ENV, LABKEEP_…
@@ -175,6 +176,15 @@ type Config struct {
 	GuardianAlertMaxText     int `split_words:"true"`
 	GuardianAlertMaxFields   int `split_words:"true"`
 	GuardianAlertsPerSession int `split_words:"true"`
+	// WarmPool is the warm pool's schedule (warmpool.Parse), e.g.
+	// "shell=2; linux-vm=20@Mon-Fri 13:50-16:00"; empty: no pool.
+	// WarmPoolTZ is the schedule's time zone (IANA name; empty: UTC),
+	// WarmPoolLead how long before a window its instances are started,
+	// WarmPoolTTL how long an unclaimed instance lives.
+	WarmPool     string        `envconfig:"WARM_POOL"`
+	WarmPoolTZ   string        `envconfig:"WARM_POOL_TZ"`
+	WarmPoolLead time.Duration `envconfig:"WARM_POOL_LEAD"`
+	WarmPoolTTL  time.Duration `envconfig:"WARM_POOL_TTL"`
 }
 
 // Defaults of the settings that belong to no package but the binaries.
@@ -203,7 +213,29 @@ func DefaultConfig() Config {
 		ReapAbsentConfirm: r.AbsentConfirm, ReapDownGrace: r.DownGrace, ReapDBConns: DefaultReapDBConns,
 		SSHSourceCIDRs: k.SSHSourceCIDRs, EgressBlockedCIDRs: k.EgressBlockedCIDRs, PlatformNamespace: k.PlatformNamespace,
 		GuardianAlertMaxText: al.MaxText, GuardianAlertMaxFields: al.MaxFields, GuardianAlertsPerSession: al.PerSession,
+		WarmPoolLead: session.DefaultPoolLead, WarmPoolTTL: session.DefaultPoolTTL,
 	}
+}
+
+// PoolSchedule is the warm pool's schedule (no rules when WarmPool is
+// empty).
+func (c Config) PoolSchedule() (warmpool.Schedule, error) {
+	loc := time.UTC
+	if c.WarmPoolTZ != "" {
+		l, err := time.LoadLocation(c.WarmPoolTZ)
+		if err != nil {
+			return warmpool.Schedule{}, fmt.Errorf("%s_WARM_POOL_TZ: %w", EnvPrefix, err)
+		}
+		loc = l
+	}
+	if c.WarmPool == "" {
+		return warmpool.Schedule{Location: loc, Lead: c.WarmPoolLead}, nil
+	}
+	sched, err := warmpool.Parse(c.WarmPool, loc, c.WarmPoolLead)
+	if err != nil {
+		return sched, fmt.Errorf("%s_WARM_POOL: %w", EnvPrefix, err)
+	}
+	return sched, nil
 }
 
 // Policy is the lifetime policy the config describes.
@@ -318,6 +350,15 @@ func (c Config) Validate() error {
 	}
 	if len(c.SSHAuthorizedKeys) > 0 {
 		bad("SSH_AUTHORIZED_KEYS", "was renamed LABKEEP_PLATFORM_SSH_KEYS (platform keys, authorized on every session; students get keys of their own)")
+	}
+	if _, err := c.PoolSchedule(); err != nil {
+		errs = append(errs, err)
+	}
+	if c.WarmPoolTTL <= 0 {
+		bad("WARM_POOL_TTL", "must be positive, got %s", c.WarmPoolTTL)
+	}
+	if c.WarmPoolLead < 0 {
+		bad("WARM_POOL_LEAD", "must not be negative, got %s", c.WarmPoolLead)
 	}
 	if c.DatabaseURL == "" {
 		bad("DATABASE_URL", "is required")
@@ -462,6 +503,15 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	reaper := &reap.Reaper{
 		Store: reapStore, Cluster: cluster, Now: now, Log: log, Metrics: reap.NewMetrics(reg),
 		Config: cfg.Reap(), Waitlist: svc,
+	}
+	if sched, _ := cfg.PoolSchedule(); len(sched.Rules) > 0 {
+		if err := sched.Check(func(lab string) bool { _, ok := catalog.Get(lab); return ok }); err != nil {
+			store.Close()
+			reapStore.Close()
+			return nil, fmt.Errorf("%s_WARM_POOL: %w", EnvPrefix, err)
+		}
+		svc.Pool = &session.WarmPool{Schedule: sched, TTL: cfg.WarmPoolTTL, Store: store, Cluster: cluster, Metrics: session.NewPoolMetrics(reg)}
+		reaper.Pools = svc
 	}
 	a := &App{Config: cfg, Store: store, Cluster: cluster, Labs: catalog, Sessions: svc, API: api, Kube: rc, Reaper: reaper, Metrics: reg, ReapStore: reapStore}
 	// The preview is the same reaper deleting nothing; its run is

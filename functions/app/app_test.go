@@ -80,6 +80,10 @@ func TestInvalidConfigNamesTheVariable(t *testing.T) {
 		{"alert texts too short", "LABKEEP_GUARDIAN_ALERT_MAX_TEXT", "10"},
 		{"metrics on the public listener", "LABKEEP_METRICS_ADDR", ":8080"},
 		{"negative labs reload", "LABKEEP_LABS_RELOAD", "-1s"},
+		{"unparsable warm pool", "LABKEEP_WARM_POOL", "linux-vm=many"},
+		{"unknown warm pool time zone", "LABKEEP_WARM_POOL_TZ", "Mars/Olympus"},
+		{"zero warm pool TTL", "LABKEEP_WARM_POOL_TTL", "0s"},
+		{"negative warm pool lead", "LABKEEP_WARM_POOL_LEAD", "-1m"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -276,6 +280,8 @@ func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
 		"LABKEEP_SSH_SOURCE_CIDRS": "203.0.113.0/24", "LABKEEP_EGRESS_BLOCKED_CIDRS": "10.0.0.0/8,fd00::/8", "LABKEEP_PLATFORM_NAMESPACE": "fn",
 		"LABKEEP_GUARDIAN_WEBHOOK_URL": "https://labkeep.example/guardianAlert", "LABKEEP_GUARDIAN_ALERT_MAX_TEXT": "1024",
 		"LABKEEP_GUARDIAN_ALERT_MAX_FIELDS": "20", "LABKEEP_GUARDIAN_ALERTS_PER_SESSION": "50",
+		"LABKEEP_WARM_POOL": "shell=2; linux-vm=3@Mon-Fri 13:50-16:00", "LABKEEP_WARM_POOL_TZ": "Europe/Paris",
+		"LABKEEP_WARM_POOL_LEAD": "5m", "LABKEEP_WARM_POOL_TTL": "2h",
 	}
 	for k, v := range vars {
 		t.Setenv(k, v)

@@ -83,6 +83,11 @@ type Options struct {
 	// GuardianWebhookURL is LABKEEP_GUARDIAN_WEBHOOK_URL (workspace Pods
 	// must reach it: an address on the node's bridge, not loopback).
 	GuardianWebhookURL string
+	// WarmPool, WarmPoolTTL and WarmPoolLead are LABKEEP_WARM_POOL,
+	// LABKEEP_WARM_POOL_TTL and LABKEEP_WARM_POOL_LEAD (the schedule in
+	// UTC).
+	WarmPool                  string
+	WarmPoolTTL, WarmPoolLead time.Duration
 	// PoolSize is the database pool's pool_max_conns (10 if zero).
 	PoolSize int
 	// Log is the functions' logger (Logger() if nil).
@@ -248,6 +253,9 @@ func (o Options) config(cfg app.Config) app.Config {
 		cfg.KubeBurst = o.KubeBurst
 	}
 	cfg.ReapDryRun = o.DryRun
+	cfg.WarmPool = o.WarmPool
+	set(&cfg.WarmPoolTTL, o.WarmPoolTTL)
+	set(&cfg.WarmPoolLead, o.WarmPoolLead)
 	cfg.GuardianWebhookURL = o.GuardianWebhookURL
 	return cfg
 }

@@ -13,21 +13,30 @@ import (
 // DELETE requests chosen with FailDeletesOf, as a connection reset would,
 // and counts LIST and DELETE requests. Safe for concurrent use.
 type Faults struct {
-	next       http.RoundTripper
 	mu         sync.Mutex
 	failDelete []string
 	lists      atomic.Int64
 	deletes    atomic.Int64
 }
 
-// wrap puts f in front of next (app.WrapTransport's argument).
+// wrap puts f in front of next (app.WrapTransport's argument). client-go
+// wraps every transport it builds from the config (the clientsets', each
+// pods/exec executor's WebSocket and SPDY upgraders), so each gets a
+// front of its own: one shared next would send one transport's requests
+// through another's.
 func (f *Faults) wrap(next http.RoundTripper) http.RoundTripper {
-	f.next = next
-	return f
+	return front{f: f, next: next}
+}
+
+// front is f in front of one transport.
+type front struct {
+	f    *Faults
+	next http.RoundTripper
 }
 
 // RoundTrip implements http.RoundTripper.
-func (f *Faults) RoundTrip(req *http.Request) (*http.Response, error) {
+func (t front) RoundTrip(req *http.Request) (*http.Response, error) {
+	f := t.f
 	switch {
 	case req.Method == http.MethodDelete:
 		f.deletes.Add(1)
@@ -37,7 +46,7 @@ func (f *Faults) RoundTrip(req *http.Request) (*http.Response, error) {
 	case req.Method == http.MethodGet && isList(req.URL):
 		f.lists.Add(1)
 	}
-	return f.next.RoundTrip(req)
+	return t.next.RoundTrip(req)
 }
 
 func (f *Faults) failing(path string) bool {

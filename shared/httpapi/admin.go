@@ -100,10 +100,13 @@ func (a *API) adminAlerts(w http.ResponseWriter, r *http.Request, store alerts.S
 }
 
 // adminStatusJSON is GET /adminStatus: the reaper's status and, per lab,
-// the waitlist.
+// the waitlist and the warm pool.
 type adminStatusJSON struct {
 	reap.Status
 	Queues []queueJSON `json:"queues"`
+	// Pools is every lab's warm pool (session.Service.Pools): its
+	// target now, idle (ready), starting and claimed instances.
+	Pools []session.PoolStatus `json:"pools"`
 }
 
 // queueJSON is one lab's line (session.QueueStat): how many students
@@ -120,7 +123,11 @@ func (a *API) adminStatus(r *http.Request, st reap.Status) (adminStatusJSON, err
 	if err != nil {
 		return adminStatusJSON{}, fmt.Errorf("waitlist: %w", err)
 	}
-	return adminStatusJSON{Status: st, Queues: queuesJSON(stats)}, nil
+	pools, err := a.svc.Pools(r.Context())
+	if err != nil {
+		return adminStatusJSON{}, fmt.Errorf("warm pool: %w", err)
+	}
+	return adminStatusJSON{Status: st, Queues: queuesJSON(stats), Pools: pools}, nil
 }
 
 // queuesJSON renders stats, never null.

@@ -210,6 +210,9 @@ type Cluster struct {
 	pod  *corev1.Pod
 	kube kubernetes.Interface
 	virt kubevirt.Interface
+	// rc is the REST config NewForConfig was given (pods/exec needs it);
+	// nil from New.
+	rc *rest.Config
 }
 
 var (
@@ -239,7 +242,12 @@ func NewForConfig(cfg Config, rc *rest.Config) (*Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	return New(cfg, kc, vc)
+	c, err := New(cfg, kc, vc)
+	if err != nil {
+		return nil, err
+	}
+	c.rc = rc
+	return c, nil
 }
 
 func (c *Cluster) call(ctx context.Context) (context.Context, context.CancelFunc) {

@@ -75,11 +75,16 @@ func (b builder) labels(role, node string) map[string]string {
 		LabelEnv:                       b.cfg.Env,
 		LabelSession:                   b.sess.ID,
 		LabelRole:                      role,
-		LabelStudent:                   StudentHash(b.sess.Student),
 		"app.kubernetes.io/managed-by": "labkeep",
+	}
+	if b.sess.Pool == "" {
+		l[LabelStudent] = StudentHash(b.sess.Student)
 	}
 	if node != "" {
 		l[LabelNode] = node
+	}
+	if b.sess.Pool != "" {
+		l[LabelPool] = PoolWarm
 	}
 	return l
 }
@@ -90,6 +95,11 @@ func (b builder) labels(role, node string) map[string]string {
 // refuses a non-positive sum; 0 would be rejected by the API server).
 func (b builder) deadlineSeconds() int64 {
 	d := b.cfg.MaxLifetime + b.cfg.DeadlineGrace
+	if b.sess.Pool == session.PoolIdle {
+		// A pool instance's window is its TTL; a claim within it starts
+		// a session of at most MaxLifetime.
+		d += b.sess.MaxExpiresAt.Sub(b.sess.StartedAt)
+	}
 	secs := int64(d / time.Second)
 	if d%time.Second > 0 {
 		secs++
@@ -181,7 +191,7 @@ func (b builder) owned(name, role, node string, anchor *batchv1.Job) metav1.Obje
 }
 
 func (b builder) cloudInit(n labs.Node, anchor *batchv1.Job) *corev1.Secret {
-	keys := append([]string{b.sess.StudentKey}, b.cfg.PlatformSSHKeys...)
+	keys := authorizedKeys(b.sess, b.cfg)
 	var ud strings.Builder
 	ud.WriteString("#cloud-config\n")
 	fmt.Fprintf(&ud, "hostname: %s\n", n.Name)

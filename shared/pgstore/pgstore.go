@@ -113,7 +113,8 @@ func (p *PG) Close() {
 func (p *PG) Pool() *pgxpool.Pool { return p.pool }
 
 const columns = `id, student, lab, kind, status, started_at, expires_at, max_expires_at,
-	ready_at, finished_at, nodes, failure_reason, grading_token, end_kind, end_actor, student_key, host_key`
+	ready_at, finished_at, nodes, failure_reason, grading_token, end_kind, end_actor, student_key, host_key,
+	pool, claimed_for`
 
 const liveStatuses = `('provisioning', 'running')`
 
@@ -123,11 +124,7 @@ func (p *PG) Create(ctx context.Context, s session.Session) error {
 	if err != nil {
 		return err
 	}
-	_, err = p.pool.Exec(ctx, `INSERT INTO sessions (`+columns+`)
-		VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`,
-		s.ID, s.Student, s.Lab, string(s.Kind), string(s.Status), s.StartedAt, s.ExpiresAt, s.MaxExpiresAt,
-		nullTime(s.ReadyAt), nullTime(s.FinishedAt), nodes, s.End.Detail, s.GradingToken, string(s.End.Kind), string(s.End.Actor),
-		s.StudentKey, s.HostKey)
+	_, err = p.pool.Exec(ctx, insertSession, insertArgs(s, nodes)...)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "sessions_one_live_per_student" {
 		return fmt.Errorf("%w: student %q already has a live session", session.ErrSessionExists, s.Student)
@@ -135,13 +132,25 @@ func (p *PG) Create(ctx context.Context, s session.Session) error {
 	return err
 }
 
-// Get implements session.Store.
+// insertSession inserts one row; its arguments are insertArgs.
+const insertSession = `INSERT INTO sessions (` + columns + `)
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`
+
+func insertArgs(s session.Session, nodes []byte) []any {
+	return []any{s.ID, s.Student, s.Lab, string(s.Kind), string(s.Status), s.StartedAt, s.ExpiresAt, s.MaxExpiresAt,
+		nullTime(s.ReadyAt), nullTime(s.FinishedAt), nodes, s.End.Detail, s.GradingToken, string(s.End.Kind), string(s.End.Actor),
+		s.StudentKey, s.HostKey, string(s.Pool), nullUUID(s.ClaimedFor)}
+}
+
+// Get implements session.Store. A session claimed from the warm pool is
+// also found by the id the student knew before the claim (ClaimedFor).
 func (p *PG) Get(ctx context.Context, id string) (session.Session, error) {
 	if _, err := uuid.Parse(id); err != nil {
 		// Not an id we ever issued (e.g. a portal passing garbage).
 		return session.Session{}, fmt.Errorf("%w: no session %q", session.ErrNoSession, id)
 	}
-	s, err := p.queryOne(ctx, `SELECT `+columns+` FROM sessions WHERE id = $1`, id)
+	s, err := p.queryOne(ctx, `SELECT `+columns+` FROM sessions WHERE id = $1 OR claimed_for = $1
+		ORDER BY id = $1 DESC LIMIT 1`, id)
 	if errors.Is(err, session.ErrNoSession) {
 		return s, fmt.Errorf("%w: no session %s", session.ErrNoSession, id)
 	}
@@ -150,7 +159,7 @@ func (p *PG) Get(ctx context.Context, id string) (session.Session, error) {
 
 // LiveFor implements session.Store.
 func (p *PG) LiveFor(ctx context.Context, student string) (session.Session, error) {
-	s, err := p.queryOne(ctx, `SELECT `+columns+` FROM sessions WHERE student = $1 AND status IN `+liveStatuses, student)
+	s, err := p.queryOne(ctx, `SELECT `+columns+` FROM sessions WHERE student = $1 AND status IN `+liveStatuses+` AND pool <> 'idle'`, student)
 	if errors.Is(err, session.ErrNoSession) {
 		return s, fmt.Errorf("%w: no live session", session.ErrNoSession)
 	}
@@ -159,7 +168,7 @@ func (p *PG) LiveFor(ctx context.Context, student string) (session.Session, erro
 
 // Latest implements session.Store.
 func (p *PG) Latest(ctx context.Context, student string) (session.Session, error) {
-	s, err := p.queryOne(ctx, `SELECT `+columns+` FROM sessions WHERE student = $1
+	s, err := p.queryOne(ctx, `SELECT `+columns+` FROM sessions WHERE student = $1 AND pool <> 'idle'
 		ORDER BY status IN `+liveStatuses+` DESC, started_at DESC LIMIT 1`, student)
 	if errors.Is(err, session.ErrNoSession) {
 		return s, fmt.Errorf("%w: no session", session.ErrNoSession)
@@ -381,12 +390,19 @@ func scanSession(row pgx.CollectableRow) (session.Session, error) {
 	var readyAt, finishedAt *time.Time
 	var nodes []byte
 	var id [16]byte
+	var pool string
+	var claimedFor *[16]byte
 	err := row.Scan(&id, &s.Student, &s.Lab, &kind, &status, &s.StartedAt, &s.ExpiresAt, &s.MaxExpiresAt,
-		&readyAt, &finishedAt, &nodes, &s.End.Detail, &s.GradingToken, &endKind, &endActor, &s.StudentKey, &s.HostKey)
+		&readyAt, &finishedAt, &nodes, &s.End.Detail, &s.GradingToken, &endKind, &endActor, &s.StudentKey, &s.HostKey,
+		&pool, &claimedFor)
 	if err != nil {
 		return s, err
 	}
 	s.ID = formatUUID(id)
+	s.Pool = session.PoolState(pool)
+	if claimedFor != nil {
+		s.ClaimedFor = formatUUID(*claimedFor)
+	}
 	s.Kind, s.Status = labs.Kind(kind), session.Status(status)
 	s.End.Kind, s.End.Actor = session.EndKind(endKind), session.Actor(endActor)
 	s.Window = lifetime.Window{StartedAt: s.StartedAt.UTC(), ExpiresAt: s.ExpiresAt.UTC(), MaxExpiresAt: s.MaxExpiresAt.UTC()}
@@ -411,6 +427,13 @@ func nullTime(t time.Time) *time.Time {
 		return nil
 	}
 	return &t
+}
+
+func nullUUID(id string) *string {
+	if id == "" {
+		return nil
+	}
+	return &id
 }
 
 func nonNil(n []session.Node) []session.Node {

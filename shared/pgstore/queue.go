@@ -91,11 +91,7 @@ func (p *PG) Promote(ctx context.Context, s session.Session) error {
 		if tag.RowsAffected() == 0 {
 			return fmt.Errorf("%w: no waitlist entry %s", session.ErrNoSession, s.ID)
 		}
-		_, err = tx.Exec(ctx, `INSERT INTO sessions (`+columns+`)
-			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17)`,
-			s.ID, s.Student, s.Lab, string(s.Kind), string(s.Status), s.StartedAt, s.ExpiresAt, s.MaxExpiresAt,
-			nullTime(s.ReadyAt), nullTime(s.FinishedAt), nodes, s.End.Detail, s.GradingToken, string(s.End.Kind), string(s.End.Actor),
-			s.StudentKey, s.HostKey)
+		_, err = tx.Exec(ctx, insertSession, insertArgs(s, nodes)...)
 		return err
 	})
 	var pgErr *pgconn.PgError

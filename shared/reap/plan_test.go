@@ -70,6 +70,26 @@ func podSession(id string, status session.Status, started time.Time) session.Ses
 	return s
 }
 
+// pooled makes s a warm pool row in state: an idle instance belongs to the
+// pool student and lives ttl from its start; a claimed one is a student's
+// with the window the claim gave it.
+func pooled(s session.Session, state session.PoolState, ttl time.Duration) session.Session {
+	s.Pool = state
+	if state == session.PoolIdle {
+		s.Student = session.PoolStudent
+		s.ExpiresAt = s.StartedAt.Add(ttl)
+		s.MaxExpiresAt = s.ExpiresAt
+	}
+	return s
+}
+
+// readyPod is the ready workspace Pod of pod session id.
+func readyPod(id string) Object {
+	o := obj(session.KindPod, session.NodeName(id, "ws"), id)
+	o.Ready = true
+	return o
+}
+
 // suspected is a Suspect as the table writes it: session, object, trouble
 // and how long before now it was first seen.
 type suspected struct {
@@ -301,6 +321,27 @@ func TestPlan(t *testing.T) {
 			name: "objects of a live session are not orphans",
 			live: []session.Session{vmSession("a", session.StatusRunning, t0, "vm")},
 			inv:  inventory([]string{a}, nil, obj(session.KindVirtualMachine, a, "a"), obj(session.KindSecret, "lk-a-vm-cloudinit", "a")),
+		},
+		{
+			name: "an idle warm pool VM, ready, older than any provisioning timeout but within its TTL: neither ghost nor orphan",
+			live: []session.Session{pooled(vmSession("a", session.StatusRunning, now.Add(-2*time.Hour), "vm"), session.PoolIdle, 4*time.Hour)},
+			inv:  inventory([]string{a}, nil, obj(session.KindVirtualMachine, a, "a"), obj(session.KindAnchor, "lk-a-anchor", "a")),
+		},
+		{
+			name: "an idle warm pool workspace Pod, ready: neither ghost nor orphan",
+			live: []session.Session{pooled(podSession("p", session.StatusRunning, now.Add(-time.Hour)), session.PoolIdle, 4*time.Hour)},
+			inv:  inventory(nil, nil, readyPod("p")),
+		},
+		{
+			name: "a claimed pool instance, its objects made hours before the claim: neither ghost nor orphan",
+			live: []session.Session{pooled(podSession("p", session.StatusRunning, now.Add(-time.Minute)), session.PoolClaimed, time.Hour)},
+			inv:  inventory(nil, nil, readyPod("p"), obj(session.KindAnchor, "lk-p-anchor", "p")),
+		},
+		{
+			name: "an idle pool instance past its TTL: expired, never an orphan",
+			live: []session.Session{pooled(vmSession("a", session.StatusRunning, now.Add(-4*time.Hour), "vm"), session.PoolIdle, 4*time.Hour)},
+			inv:  inventory([]string{a}, nil, obj(session.KindVirtualMachine, a, "a")),
+			want: []planned{{Kind: Expired, SessionID: "a"}},
 		},
 		{
 			name: "mixed: expired first, then ghosts, then orphans, each by id",

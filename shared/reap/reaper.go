@@ -151,6 +151,14 @@ type Reaper struct {
 	// run): the backstop that hands capacity freed by anything (an expiry,
 	// a ghost, a crash mid-close) to the students waiting for it.
 	Waitlist Waitlist
+	// Pools, if set, keeps the warm pool at its schedule's target after
+	// every run that deletes (not a dry run), after the line was served.
+	Pools Pools
+}
+
+// Pools is the warm pool's maintenance (session.Service.MaintainPools).
+type Pools interface {
+	MaintainPools(ctx context.Context) (session.PoolReport, error)
 }
 
 // Waitlist is the line of students waiting for capacity
@@ -262,6 +270,14 @@ func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (Report, error) {
 			log.Warn("cannot serve the waitlist", "served", n, "err", err)
 		} else if n > 0 {
 			log.Info("served the waitlist", "served", n)
+		}
+	}
+	if r.Pools != nil && !cfg.DryRun {
+		if p, err := r.Pools.MaintainPools(runCtx); err != nil {
+			log.Warn("cannot keep the warm pool at its target", "err", err)
+			report.Failures = append(report.Failures, Failure{Kind: FailedPool, Error: err.Error()})
+		} else if p.Created > 0 || len(p.Deleted) > 0 {
+			log.Info("warm pool maintained", "created", p.Created, "deleted", p.Deleted)
 		}
 	}
 	report.FinishedAt = r.Now().UTC()

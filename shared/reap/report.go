@@ -49,6 +49,9 @@ const (
 	// FailedRetention: old run records could not be deleted (the next run
 	// tries again).
 	FailedRetention ItemKind = "retention"
+	// FailedPool: the warm pool's maintenance failed for some lab (the
+	// next run tries again).
+	FailedPool ItemKind = "pool"
 	// FailedSuspects: the suspects of earlier runs could not be read or
 	// this run's stored; no missing VMI or Pod is confirmed until a run
 	// can do both.

@@ -382,6 +382,12 @@ func (s *Service) serveRound(ctx context.Context) (served int, again bool, err e
 // capacity lock). ok reports that the entry left the line (served, even
 // if its provisioning then failed and was rolled back, or gone already).
 func (s *Service) serveEntry(ctx context.Context, head Entry, lab labs.Lab, c capacity) (ok bool, err error) {
+	// A ready pool instance serves the head without new capacity.
+	if claimed, ok := s.claimPooled(ctx, Session{ID: head.ID, Student: head.Student, StudentKey: head.StudentKey}, lab); ok {
+		s.Metrics.queueEvent(lab.Name, QueueServed)
+		s.Log.Info("served from the waitlist by the warm pool", "session", claimed.ID, "student", head.Student, "waited", s.now().Sub(head.EnqueuedAt))
+		return true, nil
+	}
 	used, err := c.count(ctx)
 	if err != nil {
 		return false, err

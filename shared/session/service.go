@@ -34,6 +34,9 @@ type Service struct {
 	Log *slog.Logger
 	// Metrics, if set, counts opens, extensions, endings and time to ready.
 	Metrics *Metrics
+	// Pool, if set, is the warm pool an open claims from before it
+	// provisions cold (see WarmPool).
+	Pool *WarmPool
 }
 
 // Catalog is where Open looks labs up: a *labs.Live re-read while the
@@ -158,6 +161,10 @@ func (s *Service) open(ctx context.Context, student, labName, publicKey string, 
 	}
 	log := s.Log.With("session", sess.ID, "lab", lab.Name)
 	started, queued, err := s.provision(ctx, sess, lab, wait)
+	if err == nil && queued.Pool == PoolClaimed {
+		queued.Issued = Issued{StudentPrivateKey: sess.Issued.StudentPrivateKey}
+		return queued, nil
+	}
 	if err == nil && !started {
 		// The line may have room nobody has handed on yet (an idle head
 		// was dropped just now): serve it, then answer with where the
@@ -312,6 +319,13 @@ func (s *Service) provision(ctx context.Context, sess Session, lab labs.Lab, wai
 		if err != nil {
 			return false, queued, err
 		}
+		// A ready pool instance already holds its capacity; nobody
+		// waiting means nobody is passed over.
+		if waiting == 0 {
+			if claimed, ok := s.claimPooled(ctx, sess, lab); ok {
+				return false, claimed, nil
+			}
+		}
 		used, err := c.count(ctx)
 		var full error
 		switch {
@@ -462,7 +476,9 @@ func (s *Service) refresh(ctx context.Context, sess Session) Session {
 	}
 	if err == nil {
 		s.Log.Info("session ready", "session", sess.ID, "timeToReady", updated.TimeToReady())
-		s.Metrics.ready(updated)
+		if updated.Pool != PoolIdle { // no student waited for it
+			s.Metrics.ready(updated)
+		}
 	}
 	return updated
 }
@@ -583,7 +599,7 @@ func (s *Service) liveOwned(ctx context.Context, student, id string) (Session, e
 	if err != nil {
 		return Session{}, err
 	}
-	if id != "" && id != sess.ID {
+	if id != "" && id != sess.ID && id != sess.ClaimedFor {
 		return Session{}, fmt.Errorf("%w: no live session %s for this student", ErrNoSession, id)
 	}
 	return sess, nil

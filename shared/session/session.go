@@ -70,6 +70,13 @@ type Session struct {
 	GradingToken string
 	// Queue is where a queued session (StatusQueued) stands in the line.
 	Queue Place
+	// Pool marks warm-pool rows: PoolIdle for an unclaimed instance,
+	// PoolClaimed for a session that came from the pool; empty otherwise.
+	Pool PoolState
+	// ClaimedFor is, for a session claimed from the pool, the id the
+	// student knew before the claim (their open's row or waitlist entry);
+	// that id names this session too.
+	ClaimedFor string
 }
 
 // Node is one machine of a session.

@@ -1,0 +1,115 @@
+package kube
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/httpstream"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+
+	"labkeep/shared/labs"
+	"labkeep/shared/session"
+)
+
+// LabelPool, with the value PoolWarm, marks the objects made for a warm
+// pool instance, claimed or not; objects of other sessions do not carry
+// it. (Whether an instance is claimed is the row's to say.)
+const (
+	LabelPool = "labkeep.io/pool"
+	PoolWarm  = "warm"
+)
+
+var _ session.PoolCluster = (*Cluster)(nil)
+
+// authorizedKeys are the keys a session's nodes authorize: the student's
+// (none for an unclaimed pool instance) and the platform's.
+func authorizedKeys(s session.Session, cfg Config) []string {
+	var keys []string
+	if s.StudentKey != "" {
+		keys = append(keys, s.StudentKey)
+	}
+	return append(keys, cfg.PlatformSSHKeys...)
+}
+
+// WorkspaceKeysFile is where a workspace image's sshd reads the authorized
+// keys (AuthorizedKeysFile): the entrypoint copies them there from the
+// session's Secret at each container start, and a warm pool claim
+// replaces them in the running container.
+const WorkspaceKeysFile = "/run/sshd/authorized_keys"
+
+// Claim implements session.PoolCluster: the student's keys (with the
+// platform's) are delivered to the running instance.
+//
+// The objects keep their labels: they already carry the session's id and
+// environment (a claim keeps the instance's id, so its anchor, Secrets,
+// NetworkPolicy and nodes are the session's as they are), and LabelPool.
+// They never carry the student's hash: the functions may not patch or
+// update any object (infra/rbac.yaml), and the row is the truth about who
+// holds the session.
+//
+// A workspace Pod gets the keys written to WorkspaceKeysFile in its
+// running workspace container through pods/exec (the web terminal's path,
+// the workspace container only), atomically (a temporary file renamed
+// over it). sshd reads that file at every login, so the student's next
+// connection is let in, with no restart; the exec's exit status confirms
+// the write before the claim commits. A Secret update would reach the Pod
+// only at the kubelet's next sync (a minute or more), and the functions
+// may not update Secrets.
+//
+// VMs of a pool instance are built with live keys (credentials.go): the
+// claim replaces each node's keys Secret (ReplaceSSHKeys), and KubeVirt's
+// guest agent writes root's authorized_keys from it once the kubelet has
+// brought the new Secret into the virt-launcher Pod (typically within a
+// minute or two; no API object confirms it). Until then the student's
+// first SSH attempts are refused; the platform's keys work throughout.
+func (c *Cluster) Claim(ctx context.Context, s session.Session, lab labs.Lab) error {
+	if s.Pool != session.PoolClaimed || s.StudentKey == "" {
+		return fmt.Errorf("claiming session %s: not a pool instance claimed with a student key", s.ID)
+	}
+	if lab.Kind == labs.KindVM {
+		return c.ReplaceSSHKeys(ctx, s, lab, authorizedKeys(s, c.cfg))
+	}
+	keys := strings.Join(authorizedKeys(s, c.cfg), "\n") + "\n"
+	script := `umask 077 && cat >` + WorkspaceKeysFile + `.claim && mv -f ` + WorkspaceKeysFile + `.claim ` + WorkspaceKeysFile
+	for _, n := range s.Nodes {
+		var out bytes.Buffer
+		if err := c.exec(ctx, session.NodeName(s.ID, n.Name), []string{"/bin/sh", "-c", script}, strings.NewReader(keys), &out); err != nil {
+			return fmt.Errorf("delivering the student's key to %s: %w (%s)", n.Name, err, strings.TrimSpace(out.String()))
+		}
+	}
+	return nil
+}
+
+// exec runs command in the workspace container of Pod pod with stdin,
+// through the API server's pods/exec (WebSocket, falling back to SPDY as
+// kubectl does), and returns when it exited; a non-zero exit is an error.
+func (c *Cluster) exec(ctx context.Context, pod string, command []string, stdin *strings.Reader, out *bytes.Buffer) error {
+	if c.rc == nil {
+		return errors.New("pods/exec needs the cluster's REST config (NewForConfig)")
+	}
+	ctx, cancel := c.call(ctx)
+	defer cancel()
+	u := c.kube.CoreV1().RESTClient().Post().Namespace(c.cfg.Namespace).Resource("pods").Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Container: WorkspaceContainer, Command: command, Stdin: true, Stdout: true, Stderr: true},
+			scheme.ParameterCodec).URL()
+	ws, err := remotecommand.NewWebSocketExecutor(c.rc, "GET", u.String())
+	if err != nil {
+		return err
+	}
+	spdy, err := remotecommand.NewSPDYExecutor(c.rc, "POST", u)
+	if err != nil {
+		return err
+	}
+	ex, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
+		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	})
+	if err != nil {
+		return err
+	}
+	return ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdin: stdin, Stdout: out, Stderr: out})
+}

@@ -1,0 +1,301 @@
+package session_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/jackc/pgx/v5"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"labkeep/localrun/stacktest"
+	"labkeep/shared/kube"
+	"labkeep/shared/reap"
+	"labkeep/shared/session"
+)
+
+// poolCounts is one lab's pool rows by state: idle and ready, idle and
+// starting, claimed (live).
+type poolCounts struct{ Idle, Starting, Claimed int }
+
+func poolOf(e *stacktest.Deployment, lab string) poolCounts {
+	return poolCounts{
+		Idle:     e.Count(`SELECT count(*) FROM sessions WHERE lab = $1 AND pool = 'idle' AND status = 'running'`, lab),
+		Starting: e.Count(`SELECT count(*) FROM sessions WHERE lab = $1 AND pool = 'idle' AND status = 'provisioning'`, lab),
+		Claimed:  e.Count(`SELECT count(*) FROM sessions WHERE lab = $1 AND pool = 'claimed' AND status IN ('provisioning', 'running')`, lab),
+	}
+}
+
+// idleIDs are the ids of lab's unclaimed instances, oldest first.
+func idleIDs(t *testing.T, e *stacktest.Deployment, lab string) []string {
+	t.Helper()
+	rows, err := e.DB.Query(context.Background(), `SELECT id::text FROM sessions
+		WHERE lab = $1 AND pool = 'idle' AND status IN ('provisioning', 'running') ORDER BY started_at, id`, lab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ids
+}
+
+// endedReasons are the end reasons of lab's ended unclaimed instances.
+func endedReasons(t *testing.T, e *stacktest.Deployment, lab string) []string {
+	t.Helper()
+	rows, err := e.DB.Query(context.Background(), `SELECT failure_reason FROM sessions
+		WHERE lab = $1 AND pool = 'idle' AND status NOT IN ('provisioning', 'running')`, lab)
+	if err != nil {
+		t.Fatal(err)
+	}
+	reasons, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return reasons
+}
+
+// reapRun is one scheduled reaper run (which maintains the pool last); it
+// fails the test if the run found an orphan or a ghost, or failed.
+func reapRun(t *testing.T, e *stacktest.Deployment) reap.Report {
+	t.Helper()
+	rep, err := e.App.Reaper.RunOnce(context.Background(), reap.TriggerSchedule)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Counts[reap.Orphan] != 0 || rep.Counts[reap.Ghost] != 0 || len(rep.Failures) != 0 {
+		t.Fatalf("reaper run saw orphans or ghosts, or failed: counts %v failures %v items %v", rep.Counts, rep.Failures, rep.Items)
+	}
+	return rep
+}
+
+// fillPool runs the reaper until lab has want ready idle instances and no
+// starting one.
+func fillPool(t *testing.T, e *stacktest.Deployment, lab string, want int) {
+	t.Helper()
+	stacktest.Eventually(t, time.Minute, func() (bool, string) {
+		reapRun(t, e)
+		got := poolOf(e, lab)
+		return got.Idle == want && got.Starting == 0, fmt.Sprintf("pool of %s: %+v, want %d idle", lab, got, want)
+	})
+}
+
+// 30 students open linux-vm at once with 5 ready pool instances and a
+// limit of 8 VMs: the 5 instances go to 5 different students (claimed in
+// one transaction each, so no instance is handed out twice), 3 more are
+// provisioned cold in the 3 free slots, the other 22 are refused; the VM
+// count sampled throughout never exceeds 8. A claimed session is the
+// student's: their key (with nothing else but the platform's) is in its
+// VM's keys Secret, it is found by the id the open answered and by the
+// open's own id, and it reports running at once.
+func TestWarmPoolClaimsAtomically(t *testing.T) {
+	e := newEnv(t, stacktest.Options{MaxVMs: 8, WarmPool: "linux-vm=5"})
+	fillPool(t, e, "linux-vm", 5)
+	pooled := map[string]bool{}
+	for _, id := range idleIDs(t, e, "linux-vm") {
+		pooled[id] = true
+	}
+
+	var stop atomic.Bool
+	var peakVMs atomic.Int64
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for !stop.Load() {
+			if n := int64(len(e.List(stacktest.Listing{Kinds: []string{"VirtualMachine"}}))); n > peakVMs.Load() {
+				peakVMs.Store(n)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+	const students = 30
+	results := atOnce(students, func(i int) stacktest.Response { return e.Open(fmt.Sprintf("p%02d", i), "linux-vm") })
+	stop.Store(true)
+	wg.Wait()
+
+	ids := map[string]string{} // session id -> student
+	fromPool, cold, refused := 0, 0, 0
+	for i, r := range results {
+		student := fmt.Sprintf("p%02d", i)
+		switch {
+		case r.Status == http.StatusCreated:
+			if other, dup := ids[r.Session.ID]; dup {
+				t.Errorf("session %s handed to %s and %s", r.Session.ID, other, student)
+			}
+			ids[r.Session.ID] = student
+			if !pooled[r.Session.ID] {
+				cold++
+				continue
+			}
+			fromPool++
+			if r.Session.Status != "running" || r.Session.Student != student {
+				t.Errorf("%s claimed %s: status %s student %s, want running and theirs", student, r.Session.ID, r.Session.Status, r.Session.Student)
+			}
+			checkClaimed(t, e, student, r.Session)
+		case r.Status == http.StatusServiceUnavailable && r.Code == "no_capacity":
+			refused++
+		default:
+			t.Errorf("%s: open = %d %s", student, r.Status, r.Body)
+		}
+	}
+	if got, want := []int{fromPool, cold, refused}, []int{5, 3, 22}; !cmp.Equal(want, got) {
+		t.Errorf("from the pool, cold, refused = %v, want %v", got, want)
+	}
+	if p := peakVMs.Load(); p > 8 {
+		t.Errorf("peak VMs %d > limit 8", p)
+	}
+	if got := poolOf(e, "linux-vm"); got != (poolCounts{Claimed: 5}) {
+		t.Errorf("pool after the storm: %+v, want 5 claimed and none idle", got)
+	}
+	// Full: the pool cannot refill, and nothing it owns is an orphan or a
+	// ghost.
+	reapRun(t, e)
+	if got := poolOf(e, "linux-vm"); got != (poolCounts{Claimed: 5}) {
+		t.Errorf("pool after a reaper run at capacity: %+v, want 5 claimed", got)
+	}
+}
+
+// checkClaimed checks that the claimed session v is student's: its row
+// (read by both ids the student may hold) and its VM's keys.
+func checkClaimed(t *testing.T, e *stacktest.Deployment, student string, v stacktest.SessionView) {
+	t.Helper()
+	row := e.Session(v.ID)
+	if row.Student != student || row.Pool != session.PoolClaimed || row.ClaimedFor == "" || row.StudentKey == "" {
+		t.Errorf("claimed row %s: student %q pool %q claimedFor %q", v.ID, row.Student, row.Pool, row.ClaimedFor)
+	}
+	byOld := e.Do("GET", "/getSession?id="+row.ClaimedFor, e.Token(student, "student"), "", "")
+	if byOld.Status != http.StatusOK || byOld.Session.ID != v.ID {
+		t.Errorf("getSession by the open's id %s = %d %s, want session %s", row.ClaimedFor, byOld.Status, byOld.Body, v.ID)
+	}
+	for _, n := range row.Nodes {
+		sec, err := e.Kube.CoreV1().Secrets(e.Namespace).Get(context.Background(), session.SSHKeysName(row.ID, n.Name), metav1.GetOptions{})
+		if err != nil {
+			t.Errorf("keys Secret of %s/%s: %v", row.ID, n.Name, err)
+			continue
+		}
+		keys := strings.TrimSpace(string(sec.Data[kube.SSHKeysField]))
+		if keys != strings.TrimSpace(row.StudentKey) {
+			t.Errorf("keys of claimed %s/%s = %q, want the student's %q only", row.ID, n.Name, keys, row.StudentKey)
+		}
+	}
+}
+
+// Unclaimed instances live their TTL: the run after it ends them (they
+// are expired sessions to the reaper, never orphans or ghosts) and the
+// pool is refilled with fresh ones.
+func TestWarmPoolReplacesAfterTTL(t *testing.T) {
+	e := newEnv(t, stacktest.Options{MaxVMs: 4, WarmPool: "linux-vm=2", WarmPoolTTL: time.Hour})
+	fillPool(t, e, "linux-vm", 2)
+	old := idleIDs(t, e, "linux-vm")
+	e.Clock.Advance(time.Hour + time.Minute)
+	rep := reapRun(t, e)
+	if rep.Counts[reap.Expired] != 2 {
+		t.Errorf("run after the TTL: counts %v, want the 2 instances expired", rep.Counts)
+	}
+	fillPool(t, e, "linux-vm", 2)
+	for _, id := range old {
+		if s := e.Session(id); s.Status.Live() {
+			t.Errorf("instance %s older than its TTL is still %s", id, s.Status)
+		}
+		e.WaitGone(id, 30*time.Second)
+	}
+	if fresh := idleIDs(t, e, "linux-vm"); len(fresh) != 2 || fresh[0] == old[0] || fresh[1] == old[1] {
+		t.Errorf("instances after the TTL %v, before %v: want two new ones", fresh, old)
+	}
+}
+
+// A pool for a weekday window on the injected clock: nothing before the
+// lead, full from 10 minutes before the window, empty again right after
+// it; across every run no instance is an orphan or a ghost.
+func TestWarmPoolFollowsSchedule(t *testing.T) {
+	e := newEnv(t, stacktest.Options{MaxVMs: 8, WarmPool: "linux-vm=3@Mon-Fri 13:50-16:00", WarmPoolLead: 10 * time.Minute})
+	monday := time.Date(2026, 11, 30, 0, 0, 0, 0, time.UTC)
+	steps := []struct {
+		at   time.Duration // after Monday 00:00 UTC
+		want int
+	}{
+		{13*time.Hour + 30*time.Minute, 0},
+		{13*time.Hour + 39*time.Minute, 0},
+		{13*time.Hour + 41*time.Minute, 3}, // within the lead
+		{15*time.Hour + 59*time.Minute, 3},
+		{16*time.Hour + 1*time.Minute, 0},
+	}
+	for _, step := range steps {
+		e.Clock.Set(monday.Add(step.at))
+		fillPool(t, e, "linux-vm", step.want)
+		t.Logf("Monday %s: %d idle", monday.Add(step.at).Format("15:04"), step.want)
+	}
+	reasons := endedReasons(t, e, "linux-vm")
+	if len(reasons) != 3 {
+		t.Fatalf("ended instances %v, want the 3 of the window", reasons)
+	}
+	for _, r := range reasons {
+		if !strings.Contains(r, "over-target") {
+			t.Errorf("instance ended with %q, want the pool shrinking over its target", r)
+		}
+	}
+}
+
+// Students waiting shrink the pool first: with 3 of 4 VM slots held by idle
+// linux-vm instances, a student waiting for k8s-cluster (3 VMs) makes the
+// next run delete them, and the line gets the capacity.
+func TestWarmPoolShrinksWhenStudentsWait(t *testing.T) {
+	e := newEnv(t, stacktest.Options{MaxVMs: 4, WarmPool: "linux-vm=3"})
+	fillPool(t, e, "linux-vm", 3)
+	r := openWaiting(e, "kim", "k8s-cluster")
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("open k8s-cluster with 1 free VM = %d %s, want queued", r.Status, r.Body)
+	}
+	reapRun(t, e)
+	if got := endedReasons(t, e, "linux-vm"); len(got) != 3 || strings.Count(strings.Join(got, "\n"), "students-waiting") != 3 {
+		t.Errorf("instances ended by the run while kim waits: %q, want all 3 for students-waiting", got)
+	}
+	stacktest.Eventually(t, time.Minute, func() (bool, string) {
+		r := poll(e, "kim")
+		return r.Status == http.StatusOK && r.Session.Status != "queued", fmt.Sprintf("kim: %d %s", r.Status, r.Body)
+	})
+	e.WaitRunning("kim", time.Minute)
+	// Nobody waits any more: the pool takes what is left, 1 VM.
+	fillPool(t, e, "linux-vm", 1)
+}
+
+// The head of the line takes a pool instance that becomes ready while
+// they wait: with the only VM slot held by a pool instance still booting,
+// an open with wait joins the line; the run that sees the instance ready
+// hands it to the head (their waitlist entry id still finds the session)
+// instead of shrinking the pool.
+func TestWarmPoolServesTheHeadOfTheLine(t *testing.T) {
+	e := newEnv(t, stacktest.Options{MaxVMs: 1, WarmPool: "linux-vm=1"})
+	reapRun(t, e) // creates the instance; only a later run sees it ready
+	if got := poolOf(e, "linux-vm"); got != (poolCounts{Starting: 1}) {
+		t.Fatalf("pool after one run: %+v, want 1 starting", got)
+	}
+	instance := idleIDs(t, e, "linux-vm")[0]
+	r := openWaiting(e, "lee", "linux-vm")
+	if r.Status != http.StatusAccepted {
+		t.Fatalf("open with the pool still booting = %d %s, want queued", r.Status, r.Body)
+	}
+	entry := r.Session.ID
+	stacktest.Eventually(t, time.Minute, func() (bool, string) {
+		reapRun(t, e)
+		return poolOf(e, "linux-vm").Claimed == 1, fmt.Sprintf("pool %+v", poolOf(e, "linux-vm"))
+	})
+	got := e.Do("GET", "/getSession?id="+entry, e.Token("lee", "student"), "", "")
+	if got.Status != http.StatusOK || got.Session.ID != instance || got.Session.Status != "running" {
+		t.Errorf("getSession by the entry's id = %d %s, want the instance %s running", got.Status, got.Body, instance)
+	}
+	if row := e.Session(instance); row.Student != "lee" || row.ClaimedFor != entry {
+		t.Errorf("instance row: student %q claimedFor %q, want lee and %s", row.Student, row.ClaimedFor, entry)
+	}
+	if n := len(lineOf(t, e)); n != 0 {
+		t.Errorf("%d still in line", n)
+	}
+}
