@@ -8,42 +8,77 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"golang.org/x/crypto/ssh"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"labkeep/localrun/stacktest"
 	"labkeep/shared/reap"
+	"labkeep/shared/terminal"
 )
 
 // notExercised are the documented answers the drive below does not
 // produce, each with the reason; every other documented operation and
 // status must be seen at least once.
-var notExercised = map[string]string{
-	"POST /openSession 500":      "an internal error (the database failing mid-request); the healthy stack has none to give, and the body is the one Error every status shares",
-	"GET /getSession 500":        "as above",
-	"POST /extendSession 500":    "as above",
-	"GET /adminStatus 500":       "as above",
-	"GET /adminSessions 500":     "as above",
-	"GET /adminAlerts 500":       "as above",
-	"POST /guardianAlert 500":    "as above",
-	"POST /adminReapNow 500":     "as above (a failed reaper run)",
-	"POST /reapTick 500":         "as above (a failed reaper run)",
-	"GET /terminal/connect 500":  "as above",
-	"POST /terminal/cleanup 500": "as above",
-	"POST /terminal/cleanup 200": "needs a workspace Pod with guardian running on the real node (test/podlab drives it; this suite runs no node)",
-	"POST /terminal/cleanup 502": "guardian failing in a running workspace Pod: needs the real node too",
-}
+var notExercised = map[string]string{}
+
+// guardianToken is the cleanup token the test's operator puts in the
+// sessions namespace's Secret labkeep-guardian, where workspace Pods take
+// GUARDIAN_CLEANUP_TOKEN from.
+const guardianToken = "openapi-guardian-cleanup-token-0123456789"
 
 // bearer is an Authorization header carrying token.
 func bearer(token string) string { return "Bearer " + token }
+
+// basicAuth is an HTTP Basic Authorization header.
+func basicAuth(user, pass string) string {
+	r := http.Request{Header: http.Header{}}
+	r.SetBasicAuth(user, pass)
+	return r.Header.Get("Authorization")
+}
+
+// wsUpgrade are the headers of a WebSocket upgrade (RFC 6455).
+var wsUpgrade = map[string]string{"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+
+// refuseDatabase makes d's PostgreSQL database refuse connections and
+// ends the ones open, as a database going away does, until the test ends.
+func refuseDatabase(t *testing.T, d *stacktest.Deployment) {
+	t.Helper()
+	u, err := url.Parse(d.App.Config.DatabaseURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	db := pgx.Identifier{strings.TrimPrefix(u.Path, "/")}.Sanitize()
+	server, err := pgxpool.New(t.Context(), st.DSN())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(server.Close)
+	for _, q := range []string{
+		"ALTER DATABASE " + db + " WITH ALLOW_CONNECTIONS false",
+		"SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE datname = '" + strings.TrimPrefix(u.Path, "/") + "'",
+	} {
+		if _, err := server.Exec(t.Context(), q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() {
+		if _, err := server.Exec(context.Background(), "ALTER DATABASE "+db+" WITH ALLOW_CONNECTIONS true"); err != nil {
+			t.Errorf("letting connections in again: %v", err)
+		}
+	})
+}
 
 // padded is a JSON object of fields grown past the 64 KiB body bound with
 // white space, so it still matches the description: only its size is
@@ -69,6 +104,14 @@ func TestEveryRouteMatchesTheDescription(t *testing.T) {
 	// reaches the cap.
 	d := stacktest.Deploy(t, st, stacktest.Options{MaxVMs: 3, Lifetime: 10 * time.Minute, MaxLifetime: 11 * time.Minute})
 	cl := newClient(d.Server.URL, chk)
+	secrets := d.Kube.CoreV1().Secrets(d.Namespace)
+	cleanupSecret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: terminal.GuardianSecret},
+		Data:       map[string][]byte{terminal.GuardianTokenKey: []byte(guardianToken)},
+	}
+	if _, err := secrets.Create(t.Context(), cleanupSecret, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
 	tok := func(sub string) string { return bearer(d.Token(sub, "student")) }
 	admin := bearer(d.Token("ops", "admin"))
 	scheduler := bearer(stacktest.SchedulerToken)
@@ -163,7 +206,7 @@ func TestEveryRouteMatchesTheDescription(t *testing.T) {
 	})
 
 	t.Run("terminal", func(t *testing.T) {
-		ws := map[string]string{"Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Version": "13", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ=="}
+		ws := wsUpgrade
 		with := func(h map[string]string) map[string]string {
 			out := map[string]string{}
 			for k, v := range ws {
@@ -191,12 +234,7 @@ func TestEveryRouteMatchesTheDescription(t *testing.T) {
 	})
 
 	t.Run("guardianAlert", func(t *testing.T) {
-		key := d.App.Config.AlertKey()
-		basic := func(user, pass string) string {
-			r, _ := http.NewRequest("GET", "/", nil)
-			r.SetBasicAuth(user, pass)
-			return r.Header.Get("Authorization")
-		}
+		key, basic := d.App.Config.AlertKey(), basicAuth
 		own := basic(aID, key.Token(aID))
 		none := "00000000-0000-4000-8000-000000000000"
 		cl.run(t, []call{
@@ -311,9 +349,43 @@ func TestEveryRouteMatchesTheDescription(t *testing.T) {
 		}
 	})
 
+	// A Pod lab on the real node: guardian's cleanup report, then
+	// guardian refusing a token the Secret no longer matches (502).
+	t.Run("cleanup on the real node", func(t *testing.T) {
+		w := cl.do(t, call{method: "POST", path: "/openSession", auth: tok("w"), body: `{"lab":"shell"}`, status: 201})
+		d.WaitRunning("w", 3*time.Minute)
+		body := `{"session":"` + id(w) + `"}`
+		cl.do(t, call{name: "cleanup", method: "POST", path: "/terminal/cleanup", auth: tok("w"), body: body, status: 200})
+		cleanupSecret.Data[terminal.GuardianTokenKey] = []byte("not-the-token-guardian-holds-0123456789")
+		if _, err := secrets.Update(t.Context(), cleanupSecret, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		cl.do(t, call{name: "guardian refuses", method: "POST", path: "/terminal/cleanup", auth: tok("w"), body: body, status: 502, code: "bad_gateway"})
+		cl.do(t, call{method: "POST", path: "/closeSession", auth: tok("w"), status: 200})
+	})
+
 	t.Run("provisioning refused", func(t *testing.T) {
 		refuseNetworkPolicies(t, d)
 		cl.do(t, call{method: "POST", path: "/openSession", auth: tok("e"), body: `{"lab":"linux-vm"}`, status: 502, code: "provisioning_failed"})
+	})
+
+	// The database refusing connections: every operation that needs it
+	// answers 500 internal, its text withheld from students.
+	t.Run("database down", func(t *testing.T) {
+		refuseDatabase(t, d)
+		cl.run(t, []call{
+			{name: "open", method: "POST", path: "/openSession", auth: tok("x"), body: `{"lab":"linux-vm"}`, status: 500, code: "internal"},
+			{name: "get", method: "GET", path: "/getSession", auth: tok("x"), status: 500, code: "internal"},
+			{name: "extend", method: "POST", path: "/extendSession", auth: tok("x"), status: 500, code: "internal"},
+			{name: "admin sessions", method: "GET", path: "/adminSessions", auth: admin, status: 500, code: "internal"},
+			{name: "admin alerts", method: "GET", path: "/adminAlerts", auth: admin, status: 500, code: "internal"},
+			{name: "admin status", method: "GET", path: "/adminStatus", auth: admin, status: 500, code: "internal"},
+			{name: "guardian alert", method: "POST", path: "/guardianAlert", auth: basicAuth(aID, d.App.Config.AlertKey().Token(aID)), body: alertJSON("k", "m"), status: 500, code: "internal"},
+			{name: "reap now", method: "POST", path: "/adminReapNow", auth: admin, status: 500, code: "internal"},
+			{name: "tick", method: "POST", path: "/reapTick", auth: scheduler, status: 500, code: "internal"},
+			{name: "terminal", method: "GET", path: "/terminal/connect?session=" + aID, auth: tok("a"), header: wsUpgrade, status: 500, code: "internal"},
+			{name: "cleanup", method: "POST", path: "/terminal/cleanup", auth: tok("a"), body: `{"session":"` + aID + `"}`, status: 500, code: "internal"},
+		})
 	})
 
 	t.Run("coverage", func(t *testing.T) {
