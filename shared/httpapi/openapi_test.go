@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -9,6 +10,11 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/google/go-cmp/cmp"
+
+	"labkeep/guardian/alert"
+	"labkeep/shared/labs"
+	"labkeep/shared/reap"
+	"labkeep/shared/session"
 )
 
 // loadOpenAPI loads and validates the embedded description.
@@ -110,5 +116,51 @@ func TestOpenAPIServedAndCoversRoutes(t *testing.T) {
 	a.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/openapi.yaml", nil))
 	if rec.Code != http.StatusOK || rec.Body.String() != string(OpenAPI) || !strings.HasPrefix(rec.Header().Get("Content-Type"), "application/yaml") {
 		t.Errorf("GET /openapi.yaml = %d %q, %d bytes; want 200 application/yaml, the embedded description", rec.Code, rec.Header().Get("Content-Type"), rec.Body.Len())
+	}
+}
+
+// enum is the description's enum of schema name (or of its property
+// prop), sorted.
+func enum(t *testing.T, doc *openapi3.T, name, prop string) []string {
+	t.Helper()
+	s := doc.Components.Schemas[name].Value
+	if prop != "" {
+		s = s.Properties[prop].Value
+	}
+	var out []string
+	for _, e := range s.Enum {
+		out = append(out, e.(string))
+	}
+	slices.Sort(out)
+	return out
+}
+
+// The description's enums are the values the code writes.
+func TestOpenAPIEnumsAreTheCodes(t *testing.T) {
+	doc := loadOpenAPI(t)
+	sorted := func(s ...string) []string { slices.Sort(s); return s }
+	tests := []struct {
+		name      string
+		want, got []string
+	}{
+		{"session status", sorted(string(session.StatusQueued), string(session.StatusProvisioning), string(session.StatusRunning),
+			string(session.StatusExpired), string(session.StatusFailed), string(session.StatusClosed)), enum(t, doc, "SessionStatus", "")},
+		{"lab kind", sorted(string(labs.KindVM), string(labs.KindPod)), enum(t, doc, "LabKind", "")},
+		{"node phase", sorted(PhaseScheduled, PhaseBooting, PhaseReady), enum(t, doc, "Node", "phase")},
+		{"reaper item kind", sorted(string(reap.Expired), string(reap.Orphan), string(reap.Ghost),
+			string(reap.FailedInventory), string(reap.FailedRetention), string(reap.FailedSuspects)), enum(t, doc, "ItemKind", "")},
+		{"reaper trigger", sorted(string(reap.TriggerSchedule), string(reap.TriggerAdmin)), enum(t, doc, "Trigger", "")},
+		{"alert severity", sorted(string(alert.Info), string(alert.Warning), string(alert.Critical)), enum(t, doc, "Severity", "")},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, tc.got); diff != "" {
+				t.Errorf("(-code +openapi.yaml):\n%s", diff)
+			}
+		})
+	}
+	counts := slices.Sorted(maps.Keys(doc.Components.Schemas["Counts"].Value.Properties))
+	if diff := cmp.Diff(enum(t, doc, "ItemKind", ""), counts); diff != "" {
+		t.Errorf("Counts' properties are not the item kinds (-ItemKind +Counts):\n%s", diff)
 	}
 }
