@@ -1,20 +1,20 @@
 package httpapi
 
 import (
+	"go/ast"
+	"go/parser"
+	"go/token"
 	"maps"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/google/go-cmp/cmp"
-
-	"labkeep/guardian/alert"
-	"labkeep/shared/labs"
-	"labkeep/shared/reap"
-	"labkeep/shared/session"
 )
 
 // loadOpenAPI loads and validates the embedded description.
@@ -135,22 +135,65 @@ func enum(t *testing.T, doc *openapi3.T, name, prop string) []string {
 	return out
 }
 
-// The description's enums are the values the code writes.
+// constants are the string values of every constant of type typ that the
+// package in dir declares (its non-test files), sorted: a value added to
+// the code and not to the description fails the test below.
+func constants(t *testing.T, dir, typ string) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(dir, "*.go"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, file := range files {
+		if strings.HasSuffix(file, "_test.go") {
+			continue
+		}
+		f, err := parser.ParseFile(token.NewFileSet(), file, nil, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, decl := range f.Decls {
+			gen, ok := decl.(*ast.GenDecl)
+			if !ok || gen.Tok != token.CONST {
+				continue
+			}
+			for _, spec := range gen.Specs {
+				vs := spec.(*ast.ValueSpec)
+				if id, ok := vs.Type.(*ast.Ident); !ok || id.Name != typ {
+					continue
+				}
+				for _, v := range vs.Values {
+					if lit, ok := v.(*ast.BasicLit); ok && lit.Kind == token.STRING {
+						s, _ := strconv.Unquote(lit.Value)
+						out = append(out, s)
+					}
+				}
+			}
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("no constant of type %s in %s", typ, dir)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// The description's enums are the values the code declares.
 func TestOpenAPIEnumsAreTheCodes(t *testing.T) {
 	doc := loadOpenAPI(t)
-	sorted := func(s ...string) []string { slices.Sort(s); return s }
+	phases := []string{PhaseScheduled, PhaseBooting, PhaseReady}
+	slices.Sort(phases)
 	tests := []struct {
 		name      string
 		want, got []string
 	}{
-		{"session status", sorted(string(session.StatusQueued), string(session.StatusProvisioning), string(session.StatusRunning),
-			string(session.StatusExpired), string(session.StatusFailed), string(session.StatusClosed)), enum(t, doc, "SessionStatus", "")},
-		{"lab kind", sorted(string(labs.KindVM), string(labs.KindPod)), enum(t, doc, "LabKind", "")},
-		{"node phase", sorted(PhaseScheduled, PhaseBooting, PhaseReady), enum(t, doc, "Node", "phase")},
-		{"reaper item kind", sorted(string(reap.Expired), string(reap.Orphan), string(reap.Ghost),
-			string(reap.FailedInventory), string(reap.FailedRetention), string(reap.FailedSuspects)), enum(t, doc, "ItemKind", "")},
-		{"reaper trigger", sorted(string(reap.TriggerSchedule), string(reap.TriggerAdmin)), enum(t, doc, "Trigger", "")},
-		{"alert severity", sorted(string(alert.Info), string(alert.Warning), string(alert.Critical)), enum(t, doc, "Severity", "")},
+		{"session status", constants(t, "../session", "Status"), enum(t, doc, "SessionStatus", "")},
+		{"lab kind", constants(t, "../labs", "Kind"), enum(t, doc, "LabKind", "")},
+		{"node phase", phases, enum(t, doc, "Node", "phase")},
+		{"reaper item kind", constants(t, "../reap", "ItemKind"), enum(t, doc, "ItemKind", "")},
+		{"reaper trigger", constants(t, "../reap", "Trigger"), enum(t, doc, "Trigger", "")},
+		{"alert severity", constants(t, "../../guardian/alert", "Severity"), enum(t, doc, "Severity", "")},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
