@@ -172,3 +172,41 @@ func TestConsoleShowsTheLine(t *testing.T) {
 		}
 	}
 }
+
+// The Warm pool section shows adminStatus's pools as the reaper's runs
+// fill the pool (linux-vm=2 on virtsim) and a student's open claims an
+// instance.
+func TestConsoleShowsTheWarmPool(t *testing.T) {
+	d := stacktest.Deploy(t, st, stacktest.Options{MaxVMs: 8, WarmPool: "linux-vm=2"})
+	b := browser.Start(t, browser.Isolated)
+	a := signIn(t, b, d)
+	pool := func(w waitingState) row {
+		r, _ := find(w.PoolRow, "lab", "linux-vm")
+		return r
+	}
+	// Every reaper run tops the pool up; its instances turn idle once
+	// ready.
+	stacktest.Eventually(t, 2*time.Minute, func() (bool, string) {
+		if r := d.Do("POST", "/reapTick", stacktest.SchedulerToken, "", ""); r.Status != http.StatusOK {
+			return false, fmt.Sprintf("reapTick = %d %s", r.Status, r.Body)
+		}
+		for _, p := range adminStatus(t, d).Pools {
+			if p.Lab == "linux-vm" && p.Idle == 2 {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("pools %+v", adminStatus(t, d).Pools)
+	})
+	w := a.waiting("the pool ready", 30*time.Second, func(w waitingState) bool { return w.Pools && pool(w).Data["idle"] == "2" })
+	a.tab.Screenshot("warm-pool-ready")
+	if diff := cmp.Diff([]string{"linux-vm", "2", "2", "0", "0"}, pool(w).Cells); diff != "" {
+		t.Errorf("the linux-vm pool row (-want +got):\n%s", diff)
+	}
+
+	d.Opened("s-pool", "linux-vm")
+	w = a.waiting("an instance claimed", 30*time.Second, func(w waitingState) bool { return len(pool(w).Cells) == 5 && pool(w).Cells[4] == "1" })
+	a.tab.Screenshot("warm-pool-claimed")
+	if got := pool(w).Cells; got[1] != "2" || got[2] != "1" {
+		t.Errorf("after one claim the row reads %q, want target 2, idle 1", got)
+	}
+}
