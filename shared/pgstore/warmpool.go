@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -20,12 +21,13 @@ var _ session.PoolStore = (*PG)(nil)
 // row or entry is deleted first, inside the transaction, so a student who
 // closed or left meanwhile gets nothing and the instance stays idle; the
 // cluster step (claim) runs while the row lock is held, and its failure
-// rolls everything back.
-func (p *PG) ClaimPooled(ctx context.Context, lab, replaces string, claim func(session.Session) (session.Session, error)) (inst session.Session, err error) {
+// rolls everything back. An instance whose TTL has passed is never
+// claimed: its anchor's deadline covers a claim within the TTL only.
+func (p *PG) ClaimPooled(ctx context.Context, lab, replaces string, at time.Time, claim func(session.Session) (session.Session, error)) (inst session.Session, err error) {
 	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
 		inst, err = one(tx.Query(ctx, `SELECT `+columns+` FROM sessions
-			WHERE pool = 'idle' AND lab = $1 AND status = 'running'
-			ORDER BY started_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`, lab))
+			WHERE pool = 'idle' AND lab = $1 AND status = 'running' AND expires_at > $2
+			ORDER BY started_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`, lab, at))
 		if err != nil {
 			return err
 		}

@@ -50,8 +50,8 @@ const PoolStudent = "labkeep:pool"
 
 // PoolStore is the database side of the warm pool.
 type PoolStore interface {
-	// ClaimPooled takes the oldest running idle instance of lab under its row
-	// lock (skipping instances another claim or an End holds), deletes
+	// ClaimPooled takes the oldest running idle instance of lab whose TTL
+	// has not passed at at, under its row lock (skipping instances another claim or an End holds), deletes
 	// the row or waitlist entry replaces (the student's open or place in
 	// line; ErrNoSession if neither exists any more), then calls
 	// claim(instance) and, if it returns nil error, writes the session it
@@ -59,7 +59,7 @@ type PoolStore interface {
 	// ClaimedFor replaces) and commits. ErrNoSession if lab has no ready
 	// idle instance. On any error nothing changes; the instance as read is
 	// returned when there was one.
-	ClaimPooled(ctx context.Context, lab, replaces string, claim func(instance Session) (Session, error)) (Session, error)
+	ClaimPooled(ctx context.Context, lab, replaces string, at time.Time, claim func(instance Session) (Session, error)) (Session, error)
 }
 
 // PoolCluster is the cluster side of a claim.
@@ -100,7 +100,7 @@ func (s *Service) claimPooled(ctx context.Context, sess Session, lab labs.Lab) (
 		return Session{}, false
 	}
 	tried := false // the cluster step ran: the instance may hold the student's key
-	instance, err := p.Store.ClaimPooled(ctx, lab.Name, sess.ID, func(inst Session) (Session, error) {
+	instance, err := p.Store.ClaimPooled(ctx, lab.Name, sess.ID, s.now(), func(inst Session) (Session, error) {
 		tried = true
 		c := inst
 		c.Student, c.StudentKey = sess.Student, sess.StudentKey

@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"labkeep/localrun/benchtable"
 	"labkeep/localrun/stacktest"
 	"labkeep/shared/reap"
 )
@@ -88,4 +90,64 @@ func TestWarmPoolPodIsClaimedAndLoggedInto(t *testing.T) {
 		t.Errorf("getSession = %d %s", r.Status, r.Body)
 	}
 	s.close()
+}
+
+// BenchmarkTableOpenToReadyPoolVsCold: openSession of the shell lab until
+// the student's first SSH login succeeds, on the real node, from a ready
+// warm pool Pod vs a cold provision (the Pod scheduled, its images
+// started, guardian and sshd up). One workspace Pod at a time: the node's
+// two CPUs hold one. Both on the wall clock, the same login poll (its
+// interval is part of both figures), medians over the samples.
+func BenchmarkTableOpenToReadyPoolVsCold(b *testing.B) {
+	samples := 5
+	if benchtable.Quick() {
+		samples = 1
+	}
+	cold := stacktest.Deploy(b, st, stacktest.Options{Log: stacktest.Discard()})
+	warm := stacktest.Deploy(b, st, stacktest.Options{WarmPool: "shell=1", Log: stacktest.Discard()})
+	for range b.N {
+		var fromPool, fromCold []time.Duration
+		for i := range samples {
+			// Cold first, while the pool is empty: its Pod needs the CPU
+			// a pool Pod would hold.
+			fromCold = append(fromCold, openToLogin(b, cold, fmt.Sprintf("cold-%d", i), ""))
+			pooled := fillShellPool(b, warm, 1)
+			fromPool = append(fromPool, openToLogin(b, warm, fmt.Sprintf("warm-%d", i), pooled[0]))
+		}
+		p, c := median(fromPool), median(fromCold)
+		b.ReportMetric(float64(p.Milliseconds()), "pool-ms")
+		b.ReportMetric(float64(c.Milliseconds()), "cold-ms")
+		benchtable.Record(b, benchtable.Row{
+			Group: "Warm pool", Case: "shell lab, workspace Pod on the real node", Figure: "open → first SSH login (median)",
+			Value: float64(p.Milliseconds()), Unit: "ms",
+			Baseline: "cold provision of the same lab", BaselineValue: benchtable.F(float64(c.Milliseconds())),
+			Note: fmt.Sprintf("%d samples each; pool %v, cold %v", samples, fromPool, fromCold),
+		})
+	}
+}
+
+// openToLogin opens the shell lab for name on d and returns the wall time
+// until the student's first SSH login with their own key succeeds; the
+// session must be want when want is set (a pool instance). The session is
+// closed and its objects gone before it returns.
+func openToLogin(b *testing.B, d *stacktest.Deployment, name, want string) time.Duration {
+	b.Helper()
+	start := time.Now()
+	s := openLab(b, d, name, "shell", newKey(b))
+	if want != "" && s.opened.ID != want {
+		b.Fatalf("open = %s, want the pool's %s", s.opened.ID, want)
+	}
+	s.waitRunning(3 * time.Minute)
+	s.waitSSH(time.Minute)
+	took := time.Since(start)
+	s.close()
+	d.WaitGone(s.opened.ID, 2*time.Minute)
+	return took
+}
+
+// median of ds (not empty).
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
 }

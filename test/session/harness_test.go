@@ -27,12 +27,24 @@ const bootDelay = 500 * time.Millisecond
 // neverReady starts the environment names whose VMs never boot.
 const neverReady = "neverready"
 
+// slowBoot starts the environment names whose VMs boot in vmBootDelay, a
+// VM's boot to SSH rather than the stand-in's instant one (set, not
+// measured: no guest runs here).
+const (
+	slowBoot    = "slowboot"
+	vmBootDelay = 30 * time.Second
+)
+
 func TestMain(m *testing.M) {
 	stacktest.Main(m, &st, stack.Options{
 		VirtSim: virtsim.Options{
 			BootDelay: bootDelay,
 			Faults: func(vm *kubevirtv1.VirtualMachine) virtsim.Fault {
-				return virtsim.Fault{NeverReady: strings.HasPrefix(vm.Labels[kube.LabelEnv], neverReady)}
+				f := virtsim.Fault{NeverReady: strings.HasPrefix(vm.Labels[kube.LabelEnv], neverReady)}
+				if strings.HasPrefix(vm.Labels[kube.LabelEnv], slowBoot) {
+					f.BootDelay = vmBootDelay
+				}
+				return f
 			},
 		},
 	})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -12,8 +13,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/jackc/pgx/v5"
+	admissionv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"labkeep/localrun/benchtable"
 	"labkeep/localrun/stacktest"
 	"labkeep/shared/kube"
 	"labkeep/shared/reap"
@@ -298,4 +302,127 @@ func TestWarmPoolServesTheHeadOfTheLine(t *testing.T) {
 	if n := len(lineOf(t, e)); n != 0 {
 		t.Errorf("%d still in line", n)
 	}
+}
+
+// BenchmarkTableOpenToReadyPoolVsCold: openSession of linux-vm until
+// getSession reads running, from a ready warm pool VM vs a cold provision,
+// on the KubeVirt stand-in with every VM booting in vmBootDelay. Cold
+// opens run side by side (capacity allows), each timed alone; claims one
+// after another from a pool filled beforehand (untimed). A claimed VM is
+// running at the answer; the student's key then reaches the guest when the
+// kubelet syncs the keys Secret into virt-launcher (no guest runs here, so
+// that delay is not in the figure).
+func BenchmarkTableOpenToReadyPoolVsCold(b *testing.B) {
+	samples := 5
+	if benchtable.Quick() {
+		samples = 1
+	}
+	e := newEnv(b, stacktest.Options{EnvPrefix: slowBoot, MaxVMs: 2 * samples, WarmPool: fmt.Sprintf("linux-vm=%d", samples), Log: stacktest.Discard()})
+	for n := range b.N {
+		fromCold := make([]time.Duration, samples)
+		var wg sync.WaitGroup
+		for i := range samples {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				fromCold[i] = openToRunning(b, e, fmt.Sprintf("cold-%d-%d", n, i))
+			}()
+		}
+		wg.Wait()
+		for i := range samples {
+			e.Close(fmt.Sprintf("cold-%d-%d", n, i))
+		}
+		stacktest.Eventually(b, 5*time.Minute, func() (bool, string) {
+			if _, err := e.App.Reaper.RunOnce(context.Background(), reap.TriggerSchedule); err != nil {
+				b.Fatal(err)
+			}
+			got := poolOf(e, "linux-vm")
+			return got.Idle == samples, fmt.Sprintf("pool %+v", got)
+		})
+		var fromPool []time.Duration
+		for i := range samples {
+			fromPool = append(fromPool, openToRunning(b, e, fmt.Sprintf("warm-%d-%d", n, i)))
+		}
+		if got := poolOf(e, "linux-vm"); got.Claimed != samples {
+			b.Fatalf("pool after the warm opens: %+v, want %d claimed", got, samples)
+		}
+		for i := range samples {
+			e.Close(fmt.Sprintf("warm-%d-%d", n, i))
+		}
+		p, c := medianOf(fromPool), medianOf(fromCold)
+		b.ReportMetric(float64(p.Milliseconds()), "pool-ms")
+		b.ReportMetric(float64(c.Milliseconds()), "cold-ms")
+		benchtable.Record(b, benchtable.Row{
+			Group: "Warm pool", Case: fmt.Sprintf("linux-vm, KubeVirt stand-in with a %s boot", vmBootDelay), Figure: "open → running (median)",
+			Value: float64(p.Milliseconds()), Unit: "ms",
+			Baseline: "cold provision of the same lab", BaselineValue: benchtable.F(float64(c.Milliseconds())),
+			Note: fmt.Sprintf("%d samples each; boot delay set in virtsim, not measured; the key's sync into a real guest (kubelet Secret sync) is not in the pool figure; pool %v, cold %v", samples, fromPool, fromCold),
+		})
+	}
+}
+
+// openToRunning opens linux-vm for student and returns the wall time until
+// getSession reads running (polled every 10 ms).
+func openToRunning(b *testing.B, e *stacktest.Deployment, student string) time.Duration {
+	start := time.Now()
+	r := e.Open(student, "linux-vm")
+	if r.Status != http.StatusCreated {
+		b.Errorf("open for %s = %d %s", student, r.Status, r.Body)
+		return 0
+	}
+	tok := e.Token(student, "student")
+	for r.Session.Status != "running" {
+		if time.Since(start) > 5*time.Minute {
+			b.Errorf("%s not running after 5 minutes: %s", student, r.Body)
+			return 0
+		}
+		time.Sleep(10 * time.Millisecond)
+		r = e.Do("GET", "/getSession", tok, "", "")
+	}
+	return time.Since(start)
+}
+
+// medianOf ds (not empty).
+func medianOf(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+// A claim whose cluster step fails changes nothing for the student but
+// the wait: the API server refuses the instance's new keys Secret, so the
+// claim rolls back, the instance (which may hold part of the student's
+// keys) is ended with the reason and its objects deleted, and the open
+// provisions a cold session of its own.
+func TestWarmPoolFailedClaimProvisionsCold(t *testing.T) {
+	e := newEnv(t, stacktest.Options{MaxVMs: 4, WarmPool: "linux-vm=1"})
+	fillPool(t, e, "linux-vm", 1)
+	instance := e.Session(idleIDs(t, e, "linux-vm")[0])
+	keys := session.SSHKeysName(instance.ID, instance.Nodes[0].Name)
+	ctx := context.Background()
+	probe := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: keys}}
+	stacktest.Refuse(t, st, stacktest.Refusal{
+		Name: "refuse-keys-" + e.Env, Namespace: e.Namespace,
+		Resource: "secrets", Operations: []admissionv1.OperationType{admissionv1.Create},
+		Expression: `object.metadata.name != '` + keys + `'`,
+		Message:    "injected fault: keys Secret refused",
+		Probe: func() error {
+			_, err := e.Kube.CoreV1().Secrets(e.Namespace).Create(ctx, probe, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			return err
+		},
+	})
+
+	r := e.Open("noa", "linux-vm")
+	if r.Status != http.StatusCreated || r.Session.ID == instance.ID {
+		t.Fatalf("open with the claim refused = %d %s, want a cold session of its own", r.Status, r.Body)
+	}
+	if row := e.Session(r.Session.ID); row.Pool != "" || row.Student != "noa" {
+		t.Errorf("noa's session: pool %q student %q, want a cold one of noa's", row.Pool, row.Student)
+	}
+	ended := e.Session(instance.ID)
+	if ended.Status.Live() || ended.Student != session.PoolStudent || !strings.Contains(ended.End.Detail, "claim failed") {
+		t.Errorf("instance after the failed claim: %s, student %q, reason %q; want ended, never the student's", ended.Status, ended.Student, ended.End.Detail)
+	}
+	e.WaitGone(instance.ID, time.Minute)
+	e.WaitRunning("noa", time.Minute)
 }
