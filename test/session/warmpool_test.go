@@ -426,3 +426,22 @@ func TestWarmPoolFailedClaimProvisionsCold(t *testing.T) {
 	e.WaitGone(instance.ID, time.Minute)
 	e.WaitRunning("noa", time.Minute)
 }
+
+// An open never takes a pool instance past a waiting student: with a
+// ready linux-vm instance and someone waiting for VMs, an open of
+// linux-vm is refused like any open while the line is not empty, and the
+// instance stays unclaimed.
+func TestWarmPoolNeverPassesTheLine(t *testing.T) {
+	e := newEnv(t, stacktest.Options{MaxVMs: 3, WarmPool: "linux-vm=1"})
+	fillPool(t, e, "linux-vm", 1)
+	if r := openWaiting(e, "first", "k8s-cluster"); r.Status != http.StatusAccepted {
+		t.Fatalf("open of 3 VMs with 2 free = %d %s, want queued", r.Status, r.Body)
+	}
+	r := e.Open("second", "linux-vm")
+	if r.Status != http.StatusServiceUnavailable || r.Code != "no_capacity" {
+		t.Errorf("open of linux-vm while first waits = %d %s, want no_capacity", r.Status, r.Body)
+	}
+	if got := poolOf(e, "linux-vm"); got != (poolCounts{Idle: 1}) {
+		t.Errorf("pool: %+v, want the instance still idle", got)
+	}
+}
