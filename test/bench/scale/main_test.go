@@ -19,6 +19,9 @@ import (
 
 var st *stack.Stack
 
+// liveBoot is virtsim's delay from a VMI's creation to Ready.
+const liveBoot = 300 * time.Millisecond
+
 // The stack has no node: a thousand sessions' anchor Pods stay Pending
 // instead of starting a thousand containers on the machine being measured;
 // what is measured here is the control plane's and the database's work,
@@ -30,5 +33,5 @@ func TestMain(m *testing.M) {
 	if flag.Lookup("test.bench").Value.String() == "" {
 		os.Exit(m.Run())
 	}
-	stacktest.Main(m, &st, stack.Options{NoNode: true, VirtSim: virtsim.Options{BootDelay: 300 * time.Millisecond}})
+	stacktest.Main(m, &st, stack.Options{NoNode: true, VirtSim: virtsim.Options{BootDelay: liveBoot}})
 }
