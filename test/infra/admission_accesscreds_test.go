@@ -46,7 +46,8 @@ const (
 //     instead of root, a configDrive or noCloud propagation, a second
 //     entry, a VM not named for its node or without a node label;
 //   - a Secret named like a keys Secret must be the node's keys Secret of
-//     its labelled session, owned by that session's anchor alone.
+//     its labelled session, owned by that session's anchor alone; labkeep's
+//     own (Provision's, and ReplaceSSHKeys' at a claim) are created.
 //
 // Each crafted object is created with dryRun=All (admission runs, nothing
 // is stored).
@@ -231,6 +232,20 @@ func TestAdmissionLimitsAccessCredentials(t *testing.T) {
 			s.OwnerReferences = append(s.OwnerReferences, metav1.OwnerReference{APIVersion: "v1", Kind: "ConfigMap", Name: "x", UID: anchor.UID})
 		}), refusedKeysSecret},
 	}
+	// A claim replaces the keys Secrets (ReplaceSSHKeys) under the policy.
+	t.Run("labkeep's claim replaces the keys Secrets", func(t *testing.T) {
+		const student = "ssh-ed25519 AAAAstudent alice@laptop"
+		if err := cluster.ReplaceSSHKeys(ctx, other, lab, []string{student, grader}); err != nil {
+			t.Fatalf("ReplaceSSHKeys as the functions: %v", err)
+		}
+		sec, err := admin.CoreV1().Secrets(place.Sessions).Get(ctx, session.SSHKeysName(other.ID, node.Name), metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if diff := cmp.Diff(map[string][]byte{kube.SSHKeysField: []byte(student + "\n" + grader + "\n")}, sec.Data); diff != "" {
+			t.Errorf("keys after the claim (-want +got):\n%s", diff)
+		}
+	})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			err := dryRunCreate(ctx, fnDyn, tc.obj.gvr, place.Sessions, tc.obj.obj)
