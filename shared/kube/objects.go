@@ -476,6 +476,7 @@ func (b builder) workspace(anchor *batchv1.Job) (*corev1.Pod, error) {
 	}
 	w.Resources = corev1.ResourceRequirements{Requests: b.resources(n), Limits: b.resources(n)}
 	w.VolumeMounts = append([]corev1.VolumeMount{labkeepMount}, w.VolumeMounts...)
+	b.keepClaimedKeys(pod)
 	// The lab's opt-ins (labs.OptInCapabilities) on top of the workspace
 	// set; ParseWorkspacePod made sure the definition has a capabilities
 	// block that drops ALL.

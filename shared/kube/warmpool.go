@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
@@ -42,6 +43,32 @@ func authorizedKeys(s session.Session, cfg Config) []string {
 // replaces them in the running container.
 const WorkspaceKeysFile = "/run/sshd/authorized_keys"
 
+// RootSSHDir is root's ~/.ssh in a workspace container; sshd reads its
+// authorized_keys besides WorkspaceKeysFile (labkeep's workspace image,
+// localrun/images). PoolKeysVolume is the emptyDir a pool instance's
+// workspace Pod mounts there.
+const (
+	RootSSHDir     = "/root/.ssh"
+	PoolKeysVolume = "root-ssh"
+)
+
+// keepClaimedKeys gives the workspace Pod of a pool instance a small
+// memory-backed emptyDir at RootSSHDir. A claim writes the student's keys
+// there too: an emptyDir outlives container restarts, so when the
+// student kills sshd (the container restarts, and its entrypoint copies
+// WorkspaceKeysFile from the Secret, which holds no student key) they can
+// still log in. Other sessions' Pods are unchanged.
+func (b builder) keepClaimedKeys(pod *corev1.Pod) {
+	if b.sess.Pool == "" {
+		return
+	}
+	size := resource.MustParse("1Mi")
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: PoolKeysVolume, VolumeSource: corev1.VolumeSource{
+		EmptyDir: &corev1.EmptyDirVolumeSource{Medium: corev1.StorageMediumMemory, SizeLimit: &size}}})
+	w := &pod.Spec.Containers[0]
+	w.VolumeMounts = append(w.VolumeMounts, corev1.VolumeMount{Name: PoolKeysVolume, MountPath: RootSSHDir})
+}
+
 // Claim implements session.PoolCluster: the student's keys (with the
 // platform's) are delivered to the running instance.
 //
@@ -57,7 +84,9 @@ const WorkspaceKeysFile = "/run/sshd/authorized_keys"
 // the workspace container only), atomically (a temporary file renamed
 // over it). sshd reads that file at every login, so the student's next
 // connection is let in, with no restart; the exec's exit status confirms
-// the write before the claim commits. A Secret update would reach the Pod
+// the write before the claim commits. The keys also go to root's
+// authorized_keys on the Pod's emptyDir (keepClaimedKeys), so they survive
+// a restart of the workspace container. A Secret update would reach the Pod
 // only at the kubelet's next sync (a minute or more), and the functions
 // may not update Secrets.
 //
@@ -75,7 +104,11 @@ func (c *Cluster) Claim(ctx context.Context, s session.Session, lab labs.Lab) er
 		return c.ReplaceSSHKeys(ctx, s, lab, authorizedKeys(s, c.cfg))
 	}
 	keys := strings.Join(authorizedKeys(s, c.cfg), "\n") + "\n"
-	script := `umask 077 && cat >` + WorkspaceKeysFile + `.claim && mv -f ` + WorkspaceKeysFile + `.claim ` + WorkspaceKeysFile
+	// Both files are replaced by a rename; root's copy first, so the
+	// answer never precedes a durable copy.
+	tmp := WorkspaceKeysFile + ".claim"
+	script := `umask 077 && cat >` + tmp + ` && mkdir -p ` + RootSSHDir + ` && cp ` + tmp + ` ` + RootSSHDir + `/authorized_keys.claim && mv -f ` +
+		RootSSHDir + `/authorized_keys.claim ` + RootSSHDir + `/authorized_keys && mv -f ` + tmp + ` ` + WorkspaceKeysFile
 	for _, n := range s.Nodes {
 		var out bytes.Buffer
 		if err := c.exec(ctx, session.NodeName(s.ID, n.Name), []string{"/bin/sh", "-c", script}, strings.NewReader(keys), &out); err != nil {

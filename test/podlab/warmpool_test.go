@@ -55,7 +55,8 @@ func fillShellPool(t testing.TB, d *stacktest.Deployment, want int) []string {
 // the answer is the pool Pod's session, already running, and the student
 // logs in over SSH with their own key at once (delivered into the running
 // container, no restart), verifying the session's host key; the Pod's
-// containers never restarted. A second student's key does not open it.
+// containers never restarted. Another key does not open it. When the
+// student kills sshd, the restarted container still takes their key.
 func TestWarmPoolPodIsClaimedAndLoggedInto(t *testing.T) {
 	d := stacktest.Deploy(t, st, stacktest.Options{WarmPool: "shell=1"})
 	pooled := fillShellPool(t, d, 1)
@@ -89,6 +90,9 @@ func TestWarmPoolPodIsClaimedAndLoggedInto(t *testing.T) {
 	if r := d.Do("GET", "/getSession", d.Token("pia", "student"), "", ""); r.Status != http.StatusOK || r.Session.Student != "pia" {
 		t.Errorf("getSession = %d %s", r.Status, r.Body)
 	}
+	// The workspace container restarts when sshd dies; the student's key,
+	// which the Pod's Secret does not hold, still lets them in.
+	t.Logf("sshd killed → the student logs in again with their key after %s", killSSHD(t, s).Round(10*time.Millisecond))
 	s.close()
 }
 
