@@ -107,7 +107,7 @@ func memoryReactions(b *testing.B, polling bool, n int, m uint64) (reactions []t
 		hog := ws.user(bins.workload, "hog", "-mb", strconv.FormatUint(m*11/10>>20, 10), "-step", "8", "-every", "20ms")
 		select {
 		case <-hog.done:
-		case <-time.After(30 * time.Second):
+		case <-time.After(scaled(30 * time.Second)):
 			b.Fatal("hog not killed")
 		}
 		crossed := w.stop()

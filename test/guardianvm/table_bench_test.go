@@ -35,9 +35,10 @@ func BenchmarkTableGuardianV2(b *testing.B) {
 	for range b.N {
 		rows := &guestRows{TB: b}
 		console := &lineLog{tb: rows, start: time.Now()}
-		script := `export ` + benchtable.RowsEnv + `="$0/rows.jsonl" ` + benchtable.QuickEnv + `=1
-"$0/e2e.test" -test.run '^$' -test.bench "$1" -test.benchtime 1x -test.timeout=25m; rc=$?
-while read -r row; do echo "` + rowsMark + `$row"; done < "$0/rows.jsonl"; exit $rc`
+		// One line: the guest takes its command one argument a line.
+		script := `export ` + benchtable.RowsEnv + `="$0/rows.jsonl" ` + benchtable.QuickEnv + `=1; ` +
+			`"$0/e2e.test" -test.run '^$' -test.bench "$1" -test.benchtime 1x -test.timeout=25m; rc=$?; ` +
+			`while read -r row; do echo "` + rowsMark + `$row"; done < "$0/rows.jsonl"; exit $rc`
 		if code := runInGuest(b, console, script, "^BenchmarkTableGuardian"); code != 0 {
 			b.Fatalf("the table benchmarks exited %d in the guest (output above)", code)
 		}
