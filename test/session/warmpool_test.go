@@ -2,6 +2,7 @@ package session_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"slices"
@@ -164,6 +165,25 @@ func TestWarmPoolClaimsAtomically(t *testing.T) {
 	reapRun(t, e)
 	if got := poolOf(e, "linux-vm"); got != (poolCounts{Claimed: 5}) {
 		t.Errorf("pool after a reaper run at capacity: %+v, want 5 claimed", got)
+	}
+	// The admin status and the metrics say the same.
+	st := e.Do("GET", "/adminStatus", e.Token("ops", "admin"), "", "")
+	var status struct{ Pools []session.PoolStatus }
+	if err := json.Unmarshal(st.Body, &status); err != nil || st.Status != http.StatusOK {
+		t.Fatalf("adminStatus = %d %s (%v)", st.Status, st.Body, err)
+	}
+	if diff := cmp.Diff([]session.PoolStatus{{Lab: "linux-vm", Target: 5, Claimed: 5}}, status.Pools); diff != "" {
+		t.Errorf("adminStatus pools (-want +got):\n%s", diff)
+	}
+	metrics := string(e.Do("GET", "/metrics", "", "", "").Body)
+	for _, line := range []string{
+		`labkeep_pool_claims_total{lab="linux-vm",result="ok"} 5`,
+		`labkeep_pool_instances{lab="linux-vm",state="claimed"} 5`,
+		`labkeep_pool_instances{lab="linux-vm",state="idle"} 0`,
+	} {
+		if !strings.Contains(metrics, line+"\n") {
+			t.Errorf("/metrics lacks %s", line)
+		}
 	}
 }
 
