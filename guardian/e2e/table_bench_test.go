@@ -42,8 +42,8 @@ func record(b *testing.B, r benchtable.Row) {
 	benchtable.Record(b, r)
 }
 
-// BenchmarkTableGuardianMemory: memory kill threshold crossed → victim
-// dead, guardian woken by the kernel's threshold notifications against
+// BenchmarkTableGuardianMemory: memory threshold (killLevel) crossed →
+// victim dead, guardian woken by the kernel's threshold notifications against
 // the same guardian in its fallback of polling every 2 s (its mode when
 // notifications cannot be registered, forced here by making
 // cgroup.event_control unwritable to it). The crossing is read outside
@@ -62,7 +62,8 @@ func BenchmarkTableGuardianMemory(b *testing.B) {
 		if !onV2() {
 			poll, pollOwn = memoryReactions(b, true, hogs, m)
 		}
-		c := tableCase(fmt.Sprintf("%d hogs growing 400 MiB/s to 1.1·M, M = %d MiB, kill at 0.97·M", hogs, m>>20))
+		frac, level := killLevel()
+		c := tableCase(fmt.Sprintf("%d hogs growing 400 MiB/s to 1.1·M, M = %d MiB, threshold %.2f·M (%s)", hogs, m>>20, frac, level))
 		for _, q := range []struct {
 			name string
 			q    float64
@@ -83,6 +84,17 @@ func BenchmarkTableGuardianMemory(b *testing.B) {
 	}
 }
 
+// killLevel is the usage, as a fraction of M, from which guardian kills a
+// growing hog, and its name. On v1 that is the kill level; on v2
+// memory.high (below it) throttles the hog first, and guardian kills once
+// it is throttled at the alert level.
+func killLevel() (float64, string) {
+	if onV2() {
+		return guard.Defaults().AlertFraction, "alert level, throttled at memory.high"
+	}
+	return guard.Defaults().KillFraction, "kill level"
+}
+
 // memoryReactions runs n hogs one after another in a fresh workspace of
 // memory limit m under guardian with its production memory poll (2 s),
 // with the kernel's notifications or, polling (cgroup v1 only), without
@@ -100,7 +112,8 @@ func memoryReactions(b *testing.B, polling bool, n int, m uint64) (reactions []t
 	if !eventually(5*time.Second, func() bool { return len(g.records(fallback)) > 0 == polling }) || (!polling && len(g.records(fallback)) > 0) {
 		b.Fatalf("guardian polling only = %v, want %v\n%s", len(g.records(fallback)) > 0, polling, g.logs.String())
 	}
-	kill := uint64(guard.Defaults().KillFraction * float64(ws.lim.MemoryBytes))
+	frac, _ := killLevel()
+	kill := uint64(frac * float64(ws.lim.MemoryBytes))
 	usage := filepath.Join(testcgroup.Dir(ws.rel, "memory"), knobFile(b, "memory.usage_in_bytes"))
 	for i := range n {
 		w := watchCrossing(usage, kill)
