@@ -15,9 +15,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 
-	"labkeep/infra"
 	"labkeep/localrun/stacktest"
 	"labkeep/shared/kube"
 	"labkeep/shared/labs"
@@ -53,23 +51,7 @@ const (
 // is stored).
 func TestAdmissionLimitsAccessCredentials(t *testing.T) {
 	ctx := context.Background()
-	suffix := stacktest.Suffix()
-	place := infra.Placement{Functions: "creds-fn-" + suffix, Sessions: "creds-vms-" + suffix}
-	env := "creds-" + suffix
-	admin, err := kubernetes.NewForConfig(api.admin)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, ns := range []string{place.Functions, place.Sessions} {
-		if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
-	}
-	applyInfra(t, place, "rbac.yaml")
-	installAdmissionPolicy(t, place, env)
-
-	fnRC := impersonate(place.Functions)
+	place, env, admin, fnRC := underAdmissionPolicy(t, "creds")
 	fnDyn := dynamic.NewForConfigOrDie(fnRC)
 	const grader = "ssh-ed25519 AAAAgrader grader@platform"
 	cfg := kube.DefaultConfig()
@@ -249,16 +231,7 @@ func TestAdmissionLimitsAccessCredentials(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			err := dryRunCreate(ctx, fnDyn, tc.obj.gvr, place.Sessions, tc.obj.obj)
-			switch {
-			case tc.refused == "" && err != nil:
-				t.Fatalf("refused: %v", err)
-			case tc.refused != "" && err == nil:
-				t.Fatalf("admitted; want refused with %q", tc.refused)
-			case tc.refused != "" && !(apierrors.IsForbidden(err) && strings.Contains(err.Error(), "labkeep admission: ") && strings.Contains(err.Error(), tc.refused)):
-				t.Fatalf("refused with %v; want the policy's %q", err, tc.refused)
-			case err != nil:
-				t.Log(err)
-			}
+			wantAdmission(t, err, tc.refused)
 		})
 	}
 }

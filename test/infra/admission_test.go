@@ -388,16 +388,7 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 				client = dynamic.NewForConfigOrDie(impersonate(tc.from))
 			}
 			err := dryRunCreate(ctx, client, tc.obj.gvr, place.Sessions, tc.obj.obj)
-			switch {
-			case tc.refused == "" && err != nil:
-				t.Fatalf("refused: %v", err)
-			case tc.refused != "" && err == nil:
-				t.Fatalf("admitted; want refused with %q", tc.refused)
-			case tc.refused != "" && !(apierrors.IsForbidden(err) && strings.Contains(err.Error(), "labkeep admission: ") && strings.Contains(err.Error(), tc.refused)):
-				t.Fatalf("refused with %v; want the policy's %q", err, tc.refused)
-			case err != nil:
-				t.Log(err)
-			}
+			wantAdmission(t, err, tc.refused)
 		})
 	}
 }
@@ -463,6 +454,54 @@ func applyInfra(t *testing.T, p infra.Placement, names ...string) {
 		if err := api.apply(context.Background(), o, "", false); err != nil {
 			t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
 		}
+	}
+}
+
+// createPlacement creates the namespaces of p, deleted when t ends, and
+// rbac.yaml's objects placed in them.
+func createPlacement(t *testing.T, admin kubernetes.Interface, p infra.Placement) {
+	t.Helper()
+	for _, ns := range []string{p.Functions, p.Sessions} {
+		if _, err := admin.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	}
+	applyInfra(t, p, "rbac.yaml")
+}
+
+// underAdmissionPolicy creates a test's own namespaces (prefix-fn-…,
+// prefix-vms-…) with rbac.yaml and admission-policy.yaml, its environment
+// prefix-…, and returns them with the admin's client and the config
+// acting as that functions namespace's ServiceAccount.
+func underAdmissionPolicy(t *testing.T, prefix string) (infra.Placement, string, kubernetes.Interface, *rest.Config) {
+	t.Helper()
+	suffix := stacktest.Suffix()
+	place := infra.Placement{Functions: prefix + "-fn-" + suffix, Sessions: prefix + "-vms-" + suffix}
+	env := prefix + "-" + suffix
+	admin, err := kubernetes.NewForConfig(api.admin)
+	if err != nil {
+		t.Fatal(err)
+	}
+	createPlacement(t, admin, place)
+	installAdmissionPolicy(t, place, env)
+	return place, env, admin, impersonate(place.Functions)
+}
+
+// wantAdmission fails t unless err, a create's outcome, is the one
+// wanted: admitted when refused is "", else refused by the labkeep policy
+// with a message containing refused.
+func wantAdmission(t *testing.T, err error, refused string) {
+	t.Helper()
+	switch {
+	case refused == "" && err != nil:
+		t.Fatalf("refused: %v", err)
+	case refused != "" && err == nil:
+		t.Fatalf("admitted; want refused with %q", refused)
+	case refused != "" && !(apierrors.IsForbidden(err) && strings.Contains(err.Error(), "labkeep admission: ") && strings.Contains(err.Error(), refused)):
+		t.Fatalf("refused with %v; want the policy's %q", err, refused)
+	case err != nil:
+		t.Log(err)
 	}
 }
 

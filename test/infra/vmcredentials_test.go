@@ -50,13 +50,7 @@ func TestPoolVMsTakeSSHKeysLive(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ns := range []string{place.Functions, place.Sessions} {
-		if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
-	}
-	applyInfra(t, place, "rbac.yaml")
+	createPlacement(t, admin, place)
 
 	const grader, student = "ssh-ed25519 AAAAgrader grader@platform", "ssh-ed25519 AAAAstudent alice@laptop"
 	var warned warnings
