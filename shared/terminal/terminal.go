@@ -171,6 +171,8 @@ func Reach(ctx context.Context, svc *session.Service, now time.Time, student, id
 		return Target{}, err
 	}
 	switch st := sess.StatusAt(now); {
+	case st == session.StatusQueued:
+		return Target{}, fmt.Errorf("%w: session %s is still waiting in line; its terminal opens once it is running", session.ErrNotRunning, id)
 	case !st.Live():
 		return Target{}, fmt.Errorf("%w: session %s has ended (%s)", httpapi.ErrForbidden, id, st)
 	case st != session.StatusRunning:

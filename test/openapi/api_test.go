@@ -140,7 +140,7 @@ func TestEveryRouteMatchesTheDescription(t *testing.T) {
 		})
 	})
 
-	var a, b, p answer
+	var a, b, p, q answer
 	opened := t.Run("openSession", func(t *testing.T) {
 		cl.run(t, []call{
 			{name: "no token", method: "POST", path: "/openSession", body: `{"lab":"linux-vm"}`, status: 401, code: "unauthorized", invalid: true},
@@ -160,12 +160,12 @@ func TestEveryRouteMatchesTheDescription(t *testing.T) {
 		if full.Header.Get("Retry-After") == "" {
 			t.Errorf("503 no_capacity without Retry-After")
 		}
-		cl.do(t, call{method: "POST", path: "/openSession", auth: tok("c"), body: `{"lab":"linux-vm","wait":true}`, status: 202})
+		q = cl.do(t, call{method: "POST", path: "/openSession", auth: tok("c"), body: `{"lab":"linux-vm","wait":true}`, status: 202})
 	})
 	if !opened {
 		t.FailNow()
 	}
-	aID, bID, pID := id(a), id(b), id(p)
+	aID, bID, pID, qID := id(a), id(b), id(p), id(q)
 	d.WaitRunning("a", time.Minute)
 
 	t.Run("getSession", func(t *testing.T) {
@@ -173,6 +173,9 @@ func TestEveryRouteMatchesTheDescription(t *testing.T) {
 			{name: "own", method: "GET", path: "/getSession", auth: tok("a"), status: 200},
 			{name: "by id", method: "GET", path: "/getSession?id=" + aID, auth: tok("a"), status: 200},
 			{name: "queued", method: "GET", path: "/getSession", auth: tok("c"), status: 200},
+			// While c still waits (later subtests move the clock past the
+			// line's idle time): a terminal opens only once running.
+			{name: "the terminal of a session waiting in line", method: "GET", path: "/terminal/connect?session=" + qID, auth: tok("c"), header: wsUpgrade, status: 409, code: "not_running"},
 			{name: "as an admin", method: "GET", path: "/getSession?student=b", auth: admin, status: 200},
 			{name: "an unknown parameter", method: "GET", path: "/getSession?pool=x", auth: tok("a"), status: 400, code: "bad_request"},
 			{name: "no token", method: "GET", path: "/getSession", status: 401, code: "unauthorized", invalid: true},
