@@ -25,8 +25,9 @@ type adminSessionJSON struct {
 	Alerts int `json:"alerts"`
 }
 
-// adminSessions answers every live session as an admin sees it (student,
-// lab, status, time left, nodes, alerts kept), oldest first.
+// adminSessions answers every live student's session as an admin sees it
+// (student, lab, status, time left, nodes, alerts kept), oldest first;
+// unclaimed warm-pool instances are adminStatus's pools, not sessions.
 func (a *API) adminSessions(w http.ResponseWriter, r *http.Request, store alerts.Store) {
 	if !a.admin(w, r) {
 		return
@@ -54,6 +55,9 @@ func (a *API) adminSessions(w http.ResponseWriter, r *http.Request, store alerts
 		Sessions []adminSessionJSON `json:"sessions"`
 	}{Sessions: []adminSessionJSON{}}
 	for _, s := range live {
+		if s.Pool == session.PoolIdle {
+			continue // adminStatus's pools counts unclaimed instances
+		}
 		out.Sessions = append(out.Sessions, adminSessionJSON{sessionJSON: a.view(s, p), Alerts: counts[s.ID]})
 	}
 	writeJSON(w, http.StatusOK, out)

@@ -118,7 +118,7 @@ func (m *Metrics) queueEvent(lab string, ev QueueEvent) {
 	m.waitlist.WithLabelValues(lab, string(ev)).Inc()
 }
 
-var liveDesc = prometheus.NewDesc("labkeep_sessions", "Live sessions by lab and status (provisioning, running), read from the database at scrape.", []string{"lab", "status"}, nil)
+var liveDesc = prometheus.NewDesc("labkeep_sessions", "Live students' sessions by lab and status (provisioning, running), read from the database at scrape; unclaimed warm-pool instances are labkeep_pool_instances.", []string{"lab", "status"}, nil)
 
 // liveCollector reads the live sessions at each scrape. A failed read
 // reports no labkeep_sessions series rather than stale numbers (alert on
@@ -135,6 +135,9 @@ func (c liveCollector) Collect(ch chan<- prometheus.Metric) {
 	type key struct{ lab, status string }
 	counts := map[key]int{}
 	for _, s := range live {
+		if s.Pool == PoolIdle {
+			continue // a pool instance is nobody's session yet: labkeep_pool_instances counts it
+		}
 		counts[key{s.Lab, string(s.Status)}]++
 	}
 	for k, n := range counts {

@@ -103,6 +103,11 @@ func TestMetricsCountWhatTheServiceDoes(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// An unclaimed warm-pool instance is live but nobody's session yet.
+	store.mu.Lock()
+	store.rows["pool-1"] = Session{ID: "pool-1", Student: PoolStudent, Lab: "shell", Status: StatusRunning, Pool: PoolIdle}
+	store.mu.Unlock()
+
 	want := map[string]float64{
 		"labkeep_session_opens_total{lab=,result=unknown_lab}":              1,
 		"labkeep_session_opens_total{lab=one,result=ok}":                    1,

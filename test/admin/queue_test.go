@@ -209,4 +209,10 @@ func TestConsoleShowsTheWarmPool(t *testing.T) {
 	if got := pool(w).Cells; got[1] != "2" || got[2] != "1" {
 		t.Errorf("after one claim the row reads %q, want target 2, idle 1", got)
 	}
+	// Live sessions are students' sessions: the claimed instance is
+	// s-pool's, the idle one is only the pool's.
+	s := a.wait("the claimed session listed", 30*time.Second, func(s consoleState) bool { return len(s.Sessions) > 0 })
+	if len(s.Sessions) != 1 || s.Sessions[0].Data["student"] != "s-pool" {
+		t.Errorf("live sessions listed: %+v, want only s-pool's", s.Sessions)
+	}
 }
