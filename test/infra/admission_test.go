@@ -488,6 +488,27 @@ func underAdmissionPolicy(t *testing.T, prefix string) (infra.Placement, string,
 	return place, env, admin, impersonate(place.Functions)
 }
 
+// awaitPolicy waits until the policy, active a moment after it is
+// created (the API server's informers), refuses probe (a dry-run create
+// in ns by c) with a message containing refused.
+func awaitPolicy(t *testing.T, c dynamic.Interface, gvr schema.GroupVersionResource, ns string, probe runtime.Object, refused string) {
+	t.Helper()
+	stacktest.Eventually(t, time.Minute, func() (bool, string) {
+		err := dryRunCreate(context.Background(), c, gvr, ns, probe)
+		return err != nil && strings.Contains(err.Error(), refused), "the policy does not refuse yet: " + errString(err)
+	})
+}
+
+// studentSession is a new session of lab for a student, with the keys
+// and token labkeep issues (placeholders), as Provision takes it.
+func studentSession(lab labs.Lab) session.Session {
+	return session.Session{
+		ID: uuid.NewString(), Student: "student@example.org", Lab: lab.Name, Kind: lab.Kind,
+		StudentKey: "ssh-ed25519 AAAA student", HostKey: "ssh-ed25519 AAAA host", GradingToken: "token",
+		Issued: session.Issued{HostPrivateKey: "-----BEGIN OPENSSH PRIVATE KEY-----\n-----END OPENSSH PRIVATE KEY-----\n"},
+	}
+}
+
 // wantAdmission fails t unless err, a create's outcome, is the one
 // wanted: admitted when refused is "", else refused by the labkeep policy
 // with a message containing refused.

@@ -1,0 +1,359 @@
+package infra_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
+
+	"labkeep/localrun/stacktest"
+	"labkeep/shared/alerts"
+	"labkeep/shared/kube"
+	"labkeep/shared/labs"
+	"labkeep/shared/session"
+	"labkeep/shared/terminal"
+)
+
+// The policy's messages for a Pod's Secrets and name, as
+// admission-policy.yaml writes them (their start).
+const (
+	refusedPodSecrets = "a Pod may read only its node's Secret"
+	refusedPodName    = "a Pod must be named lk-<labkeep.io/session>-<labkeep.io/node>"
+)
+
+// What Secrets the functions' ServiceAccount may give a workspace Pod,
+// under admission-policy.yaml on the real API server (rbac.yaml, the
+// functions impersonated). The workspace's root reads whatever its Pod
+// mounts or puts in its environment, so only labkeep's own references
+// pass: the node's cloud-init Secret as a volume, guardian's cleanup
+// token in guardian's environment; and no persistentVolumeClaim (a VM
+// session's disk).
+//   - every workspace Pod labkeep's builder makes, for every Pod lab of
+//     infra/labs.yaml and one opting in to NET_RAW, for a student's
+//     session and a pool instance, with and without guardian's webhook,
+//     is created for real by Provision;
+//   - a copy of labkeep's own Pod changed in one way is refused with the
+//     policy's sentence: a secret volume of another session's cloud-init
+//     or keys Secret or of the database Secret, a projected Secret,
+//     another session's disk as a persistentVolumeClaim, a
+//     secretKeyRef or envFrom secretRef in the workspace or in an added
+//     init container, guardian's token in the workspace, guardian reading
+//     another Secret, a Job's Pod mounting a Secret, a Pod not named for
+//     its node;
+//   - a Pod carrying another session's labels and naming its Secret must
+//     take that session's Pod's name, which is taken;
+//   - a VM booting a kernel from an image outside the allowlist is
+//     refused, one from the allowlist admitted.
+//
+// Each crafted object is created with dryRun=All (admission runs, nothing
+// is stored).
+func TestAdmissionLimitsPodSecrets(t *testing.T) {
+	ctx := context.Background()
+	place, env, admin, fnRC := underAdmissionPolicy(t, "psec")
+	fnDyn := dynamic.NewForConfigOrDie(fnRC)
+	newCluster := func(t *testing.T, webhook bool) *kube.Cluster {
+		t.Helper()
+		cfg := kube.DefaultConfig()
+		cfg.Namespace, cfg.Env, cfg.MaxLifetime = place.Sessions, env, time.Hour
+		cfg.PlatformSSHKeys = []string{"ssh-ed25519 AAAAgrader grader@platform"}
+		if webhook {
+			cfg.GuardianWebhookURL = "https://labkeep.example.org/guardianAlert"
+			cfg.GuardianAlertKey = alerts.Key{Secret: []byte("alert key"), Env: env}
+		}
+		c, err := kube.NewForConfig(cfg, fnRC)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	plain, hooked := newCluster(t, false), newCluster(t, true)
+
+	catalog := sampleLabs(t)
+	var podLabs []labs.Lab
+	for _, lab := range labsOf(catalog) {
+		if lab.Kind == labs.KindPod {
+			podLabs = append(podLabs, lab)
+		}
+	}
+	if len(podLabs) == 0 {
+		t.Fatal("infra/labs.yaml has no Pod lab")
+	}
+	netLab := podLabs[0]
+	netLab.Name, netLab.Capabilities = netLab.Name+"-net", []string{"NET_RAW"}
+	podLabs = append(podLabs, netLab)
+
+	// provision creates a session of lab as labkeep does (a pool instance
+	// when pool is set) and returns it.
+	provision := func(t *testing.T, c *kube.Cluster, lab labs.Lab, pool bool) session.Session {
+		t.Helper()
+		s := studentSession(lab)
+		if pool {
+			s.Student, s.StudentKey, s.Pool = "labkeep:pool", "", session.PoolIdle
+		}
+		if err := c.Provision(ctx, s, lab); err != nil {
+			t.Fatalf("labkeep's own %s session (pool %v) refused: %v", lab.Name, pool, err)
+		}
+		return s
+	}
+
+	// The baseline the crafted Pods are made from. The policy is active a
+	// moment after it is created: wait until it refuses a copy of
+	// labkeep's own Pod running a foreign image (another rule than the
+	// ones under test, so each case below shows its own).
+	shellLab := podLabs[0]
+	own := provision(t, plain, shellLab, false)
+	other := provision(t, plain, shellLab, false)
+	node := shellLab.Nodes[0].Name
+	workspace, err := admin.CoreV1().Pods(place.Sessions).Get(ctx, session.NodeName(own.ID, node), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	anchor, err := admin.BatchV1().Jobs(place.Sessions).Get(ctx, session.AnchorName(own.ID), metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// pod is a copy of labkeep's own workspace Pod (its name, labels and
+	// owner) changed by edit.
+	pod := func(edit func(p *corev1.Pod, ws, guardian *corev1.Container)) *corev1.Pod {
+		p := workspace.DeepCopy()
+		p.ObjectMeta = metav1.ObjectMeta{Name: workspace.Name, Labels: workspace.Labels, OwnerReferences: workspace.OwnerReferences}
+		p.Status = corev1.PodStatus{}
+		edit(p, &p.Spec.Containers[0], &p.Spec.InitContainers[0])
+		return p
+	}
+	secretVolume := func(name string) func(p *corev1.Pod, ws, _ *corev1.Container) {
+		return func(p *corev1.Pod, ws, _ *corev1.Container) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "extra", VolumeSource: corev1.VolumeSource{
+				Secret: &corev1.SecretVolumeSource{SecretName: name}}})
+			ws.VolumeMounts = append(ws.VolumeMounts, corev1.VolumeMount{Name: "extra", MountPath: "/extra", ReadOnly: true})
+		}
+	}
+	secretEnv := func(secret, key string) corev1.EnvVar {
+		return corev1.EnvVar{Name: "STOLEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key}}}
+	}
+	// initContainer is one more init container, confined as the
+	// workspace is, with env.
+	initContainer := func(p *corev1.Pod, ws *corev1.Container, edit func(c *corev1.Container)) {
+		c := corev1.Container{Name: "init", Image: ws.Image, Command: []string{"true"}, SecurityContext: ws.SecurityContext.DeepCopy()}
+		edit(&c)
+		p.Spec.InitContainers = append(p.Spec.InitContainers, c)
+	}
+	ownCloudInit := session.CloudInitName(own.ID, node)
+	otherCloudInit := session.CloudInitName(other.ID, node)
+	probe := pod(func(_ *corev1.Pod, ws, _ *corev1.Container) { ws.Image = "docker.io/library/alpine:3.20" })
+	awaitPolicy(t, fnDyn, podsGVR, place.Sessions, probe, refusedImage)
+	logTypeWarnings(t, admin)
+
+	t.Run("labkeep's own Pods are admitted", func(t *testing.T) {
+		for _, lab := range podLabs {
+			for _, pool := range []bool{false, true} {
+				for _, webhook := range []bool{false, true} {
+					name := lab.Name
+					if pool {
+						name += " pool instance"
+					}
+					c := plain
+					if webhook {
+						name, c = name+" with guardian's webhook", hooked
+					}
+					t.Run(name, func(t *testing.T) {
+						s := provision(t, c, lab, pool)
+						p, err := admin.CoreV1().Pods(place.Sessions).Get(ctx, session.NodeName(s.ID, lab.Nodes[0].Name), metav1.GetOptions{})
+						if err != nil {
+							t.Fatalf("labkeep's own workspace Pod of %s was not created: %v", lab.Name, err)
+						}
+						t.Logf("Pod %s created with %d volumes", p.Name, len(p.Spec.Volumes))
+					})
+				}
+			}
+		}
+	})
+
+	// The crafted Pods keep the real Pod's name (the policy ties it to the
+	// Secret it mounts), so the real one goes: a copy can then pass
+	// admission and the dry run both.
+	if err := admin.CoreV1().Pods(place.Sessions).Delete(ctx, workspace.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
+		t.Fatal(err)
+	}
+	stacktest.Eventually(t, time.Minute, func() (bool, string) {
+		_, err := admin.CoreV1().Pods(place.Sessions).Get(ctx, workspace.Name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), "Pod still there: " + errString(err)
+	})
+
+	// job is a copy of labkeep's own anchor Job changed by edit.
+	job := func(edit func(spec *corev1.PodSpec)) *batchv1.Job {
+		j := anchor.DeepCopy()
+		j.ObjectMeta = metav1.ObjectMeta{Name: "crafted", Labels: j.Labels}
+		j.Status = batchv1.JobStatus{}
+		j.Spec.Selector, j.Spec.ManualSelector = nil, nil
+		j.Spec.Template.Labels = map[string]string{kube.LabelAnchorOf: own.ID}
+		edit(&j.Spec.Template.Spec)
+		return j
+	}
+
+	tests := []struct {
+		name    string
+		gvr     schema.GroupVersionResource
+		obj     runtime.Object
+		refused string // the rule's sentence; "" means admitted
+	}{
+		{"labkeep's own workspace Pod", podsGVR, pod(func(*corev1.Pod, *corev1.Container, *corev1.Container) {}), ""},
+		{"another session's cloud-init Secret as the labkeep volume", podsGVR, pod(func(p *corev1.Pod, _, _ *corev1.Container) {
+			for i := range p.Spec.Volumes {
+				if s := p.Spec.Volumes[i].Secret; s != nil && s.SecretName == ownCloudInit {
+					s.SecretName = otherCloudInit
+					return
+				}
+			}
+			t.Fatalf("labkeep's Pod mounts no %s", ownCloudInit)
+		}), refusedPodSecrets},
+		{"another session's cloud-init Secret besides its own", podsGVR, pod(secretVolume(otherCloudInit)), refusedPodSecrets},
+		{"another session's keys Secret", podsGVR, pod(secretVolume(session.SSHKeysName(other.ID, node))), refusedPodSecrets},
+		{"its own node's keys Secret", podsGVR, pod(secretVolume(session.SSHKeysName(own.ID, node))), refusedPodSecrets},
+		{"the database Secret", podsGVR, pod(secretVolume("labkeep-secrets")), refusedPodSecrets},
+		{"guardian's Secret as a volume", podsGVR, pod(secretVolume(terminal.GuardianSecret)), refusedPodSecrets},
+		{"a projected volume of another session's Secret", podsGVR, pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "extra", VolumeSource: corev1.VolumeSource{
+				Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{
+					Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: otherCloudInit}},
+				}}}}})
+			ws.VolumeMounts = append(ws.VolumeMounts, corev1.VolumeMount{Name: "extra", MountPath: "/extra", ReadOnly: true})
+		}), refusedVolume},
+		{"another session's root disk as a persistentVolumeClaim", podsGVR, pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
+			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "extra", VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: session.NodeName(other.ID, "vm") + "-root"}}})
+			ws.VolumeMounts = append(ws.VolumeMounts, corev1.VolumeMount{Name: "extra", MountPath: "/extra"})
+		}), refusedVolume},
+		{"a secretKeyRef to another session's Secret in the workspace", podsGVR, pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
+			ws.Env = append(ws.Env, secretEnv(otherCloudInit, "ssh-host-key"))
+		}), refusedPodSecrets},
+		{"guardian's cleanup token in the workspace", podsGVR, pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
+			ws.Env = append(ws.Env, secretEnv(terminal.GuardianSecret, terminal.GuardianTokenKey))
+		}), refusedPodSecrets},
+		{"guardian reading the database Secret", podsGVR, pod(func(_ *corev1.Pod, _, g *corev1.Container) {
+			g.Env = append(g.Env, secretEnv("labkeep-secrets", "password"))
+		}), refusedPodSecrets},
+		{"an envFrom secretRef of its own cloud-init Secret", podsGVR, pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
+			ws.EnvFrom = append(ws.EnvFrom, corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{
+				LocalObjectReference: corev1.LocalObjectReference{Name: ownCloudInit}}})
+		}), refusedPodSecrets},
+		{"an init container with a secretKeyRef to another session's Secret", podsGVR, pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
+			initContainer(p, ws, func(c *corev1.Container) { c.Env = []corev1.EnvVar{secretEnv(otherCloudInit, "userdata")} })
+		}), refusedPodSecrets},
+		{"an init container other than guardian reading guardian's token", podsGVR, pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
+			initContainer(p, ws, func(c *corev1.Container) {
+				c.Name = "guardian-2"
+				c.Env = []corev1.EnvVar{secretEnv(terminal.GuardianSecret, terminal.GuardianTokenKey)}
+			})
+		}), refusedPodSecrets},
+		{"an init container with an envFrom secretRef of the database Secret", podsGVR, pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
+			initContainer(p, ws, func(c *corev1.Container) {
+				c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
+					LocalObjectReference: corev1.LocalObjectReference{Name: "labkeep-secrets"}}}}
+			})
+		}), refusedPodSecrets},
+		{"a Job's Pod mounting a session's cloud-init Secret", jobsGVR, job(func(spec *corev1.PodSpec) {
+			spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "extra", VolumeSource: corev1.VolumeSource{
+				Secret: &corev1.SecretVolumeSource{SecretName: ownCloudInit}}})
+		}), refusedPodSecrets},
+		{"a Job's Pod with a secretKeyRef", jobsGVR, job(func(spec *corev1.PodSpec) {
+			spec.Containers[0].Env = append(spec.Containers[0].Env, secretEnv(otherCloudInit, "userdata"))
+		}), refusedPodSecrets},
+		{"labkeep's own Pod not named for its node", podsGVR, pod(func(p *corev1.Pod, _, _ *corev1.Container) {
+			p.Name = "crafted"
+		}), refusedPodName},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := dryRunCreate(ctx, fnDyn, tc.gvr, place.Sessions, tc.obj)
+			wantAdmission(t, err, tc.refused)
+		})
+	}
+	// The name is what ties a Pod's labels to one session: passing the
+	// policy with another session's Secret takes that session's Pod's
+	// name, and the API server refuses it as taken.
+	t.Run("another session's labels, name and cloud-init Secret", func(t *testing.T) {
+		p := pod(func(p *corev1.Pod, _, _ *corev1.Container) {
+			p.Labels = map[string]string{}
+			for k, v := range workspace.Labels {
+				p.Labels[k] = v
+			}
+			p.Labels[kube.LabelSession] = other.ID
+			p.Name = session.NodeName(other.ID, node)
+			for i := range p.Spec.Volumes {
+				if s := p.Spec.Volumes[i].Secret; s != nil {
+					s.SecretName = otherCloudInit
+				}
+			}
+		})
+		err := dryRunCreate(ctx, fnDyn, podsGVR, place.Sessions, p)
+		if !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("%v; want past the policy and refused as already existing", errString(err))
+		}
+		t.Log(err)
+	})
+
+	t.Run("a VM's kernel boot image", func(t *testing.T) {
+		testKernelBootImage(t, plain, fnDyn, place.Sessions)
+	})
+}
+
+// testKernelBootImage: a copy of labkeep's own VM booting its kernel from
+// a container image is refused when the image is outside the allowlist
+// and admitted when it is in it (the real VM deleted first, so the copy
+// can take its name).
+func testKernelBootImage(t *testing.T, cluster *kube.Cluster, fnDyn dynamic.Interface, ns string) {
+	ctx := context.Background()
+	vmLab, ok := sampleLabs(t).Get("linux-vm")
+	if !ok {
+		t.Fatal("infra/labs.yaml has no linux-vm lab")
+	}
+	s := studentSession(vmLab)
+	if err := cluster.Provision(ctx, s, vmLab); err != nil {
+		t.Fatalf("labkeep's own %s session refused: %v", vmLab.Name, err)
+	}
+	name := session.NodeName(s.ID, vmLab.Nodes[0].Name)
+	vm, err := api.dyn.Resource(vmGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := api.dyn.Resource(vmGVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stacktest.Eventually(t, time.Minute, func() (bool, string) {
+		_, err := api.dyn.Resource(vmGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), "VM still there: " + errString(err)
+	})
+	kernelBoot := func(image string) *unstructured.Unstructured {
+		u := vm.DeepCopy()
+		u.Object["metadata"] = map[string]any{"name": vm.GetName(), "labels": vm.GetLabels()}
+		delete(u.Object, "status")
+		if err := unstructured.SetNestedMap(u.Object, map[string]any{
+			"kernelArgs": "console=ttyS0",
+			"container":  map[string]any{"image": image, "kernelPath": "/boot/vmlinuz"},
+		}, "spec", "template", "spec", "domain", "firmware", "kernelBoot"); err != nil {
+			t.Fatal(err)
+		}
+		return u
+	}
+	for _, tc := range []struct {
+		name, image, refused string
+	}{
+		{"an image outside the allowlist", "docker.io/evil/kernel:1", refusedImage},
+		{"a lookalike of an allowed prefix", "quay.io/containerdisks-evil/kernel:1", refusedImage},
+		{"an image of the allowlist", "quay.io/containerdisks/fedora:40", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			wantAdmission(t, dryRunCreate(ctx, fnDyn, vmGVR, ns, kernelBoot(tc.image)), tc.refused)
+		})
+	}
+}
