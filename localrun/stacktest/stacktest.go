@@ -12,6 +12,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -55,6 +56,17 @@ func Main(m *testing.M, st **stack.Stack, opts stack.Options) {
 	code := m.Run()
 	s.Stop()
 	os.Exit(code)
+}
+
+// BenchMain is Main for a package of benchmarks only: a run that asks for
+// none (`go test` without -bench, as `make test` runs every package) runs
+// nothing and starts no stack.
+func BenchMain(m *testing.M, st **stack.Stack, opts stack.Options) {
+	flag.Parse()
+	if flag.Lookup("test.bench").Value.String() == "" {
+		os.Exit(m.Run())
+	}
+	Main(m, st, opts)
 }
 
 // Logger is what tests hand to the code under test: warnings and errors on

@@ -18,7 +18,8 @@ var st *stack.Stack
 
 // The stack has a node: a Pod lab's workspace Pod really runs (and its
 // activeDeadlineSeconds is enforced by the real kubelet), and VM labs'
-// virt-launcher Pods run there too.
+// virt-launcher Pods run there too. A run that asks for no benchmark
+// (`make test`) starts no stack.
 func TestMain(m *testing.M) {
-	stacktest.Main(m, &st, stack.Options{VirtSim: virtsim.Options{BootDelay: 500 * time.Millisecond}})
+	stacktest.BenchMain(m, &st, stack.Options{VirtSim: virtsim.Options{BootDelay: 500 * time.Millisecond}})
 }
