@@ -27,6 +27,7 @@ import (
 const (
 	refusedPodSecrets = "a Pod may read only its node's Secret"
 	refusedPodName    = "a Pod must be named lk-<labkeep.io/session>-<labkeep.io/node>"
+	refusedPullSecret = "no image pull Secret"
 )
 
 // What Secrets the functions' ServiceAccount may give a workspace Pod,
@@ -51,7 +52,8 @@ const (
 //   - a Pod carrying another session's labels and naming its Secret must
 //     take that session's Pod's name, which is taken;
 //   - a VM booting a kernel from an image outside the allowlist is
-//     refused, one from the allowlist admitted.
+//     refused, one from the allowlist admitted; a Pod's imagePullSecrets
+//     and a VM's containerDisk or kernelBoot imagePullSecret are refused.
 //
 // Each crafted object is created with dryRun=All (admission runs, nothing
 // is stored).
@@ -268,6 +270,9 @@ func TestAdmissionLimitsPodSecrets(t *testing.T) {
 		{"a Job's Pod with a secretKeyRef", jobsGVR, job(func(spec *corev1.PodSpec) {
 			spec.Containers[0].Env = append(spec.Containers[0].Env, secretEnv(otherCloudInit, "userdata"))
 		}), refusedPodSecrets},
+		{"an image pull Secret", podsGVR, pod(func(p *corev1.Pod, _, _ *corev1.Container) {
+			p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: otherCloudInit}}
+		}), refusedPullSecret},
 		{"labkeep's own Pod not named for its node", podsGVR, pod(func(p *corev1.Pod, _, _ *corev1.Container) {
 			p.Name = "crafted"
 		}), refusedPodName},
@@ -309,8 +314,9 @@ func TestAdmissionLimitsPodSecrets(t *testing.T) {
 
 // testKernelBootImage: a copy of labkeep's own VM booting its kernel from
 // a container image is refused when the image is outside the allowlist
-// and admitted when it is in it (the real VM deleted first, so the copy
-// can take its name).
+// or comes with a pull Secret, and admitted when it is in it (the real
+// VM deleted first, so the copy can take its name); so is a containerDisk
+// with a pull Secret.
 func testKernelBootImage(t *testing.T, cluster *kube.Cluster, fnDyn dynamic.Interface, ns string) {
 	ctx := context.Background()
 	vmLab, ok := sampleLabs(t).Get("linux-vm")
@@ -333,27 +339,49 @@ func testKernelBootImage(t *testing.T, cluster *kube.Cluster, fnDyn dynamic.Inte
 		_, err := api.dyn.Resource(vmGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), "VM still there: " + errString(err)
 	})
-	kernelBoot := func(image string) *unstructured.Unstructured {
+	// ownVM is a copy of labkeep's own VM.
+	ownVM := func() *unstructured.Unstructured {
 		u := vm.DeepCopy()
 		u.Object["metadata"] = map[string]any{"name": vm.GetName(), "labels": vm.GetLabels()}
 		delete(u.Object, "status")
-		if err := unstructured.SetNestedMap(u.Object, map[string]any{
-			"kernelArgs": "console=ttyS0",
-			"container":  map[string]any{"image": image, "kernelPath": "/boot/vmlinuz"},
-		}, "spec", "template", "spec", "domain", "firmware", "kernelBoot"); err != nil {
+		return u
+	}
+	// kernelBoot is a copy of the VM booting a kernel from container.
+	kernelBoot := func(container map[string]any) *unstructured.Unstructured {
+		u := ownVM()
+		container["kernelPath"] = "/boot/vmlinuz"
+		if err := unstructured.SetNestedMap(u.Object, map[string]any{"kernelArgs": "console=ttyS0", "container": container},
+			"spec", "template", "spec", "domain", "firmware", "kernelBoot"); err != nil {
 			t.Fatal(err)
 		}
 		return u
 	}
+	pullSecret := session.CloudInitName(s.ID, vmLab.Nodes[0].Name)
 	for _, tc := range []struct {
-		name, image, refused string
+		name    string
+		vm      *unstructured.Unstructured
+		refused string
 	}{
-		{"an image outside the allowlist", "docker.io/evil/kernel:1", refusedImage},
-		{"a lookalike of an allowed prefix", "quay.io/containerdisks-evil/kernel:1", refusedImage},
-		{"an image of the allowlist", "quay.io/containerdisks/fedora:40", ""},
+		{"an image outside the allowlist", kernelBoot(map[string]any{"image": "docker.io/evil/kernel:1"}), refusedImage},
+		{"a lookalike of an allowed prefix", kernelBoot(map[string]any{"image": "quay.io/containerdisks-evil/kernel:1"}), refusedImage},
+		{"labkeep's own VM", ownVM(), ""},
+		{"an image of the allowlist", kernelBoot(map[string]any{"image": "quay.io/containerdisks/fedora:40"}), ""},
+		{"an image of the allowlist with a pull Secret", kernelBoot(map[string]any{
+			"image": "quay.io/containerdisks/fedora:40", "imagePullSecret": pullSecret}), refusedPullSecret},
+		{"a containerDisk with a pull Secret", func() *unstructured.Unstructured {
+			u := ownVM()
+			vols, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "volumes")
+			for _, v := range vols {
+				if cd, ok := v.(map[string]any)["containerDisk"].(map[string]any); ok {
+					cd["imagePullSecret"] = pullSecret
+				}
+			}
+			_ = unstructured.SetNestedSlice(u.Object, vols, "spec", "template", "spec", "volumes")
+			return u
+		}(), refusedPullSecret},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			wantAdmission(t, dryRunCreate(ctx, fnDyn, vmGVR, ns, kernelBoot(tc.image)), tc.refused)
+			wantAdmission(t, dryRunCreate(ctx, fnDyn, vmGVR, ns, tc.vm), tc.refused)
 		})
 	}
 }
