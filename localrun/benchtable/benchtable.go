@@ -19,7 +19,9 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"testing"
+	"time"
 )
 
 // RowsEnv names the file Record appends to; QuickEnv set to 1 selects the
@@ -120,4 +122,16 @@ func (r Row) String() string {
 		s += "; " + r.Note
 	}
 	return s
+}
+
+// Quantile is the q-quantile (0 ≤ q ≤ 1) of ds by the nearest rank below,
+// 0 for none; ds is left as it was. Every table row's p50 and p99 are
+// this one rule.
+func Quantile(ds []time.Duration, q float64) time.Duration {
+	if len(ds) == 0 {
+		return 0
+	}
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[int(q*float64(len(s)-1))]
 }

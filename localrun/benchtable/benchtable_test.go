@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 )
@@ -121,5 +122,30 @@ func TestThisMachineReadsKernelMemoryAndCgroup(t *testing.T) {
 	}
 	if m.Cgroup != "v1" && m.Cgroup != "v2" && m.Cgroup != "hybrid" {
 		t.Fatalf("cgroup version %q, want v1, v2 or hybrid", m.Cgroup)
+	}
+}
+
+func TestQuantile(t *testing.T) {
+	ds := []time.Duration{5, 1, 4, 2, 3}
+	for _, tc := range []struct {
+		name string
+		in   []time.Duration
+		q    float64
+		want time.Duration
+	}{
+		{"none", nil, 0.5, 0},
+		{"the median of an odd count", ds, 0.5, 3},
+		{"the lowest", ds, 0, 1},
+		{"the highest", ds, 1, 5},
+		{"p99 of five: the nearest rank below", ds, 0.99, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := Quantile(tc.in, tc.q); got != tc.want {
+				t.Errorf("Quantile(%v, %v) = %v, want %v", tc.in, tc.q, got, tc.want)
+			}
+		})
+	}
+	if diff := cmp.Diff([]time.Duration{5, 1, 4, 2, 3}, ds); diff != "" {
+		t.Errorf("Quantile changed its input (-want +got):\n%s", diff)
 	}
 }

@@ -48,7 +48,7 @@ func BenchmarkTableExpiry(b *testing.B) {
 		lat, ticks := expiryRun(b, d, sc)
 		// Each gap is the time from expiry to the tick that ended it plus
 		// the deletions; more than a period means a tick missed it.
-		p := func(q float64) float64 { return expiryQuantile(lat, q).Seconds() }
+		p := func(q float64) float64 { return benchtable.Quantile(lat, q).Seconds() }
 		c := fmt.Sprintf("%d VM sessions, lifetime %s, opened %s apart, scheduler every %s", sc.sessions, sc.lifetime, sc.every, sc.period)
 		for _, f := range []struct {
 			name string
@@ -159,14 +159,4 @@ func (s *expiryScheduler) outcomes() []int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	return slices.Clone(s.codes)
-}
-
-// expiryQuantile is the q-quantile of ds (nearest rank below), 0 for none.
-func expiryQuantile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[int(q*float64(len(s)-1))]
 }

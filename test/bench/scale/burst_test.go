@@ -6,7 +6,6 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
-	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -214,8 +213,8 @@ func recordBurst(b *testing.B, n int, locked, base burstResult) {
 		v, bv     float64
 		unit, why string
 	}{
-		{figure: "openSession answer p50", v: ms(quantile(locked.answers, 0.5)), bv: ms(quantile(base.answers, 0.5)), unit: "ms"},
-		{figure: "openSession answer p99", v: ms(quantile(locked.answers, 0.99)), bv: ms(quantile(base.answers, 0.99)), unit: "ms"},
+		{figure: "openSession answer p50", v: ms(benchtable.Quantile(locked.answers, 0.5)), bv: ms(benchtable.Quantile(base.answers, 0.5)), unit: "ms"},
+		{figure: "openSession answer p99", v: ms(benchtable.Quantile(locked.answers, 0.99)), bv: ms(benchtable.Quantile(base.answers, 0.99)), unit: "ms"},
 		{figure: "overshoot (max live VMs sampled − capacity)", v: float64(max(0, locked.maxVMs-burstCapacity)), bv: float64(max(0, base.maxVMs-burstCapacity)), unit: "VMs"},
 		{figure: "leftovers after every student closed (objects + live rows)", v: float64(locked.leftovers), bv: float64(base.leftovers), unit: "count"},
 	} {
@@ -224,16 +223,6 @@ func recordBurst(b *testing.B, n int, locked, base burstResult) {
 			Baseline: baseline, BaselineValue: benchtable.F(f.bv), Note: note,
 		})
 	}
-}
-
-// quantile is the q-quantile of ds (nearest rank below), 0 for none.
-func quantile(ds []time.Duration, q float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[int(q*float64(len(s)-1))]
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

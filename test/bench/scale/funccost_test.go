@@ -149,8 +149,8 @@ func recordFunctionsCost(b *testing.B, path string, students int, window time.Du
 		v, bv  float64
 		unit   string
 	}{
-		{name + " p50", ms(quantile(fn.answers, 0.5)), ms(quantile(floor.answers, 0.5)), "ms"},
-		{name + " p99", ms(quantile(fn.answers, 0.99)), ms(quantile(floor.answers, 0.99)), "ms"},
+		{name + " p50", ms(benchtable.Quantile(fn.answers, 0.5)), ms(benchtable.Quantile(floor.answers, 0.5)), "ms"},
+		{name + " p99", ms(benchtable.Quantile(fn.answers, 0.99)), ms(benchtable.Quantile(floor.answers, 0.99)), "ms"},
 		{name + " throughput", fn.perSecond, floor.perSecond, "req/s"},
 		{name + " allocations per request", fn.allocsPerReq, floor.allocsPerReq, "allocs"},
 		{name + " heap bytes per request", fn.bytesPerReq / 1024, floor.bytesPerReq / 1024, "KiB"},

@@ -7,8 +7,6 @@
 package scale_test
 
 import (
-	"flag"
-	"os"
 	"testing"
 	"time"
 
@@ -29,9 +27,5 @@ const liveBoot = 300 * time.Millisecond
 // launcher Pod objects). The package has benchmarks only, so a run that
 // asks for none (`make test`) starts no stack.
 func TestMain(m *testing.M) {
-	flag.Parse()
-	if flag.Lookup("test.bench").Value.String() == "" {
-		os.Exit(m.Run())
-	}
-	stacktest.Main(m, &st, stack.Options{NoNode: true, VirtSim: virtsim.Options{BootDelay: liveBoot}})
+	stacktest.BenchMain(m, &st, stack.Options{NoNode: true, VirtSim: virtsim.Options{BootDelay: liveBoot}})
 }

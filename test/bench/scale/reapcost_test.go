@@ -181,7 +181,7 @@ func (m *meteredReaper) median(run func()) runCost {
 		c = m.cost(time.Since(t0))
 		took = append(took, c.took)
 	}
-	c.took = quantile(took, 0.5)
+	c.took = benchtable.Quantile(took, 0.5)
 	return c
 }
 
