@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -28,6 +29,7 @@ import (
 	utilyaml "k8s.io/apimachinery/pkg/util/yaml"
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
@@ -70,7 +72,58 @@ func run(m *testing.M) int {
 		fmt.Fprintln(os.Stderr, "test/infra:", err)
 		return 1
 	}
+	if err := keepConfigMapParamsWatched(ctx, api); err != nil {
+		fmt.Fprintln(os.Stderr, "test/infra:", err)
+		return 1
+	}
 	return m.Run()
+}
+
+// keepConfigMapParamsWatched creates a policy taking ConfigMap params that
+// lives as long as the API server and matches nothing. The API server's
+// admission plugin starts the shared ConfigMap informer for the first
+// policy with ConfigMap params and stops it when the last such policy is
+// deleted; a shared informer once stopped is never started again
+// (k8s.io/apiserver's policySource), so a later policy's binding finds no
+// params for good and, with parameterNotFoundAction Deny, refuses every
+// request it matches. Tests each install and delete labkeep's policy: this
+// one keeps the informer running between them. (In a real cluster the same
+// happens if labkeep's policy is deleted while no other policy takes
+// ConfigMap params; infra/README.md says so.)
+func keepConfigMapParamsWatched(ctx context.Context, c *cluster) error {
+	admin, err := kubernetes.NewForConfig(c.admin)
+	if err != nil {
+		return err
+	}
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "test-infra-keeps-configmap-params"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			ParamKind: &admissionregistrationv1.ParamKind{APIVersion: "v1", Kind: "ConfigMap"},
+			MatchConstraints: &admissionregistrationv1.MatchResources{
+				ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"configmaps"}},
+				}}},
+				NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test-infra/never": "matched"}},
+			},
+			Validations: []admissionregistrationv1.Validation{{Expression: "true"}},
+		},
+	}
+	if _, err := admin.AdmissionregistrationV1().ValidatingAdmissionPolicies().Create(ctx, policy, metav1.CreateOptions{}); err != nil {
+		return err
+	}
+	allow := admissionregistrationv1.AllowAction
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        policy.Name,
+			ParamRef:          &admissionregistrationv1.ParamRef{Name: "none", Namespace: "default", ParameterNotFoundAction: &allow},
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			MatchResources:    &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"test-infra/never": "matched"}}},
+		},
+	}
+	_, err = admin.AdmissionregistrationV1().ValidatingAdmissionPolicyBindings().Create(ctx, binding, metav1.CreateOptions{})
+	return err
 }
 
 // findRepoRoot walks up from the working directory to the directory
