@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
@@ -110,7 +111,7 @@ func (c *Cluster) Claim(ctx context.Context, s session.Session, lab labs.Lab) er
 	script := `umask 077 && cat >` + tmp + ` && mkdir -p ` + RootSSHDir + ` && cp ` + tmp + ` ` + RootSSHDir + `/authorized_keys.claim && mv -f ` +
 		RootSSHDir + `/authorized_keys.claim ` + RootSSHDir + `/authorized_keys && mv -f ` + tmp + ` ` + WorkspaceKeysFile
 	for _, n := range s.Nodes {
-		var out bytes.Buffer
+		var out execOutput
 		if err := c.exec(ctx, session.NodeName(s.ID, n.Name), []string{"/bin/sh", "-c", script}, strings.NewReader(keys), &out); err != nil {
 			return fmt.Errorf("delivering the student's key to %s: %w (%s)", n.Name, err, strings.TrimSpace(out.String()))
 		}
@@ -118,10 +119,30 @@ func (c *Cluster) Claim(ctx context.Context, s session.Session, lab labs.Lab) er
 	return nil
 }
 
+// execOutput is a command's stdout and stderr together, as they came. The
+// executor copies the two streams from two goroutines, so writes are
+// serialised.
+type execOutput struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (o *execOutput) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.Write(p)
+}
+
+func (o *execOutput) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.buf.String()
+}
+
 // exec runs command in the workspace container of Pod pod with stdin,
 // through the API server's pods/exec (WebSocket, falling back to SPDY as
 // kubectl does), and returns when it exited; a non-zero exit is an error.
-func (c *Cluster) exec(ctx context.Context, pod string, command []string, stdin *strings.Reader, out *bytes.Buffer) error {
+func (c *Cluster) exec(ctx context.Context, pod string, command []string, stdin *strings.Reader, out *execOutput) error {
 	if c.rc == nil {
 		return errors.New("pods/exec needs the cluster's REST config (NewForConfig)")
 	}
