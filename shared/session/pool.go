@@ -301,6 +301,9 @@ func (s *Service) maintainLab(ctx context.Context, name string, idle []Session, 
 			return err
 		}
 		in.Waiting = waiting
+		if waiting > 0 {
+			in.Instances = s.spareBooting(ctx, name, in.Instances)
+		}
 	}
 	in.Free = 0
 	d := warmpool.Plan(in)
@@ -315,6 +318,37 @@ func (s *Service) maintainLab(ctx context.Context, name string, idle []Session, 
 		return nil
 	}
 	return s.grow(ctx, lab, c, in, rep)
+}
+
+// spareBooting leaves out of the plan up to as many of lab's booting
+// instances as students wait for lab itself: each serves one of them as
+// soon as it is ready (MaintainPools serves the line when an instance
+// turns ready), sooner than the cold provision its freed capacity would
+// start. Shrinking first while students wait is for capacity that
+// instances hold and a student of another lab needs.
+func (s *Service) spareBooting(ctx context.Context, lab string, in []warmpool.Instance) []warmpool.Instance {
+	if s.Waitlist == nil {
+		return in
+	}
+	line, err := s.Waitlist.Line(ctx)
+	if err != nil {
+		return in
+	}
+	n := 0
+	for _, e := range line {
+		if e.Lab == lab {
+			n++
+		}
+	}
+	var out []warmpool.Instance
+	for _, i := range in {
+		if !i.Ready && n > 0 {
+			n--
+			continue
+		}
+		out = append(out, i)
+	}
+	return out
 }
 
 // grow creates the instances the plan asks for, under the capacity lock:
