@@ -2,7 +2,6 @@ package infra_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -66,10 +65,7 @@ func TestAdmissionLimitsAccessCredentials(t *testing.T) {
 	probe := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "lk-probe-vm-ssh-keys", Labels: map[string]string{
 		kube.LabelEnv: env, kube.LabelSession: "probe", kube.LabelNode: "vm", kube.LabelRole: "vm", "app.kubernetes.io/managed-by": "labkeep",
 	}}, Type: corev1.SecretTypeOpaque}
-	stacktest.Eventually(t, time.Minute, func() (bool, string) {
-		err := dryRunCreate(ctx, fnDyn, secretsGVR, place.Sessions, probe)
-		return err != nil && strings.Contains(err.Error(), refusedKeysSecret), "the policy does not refuse yet: " + errString(err)
-	})
+	awaitPolicy(t, fnDyn, secretsGVR, place.Sessions, probe, refusedKeysSecret)
 	logTypeWarnings(t, admin)
 
 	lab, ok := sampleLabs(t).Get("linux-vm")

@@ -2,7 +2,6 @@ package infra_test
 
 import (
 	"context"
-	"strings"
 	"testing"
 	"time"
 
@@ -122,10 +121,7 @@ func TestAdmissionLimitsVMVolumes(t *testing.T) {
 	goldenLab, _ := golden.Get("golden-vm")
 	own, ownVMs := provision(t, vmLab, false)
 	probe := withVolume(ownVMs[0], "secret", map[string]any{"secretName": "labkeep-secrets"})
-	stacktest.Eventually(t, time.Minute, func() (bool, string) {
-		err := dryRunCreate(ctx, fnDyn, vmGVR, place.Sessions, probe)
-		return err != nil && strings.Contains(err.Error(), refusedVMVolumes), "the policy does not refuse yet: " + errString(err)
-	})
+	awaitPolicy(t, fnDyn, vmGVR, place.Sessions, probe, refusedVMVolumes)
 	logTypeWarnings(t, admin)
 
 	t.Run("labkeep's own VMs are admitted", func(t *testing.T) {
