@@ -19,31 +19,16 @@
   // session's newest).
   const state = { token: window.sessionStorage.getItem(tokenKey) || "", poll: 0, sessions: {}, alertsFor: "" };
 
-  // call sends one request to the API. When the network fails under it
-  // (the browser drops requests in flight when the machine's network
-  // changes) it is sent again if that is safe: reads always, a change only
-  // if the caller says so (again = true: a preview and a force-close,
-  // whose repetition changes nothing more; never Reap now, which would
-  // count as a second run).
+  // call sends one request to the API (labkeepRequest, request.js).
+  // again: resend a change the network dropped (a preview and a
+  // force-close, whose repetition changes nothing more; never Reap now,
+  // which would count as a second run).
   async function call(method, path, body, again) {
-    const headers = { Authorization: "Bearer " + state.token };
-    const init = { method: method, headers: headers, cache: "no-store", credentials: "omit", redirect: "error" };
-    if (body !== undefined) {
-      headers["Content-Type"] = "application/json";
-      init.body = JSON.stringify(body);
+    const sent = await window.labkeepRequest(new URL(path, api), method, state.token, body, again);
+    if (sent.offline) {
+      return { status: 0, ok: false, data: null, offline: sent.offline };
     }
-    let res;
-    for (let attempt = 1; ; attempt++) {
-      try {
-        res = await fetch(new URL(path, api), init);
-        break;
-      } catch (e) {
-        if ((method !== "GET" && !again) || attempt === 3) {
-          return { status: 0, ok: false, data: null, offline: String(e) };
-        }
-        await new Promise((resolve) => window.setTimeout(resolve, 500 * attempt));
-      }
-    }
+    const res = sent.res;
     let data = null;
     try {
       data = await res.json();

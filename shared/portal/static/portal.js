@@ -29,32 +29,17 @@
     retryUntil: 0,
   };
 
-  // call sends one request to the API and returns the status, the JSON
-  // body, Retry-After and the instant the answer arrived. When the network
-  // fails under it (the browser drops requests in flight when the
-  // machine's network changes) it is sent again if that is safe: reads
-  // always, a change only if the caller says so (again = true: extend and
-  // close, whose repetition changes nothing more; never open, whose
+  // call sends one request to the API (labkeepRequest, request.js) and
+  // returns the status, the JSON body, Retry-After and the instant the
+  // answer arrived. again: resend a change the network dropped (extend
+  // and close, whose repetition changes nothing more; never open, whose
   // private key would be lost with a lost answer).
   async function call(method, path, body, again) {
-    const headers = { Authorization: "Bearer " + state.token };
-    const init = { method: method, headers: headers, cache: "no-store", credentials: "omit", redirect: "error" };
-    if (body !== undefined) {
-      headers["Content-Type"] = "application/json";
-      init.body = JSON.stringify(body);
+    const sent = await window.labkeepRequest(new URL(path, api), method, state.token, body, again);
+    if (sent.offline) {
+      return { status: 0, ok: false, data: null, retryAfter: null, received: performance.now(), offline: sent.offline };
     }
-    let res;
-    for (let attempt = 1; ; attempt++) {
-      try {
-        res = await fetch(new URL(path, api), init);
-        break;
-      } catch (e) {
-        if ((method !== "GET" && !again) || attempt === 3) {
-          return { status: 0, ok: false, data: null, retryAfter: null, received: performance.now(), offline: String(e) };
-        }
-        await new Promise((resolve) => window.setTimeout(resolve, 500 * attempt));
-      }
-    }
+    const res = sent.res;
     const received = performance.now();
     let data = null;
     try {
