@@ -96,13 +96,17 @@ func TestLiveReloadsGoodAndRefusesBad(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tick := make(chan time.Time)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() { live.Watch(ctx, tick); close(done) }()
-	t.Cleanup(func() { cancel(); <-done })
-	// Watch takes the second tick only once the first Reload returned.
-	step := func() { tick <- time.Time{}; tick <- time.Time{} }
+	// step runs Watch for exactly one tick: once Watch has returned, its
+	// Reload is over, so the state and the log read next are all of it.
+	step := func() {
+		tick := make(chan time.Time)
+		ctx, cancel := context.WithCancel(context.Background())
+		done := make(chan struct{})
+		go func() { live.Watch(ctx, tick); close(done) }()
+		tick <- time.Time{}
+		cancel()
+		<-done
+	}
 
 	type state struct {
 		Names      []string
