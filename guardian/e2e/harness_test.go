@@ -177,6 +177,38 @@ func (p *proc) alive() bool {
 	}
 }
 
+// describe says what the kernel shows of the process, for a failure
+// message: ended (and how) or its state, name, executable and where it
+// sleeps in the kernel, and what it wrote to stderr.
+func (p *proc) describe() string {
+	var b strings.Builder
+	pid := p.cmd.Process.Pid
+	if !p.alive() {
+		fmt.Fprintf(&b, "pid %d ended (%v)", pid, p.state)
+	} else {
+		fmt.Fprintf(&b, "pid %d alive", pid)
+		exe, _ := os.Readlink(fmt.Sprintf("/proc/%d/exe", pid))
+		wchan, _ := os.ReadFile(fmt.Sprintf("/proc/%d/wchan", pid))
+		fmt.Fprintf(&b, ", exe %q, wchan %q", exe, wchan)
+		if status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid)); err == nil {
+			for _, line := range strings.Split(string(status), "\n") {
+				if k, _, _ := strings.Cut(line, ":"); k == "Name" || k == "State" || k == "voluntary_ctxt_switches" || k == "nonvoluntary_ctxt_switches" {
+					fmt.Fprintf(&b, ", %s", strings.Join(strings.Fields(line), " "))
+				}
+			}
+		}
+		if sched, err := os.ReadFile(fmt.Sprintf("/proc/%d/sched", pid)); err == nil {
+			for _, line := range strings.Split(string(sched), "\n") {
+				if k, _, _ := strings.Cut(line, ":"); strings.TrimSpace(k) == "policy" || strings.TrimSpace(k) == "se.sum_exec_runtime" {
+					fmt.Fprintf(&b, ", %s", strings.Join(strings.Fields(line), " "))
+				}
+			}
+		}
+	}
+	fmt.Fprintf(&b, "; stderr %q", p.stderr.String())
+	return b.String()
+}
+
 // killedBySignal reports whether the process ended by a signal.
 func (p *proc) killedBySignal() (syscall.Signal, bool) {
 	<-p.done

@@ -67,7 +67,7 @@ func TestRenamedProcessesGetNoProtection(t *testing.T) {
 			x, err := ws.fs.Process(p.cmd.Process.Pid)
 			return err == nil && x.Exe == bins.workload && (x.Comm == "sshd" || x.Comm == "guardian")
 		}) {
-			t.Fatalf("pid %d never renamed itself", p.cmd.Process.Pid)
+			t.Fatalf("never renamed itself: %s", p.describe())
 		}
 	}
 	ws.identity(userSSHD.cmd.Process.Pid, "/usr/sbin/sshd")

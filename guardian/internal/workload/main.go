@@ -15,12 +15,20 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"syscall"
 	"time"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
+
+// init keeps main on the process's main thread. PR_SET_NAME renames only
+// the calling thread, and the process's name (/proc/<pid>/comm, what
+// guardian reads) is the main thread's: a main goroutine that had moved
+// to another thread, as Go moves it after a blocking system call on a busy
+// CPU, would rename a thread nobody looks at.
+func init() { runtime.LockOSThread() }
 
 func main() {
 	if len(os.Args) < 2 {
