@@ -10,8 +10,6 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
-	"k8s.io/apimachinery/pkg/util/httpstream"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 
 	"labkeep/shared/labs"
@@ -140,28 +138,15 @@ func (o *execOutput) String() string {
 }
 
 // exec runs command in the workspace container of Pod pod with stdin,
-// through the API server's pods/exec (WebSocket, falling back to SPDY as
-// kubectl does), and returns when it exited; a non-zero exit is an error.
+// through pods/exec (WorkspaceExecutor), and returns when it exited; a
+// non-zero exit is an error.
 func (c *Cluster) exec(ctx context.Context, pod string, command []string, stdin *strings.Reader, out *execOutput) error {
 	if c.rc == nil {
 		return errors.New("pods/exec needs the cluster's REST config (NewForConfig)")
 	}
 	ctx, cancel := c.call(ctx)
 	defer cancel()
-	u := c.kube.CoreV1().RESTClient().Post().Namespace(c.cfg.Namespace).Resource("pods").Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{Container: WorkspaceContainer, Command: command, Stdin: true, Stdout: true, Stderr: true},
-			scheme.ParameterCodec).URL()
-	ws, err := remotecommand.NewWebSocketExecutor(c.rc, "GET", u.String())
-	if err != nil {
-		return err
-	}
-	spdy, err := remotecommand.NewSPDYExecutor(c.rc, "POST", u)
-	if err != nil {
-		return err
-	}
-	ex, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
-		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
-	})
+	ex, err := WorkspaceExecutor(c.rc, c.kube, c.cfg.Namespace, pod, corev1.PodExecOptions{Command: command, Stdin: true, Stdout: true, Stderr: true})
 	if err != nil {
 		return err
 	}

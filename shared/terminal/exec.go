@@ -6,8 +6,6 @@ import (
 	"net/url"
 
 	corev1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/util/httpstream"
-	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 	kvcorev1 "kubevirt.io/client-go/kubevirt/typed/core/v1"
 
@@ -37,28 +35,12 @@ func Hangup(id string) []string {
 		`if tr '\0' '\n' <"$d/environ" 2>/dev/null | grep -qx '` + TerminalVar + `=` + id + `'; then kill -HUP "${d#/proc/}" 2>/dev/null; fi; done; true`}
 }
 
-// execPod runs command in the workspace container of Pod pod, with a TTY
-// when sizes is not nil, through the API server's pods/exec (the kubelet
-// and the container runtime; no network path into the Pod). It speaks the
-// WebSocket exec protocol (v5) and falls back to SPDY when the API server
-// or a proxy on the way cannot upgrade to WebSocket, as kubectl does.
+// execPod runs command in the workspace container of Pod pod through
+// pods/exec (kube.WorkspaceExecutor), with a TTY when sizes is not nil.
 func (h *Handler) execPod(ctx context.Context, pod string, command []string, stdin io.Reader, stdout io.Writer, sizes remotecommand.TerminalSizeQueue) error {
 	tty := sizes != nil
-	u := h.kube.CoreV1().RESTClient().Post().Namespace(h.o.Namespace).Resource("pods").Name(pod).SubResource("exec").
-		VersionedParams(&corev1.PodExecOptions{
-			Container: kube.WorkspaceContainer, Command: command,
-			Stdin: stdin != nil, Stdout: true, TTY: tty,
-		}, scheme.ParameterCodec).URL()
-	ws, err := remotecommand.NewWebSocketExecutor(h.o.Kube, "GET", u.String())
-	if err != nil {
-		return err
-	}
-	spdy, err := remotecommand.NewSPDYExecutor(h.o.Kube, "POST", u)
-	if err != nil {
-		return err
-	}
-	exec, err := remotecommand.NewFallbackExecutor(ws, spdy, func(err error) bool {
-		return httpstream.IsUpgradeFailure(err) || httpstream.IsHTTPSProxyError(err)
+	exec, err := kube.WorkspaceExecutor(h.o.Kube, h.kube, h.o.Namespace, pod, corev1.PodExecOptions{
+		Command: command, Stdin: stdin != nil, Stdout: true, TTY: tty,
 	})
 	if err != nil {
 		return err
