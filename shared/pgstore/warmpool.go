@@ -50,11 +50,17 @@ func (p *PG) ClaimPooled(ctx context.Context, lab, replaces string, at time.Time
 		if err != nil {
 			return err
 		}
-		inst, err = one(tx.Query(ctx, `UPDATE sessions SET student = $2, student_key = $3, started_at = $4,
+		// A failed update leaves inst as it was: the caller retires the
+		// instance the student's key may have reached.
+		claimed, err := one(tx.Query(ctx, `UPDATE sessions SET student = $2, student_key = $3, started_at = $4,
 			expires_at = $5, max_expires_at = $6, ready_at = $7, nodes = $8, pool = 'claimed', claimed_for = $9
 			WHERE id = $1 AND pool = 'idle' AND status = 'running' RETURNING `+columns,
 			inst.ID, c.Student, c.StudentKey, c.StartedAt, c.ExpiresAt, c.MaxExpiresAt, nullTime(c.ReadyAt), nodes, replaces))
-		return err
+		if err != nil {
+			return err
+		}
+		inst = claimed
+		return nil
 	})
 	if errors.Is(err, session.ErrNoSession) && inst.ID == "" {
 		return inst, fmt.Errorf("%w: no ready warm pool instance of %s", session.ErrNoSession, lab)
