@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -76,11 +75,7 @@ func TestAdmissionLimitsAccessCredentials(t *testing.T) {
 	// A pool instance: no student key, so its VMs take their keys live.
 	pool := func(t *testing.T) session.Session {
 		t.Helper()
-		s := session.Session{
-			ID: uuid.NewString(), Student: "labkeep:pool", Lab: lab.Name, Kind: lab.Kind,
-			HostKey: "ssh-ed25519 AAAA host", GradingToken: "token",
-			Issued: session.Issued{HostPrivateKey: "-----BEGIN OPENSSH PRIVATE KEY-----\n-----END OPENSSH PRIVATE KEY-----\n"},
-		}
+		s := poolSession(lab)
 		if err := cluster.Provision(ctx, s, lab); err != nil {
 			t.Fatalf("labkeep's own pool instance of %s refused: %v", lab.Name, err)
 		}
@@ -121,10 +116,7 @@ func TestAdmissionLimitsAccessCredentials(t *testing.T) {
 	}
 	// virtualMachine is a copy of labkeep's own VM changed by edit.
 	virtualMachine := func(edit func(u *unstructured.Unstructured)) crafted {
-		u := vm.DeepCopy()
-		u.Object["metadata"] = map[string]any{"name": vm.GetName()}
-		u.SetLabels(vm.GetLabels())
-		delete(u.Object, "status")
+		u := restamp(vm, vm.GetName())
 		edit(u)
 		return crafted{vmGVR, u}
 	}

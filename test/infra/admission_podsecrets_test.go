@@ -98,7 +98,8 @@ func TestAdmissionLimitsPodSecrets(t *testing.T) {
 		t.Helper()
 		s := studentSession(lab)
 		if pool {
-			s.Student, s.StudentKey, s.Pool = "labkeep:pool", "", session.PoolIdle
+			s = poolSession(lab)
+			s.Pool = session.PoolIdle
 		}
 		if err := c.Provision(ctx, s, lab); err != nil {
 			t.Fatalf("labkeep's own %s session (pool %v) refused: %v", lab.Name, pool, err)
@@ -125,9 +126,7 @@ func TestAdmissionLimitsPodSecrets(t *testing.T) {
 	// pod is a copy of labkeep's own workspace Pod (its name, labels and
 	// owner) changed by edit.
 	pod := func(edit func(p *corev1.Pod, ws, guardian *corev1.Container)) *corev1.Pod {
-		p := workspace.DeepCopy()
-		p.ObjectMeta = metav1.ObjectMeta{Name: workspace.Name, Labels: workspace.Labels, OwnerReferences: workspace.OwnerReferences}
-		p.Status = corev1.PodStatus{}
+		p := restampPod(workspace, workspace.Name)
 		edit(p, &p.Spec.Containers[0], &p.Spec.InitContainers[0])
 		return p
 	}
@@ -340,12 +339,7 @@ func testKernelBootImage(t *testing.T, cluster *kube.Cluster, fnDyn dynamic.Inte
 		return apierrors.IsNotFound(err), "VM still there: " + errString(err)
 	})
 	// ownVM is a copy of labkeep's own VM.
-	ownVM := func() *unstructured.Unstructured {
-		u := vm.DeepCopy()
-		u.Object["metadata"] = map[string]any{"name": vm.GetName(), "labels": vm.GetLabels()}
-		delete(u.Object, "status")
-		return u
-	}
+	ownVM := func() *unstructured.Unstructured { return restamp(vm, vm.GetName()) }
 	// kernelBoot is a copy of the VM booting a kernel from container.
 	kernelBoot := func(container map[string]any) *unstructured.Unstructured {
 		u := ownVM()

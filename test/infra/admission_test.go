@@ -115,13 +115,7 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ns := range []string{place.Functions, place.Sessions, unlisted} {
-		if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
-	}
-	applyInfra(t, place, "rbac.yaml")
+	createPlacement(t, admin, place, unlisted)
 	// The same Role for the ServiceAccount of a namespace without an
 	// environment, so only the policy stands in its way.
 	if _, err := admin.RbacV1().RoleBindings(place.Sessions).Create(ctx, &rbacv1.RoleBinding{
@@ -132,12 +126,7 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 		t.Fatal(err)
 	}
 	installAdmissionPolicy(t, place, env)
-	// Pods are admitted only once the namespace's default ServiceAccount
-	// exists.
-	stacktest.Eventually(t, time.Minute, func() (bool, string) {
-		_, err := admin.CoreV1().ServiceAccounts(place.Sessions).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, "no default ServiceAccount yet"
-	})
+	awaitDefaultServiceAccount(t, admin, place.Sessions)
 
 	fnRC := impersonate(place.Functions)
 	fnDyn := dynamic.NewForConfigOrDie(fnRC)
@@ -161,12 +150,7 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 	}
 	provision := func(t *testing.T, lab labs.Lab) session.Session {
 		t.Helper()
-		s := session.Session{
-			ID:      uuid.NewString(),
-			Student: "student@example.org", Lab: lab.Name, Kind: lab.Kind,
-			StudentKey: "ssh-ed25519 AAAA student", HostKey: "ssh-ed25519 AAAA host", GradingToken: "token",
-			Issued: session.Issued{HostPrivateKey: "-----BEGIN OPENSSH PRIVATE KEY-----\n-----END OPENSSH PRIVATE KEY-----\n"},
-		}
+		s := studentSession(lab)
 		if err := cluster.Provision(ctx, s, lab); err != nil {
 			t.Fatalf("labkeep's own %s session refused: %v", lab.Name, err)
 		}
@@ -181,10 +165,7 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 			Containers:    []corev1.Container{{Name: "c", Image: "docker.io/library/busybox"}},
 		}}},
 	}
-	stacktest.Eventually(t, time.Minute, func() (bool, string) {
-		err := dryRunCreate(ctx, fnDyn, jobsGVR, place.Sessions, probe)
-		return err != nil && strings.Contains(err.Error(), "labkeep admission"), "the policy does not refuse yet: " + errString(err)
-	})
+	awaitPolicy(t, fnDyn, jobsGVR, place.Sessions, probe, "labkeep admission")
 	logTypeWarnings(t, admin)
 
 	// Every sample lab, one cloning a golden PVC (dataVolumeTemplates) and
@@ -233,9 +214,7 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 		obj runtime.Object
 	}
 	pod := func(edit func(p *corev1.Pod, ws, guardian *corev1.Container)) crafted {
-		p := workspace.DeepCopy()
-		p.ObjectMeta = metav1.ObjectMeta{Name: "crafted", Labels: p.Labels, OwnerReferences: p.OwnerReferences}
-		p.Status = corev1.PodStatus{}
+		p := restampPod(workspace, "crafted")
 		edit(p, &p.Spec.Containers[0], &p.Spec.InitContainers[0])
 		return crafted{podsGVR, p}
 	}
@@ -250,9 +229,7 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 		return crafted{jobsGVR, j}
 	}
 	virtualMachine := func(from *unstructured.Unstructured, edit func(u *unstructured.Unstructured)) crafted {
-		u := from.DeepCopy()
-		u.Object["metadata"] = map[string]any{"name": "crafted", "labels": from.GetLabels()}
-		delete(u.Object, "status")
+		u := restamp(from, "crafted")
 		edit(u)
 		return crafted{vmGVR, u}
 	}
@@ -459,9 +436,9 @@ func applyInfra(t *testing.T, p infra.Placement, names ...string) {
 
 // createPlacement creates the namespaces of p, deleted when t ends, and
 // rbac.yaml's objects placed in them.
-func createPlacement(t *testing.T, admin kubernetes.Interface, p infra.Placement) {
+func createPlacement(t *testing.T, admin kubernetes.Interface, p infra.Placement, extra ...string) {
 	t.Helper()
-	for _, ns := range []string{p.Functions, p.Sessions} {
+	for _, ns := range append([]string{p.Functions, p.Sessions}, extra...) {
 		if _, err := admin.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
@@ -507,6 +484,46 @@ func studentSession(lab labs.Lab) session.Session {
 		StudentKey: "ssh-ed25519 AAAA student", HostKey: "ssh-ed25519 AAAA host", GradingToken: "token",
 		Issued: session.Issued{HostPrivateKey: "-----BEGIN OPENSSH PRIVATE KEY-----\n-----END OPENSSH PRIVATE KEY-----\n"},
 	}
+}
+
+// poolSession is a new warm-pool instance of lab as Provision takes it:
+// studentSession's, owned by session.PoolStudent and without a student
+// key, so its VMs take their keys live.
+func poolSession(lab labs.Lab) session.Session {
+	s := studentSession(lab)
+	s.Student, s.StudentKey = session.PoolStudent, ""
+	return s
+}
+
+// restamp is a copy of from, an object read back from the server, that
+// can be created again: named name, with from's labels and nothing else
+// of its metadata, and no status.
+func restamp(from *unstructured.Unstructured, name string) *unstructured.Unstructured {
+	u := from.DeepCopy()
+	u.Object["metadata"] = map[string]any{"name": name}
+	u.SetLabels(from.GetLabels())
+	delete(u.Object, "status")
+	return u
+}
+
+// restampPod is restamp for a typed Pod: a copy of from named name that
+// keeps its labels and owners (a workspace Pod's anchor Job) and no
+// other metadata, without status.
+func restampPod(from *corev1.Pod, name string) *corev1.Pod {
+	p := from.DeepCopy()
+	p.ObjectMeta = metav1.ObjectMeta{Name: name, Labels: p.Labels, OwnerReferences: p.OwnerReferences}
+	p.Status = corev1.PodStatus{}
+	return p
+}
+
+// awaitDefaultServiceAccount waits until ns has its default
+// ServiceAccount: Pods are admitted only once it exists.
+func awaitDefaultServiceAccount(t *testing.T, admin kubernetes.Interface, ns string) {
+	t.Helper()
+	stacktest.Eventually(t, time.Minute, func() (bool, string) {
+		_, err := admin.CoreV1().ServiceAccounts(ns).Get(context.Background(), "default", metav1.GetOptions{})
+		return err == nil, "no default ServiceAccount yet in " + ns
+	})
 }
 
 // wantAdmission fails t unless err, a create's outcome, is the one

@@ -5,7 +5,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -70,13 +69,9 @@ func TestAdmissionLimitsVMVolumes(t *testing.T) {
 	// and returns it with its VMs as stored.
 	provision := func(t *testing.T, lab labs.Lab, pool bool) (session.Session, []*unstructured.Unstructured) {
 		t.Helper()
-		s := session.Session{
-			ID: uuid.NewString(), Student: "student@example.org", Lab: lab.Name, Kind: lab.Kind,
-			StudentKey: "ssh-ed25519 AAAA student", HostKey: "ssh-ed25519 AAAA host", GradingToken: "token",
-			Issued: session.Issued{HostPrivateKey: "-----BEGIN OPENSSH PRIVATE KEY-----\n-----END OPENSSH PRIVATE KEY-----\n"},
-		}
+		s := studentSession(lab)
 		if pool {
-			s.Student, s.StudentKey = "labkeep:pool", ""
+			s = poolSession(lab)
 		}
 		if err := cluster.Provision(ctx, s, lab); err != nil {
 			t.Fatalf("labkeep's own %s session (pool %v) refused: %v", lab.Name, pool, err)
@@ -93,10 +88,7 @@ func TestAdmissionLimitsVMVolumes(t *testing.T) {
 	}
 	// virtualMachine is a copy of from changed by edit.
 	virtualMachine := func(from *unstructured.Unstructured, edit func(u *unstructured.Unstructured)) *unstructured.Unstructured {
-		u := from.DeepCopy()
-		u.Object["metadata"] = map[string]any{"name": from.GetName()}
-		u.SetLabels(from.GetLabels())
-		delete(u.Object, "status")
+		u := restamp(from, from.GetName())
 		edit(u)
 		return u
 	}

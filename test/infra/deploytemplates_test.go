@@ -30,7 +30,6 @@ import (
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -885,18 +884,9 @@ func TestCloudIdentityImpersonatesOnlyTheFunctions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, ns := range []string{place.Functions, place.Sessions, cloudNS} {
-		if _, err := admin.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { _ = admin.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
-	}
-	applyInfra(t, place, "rbac.yaml")
+	createPlacement(t, admin, place, cloudNS)
 	installAdmissionPolicy(t, place, env)
-	stacktest.Eventually(t, time.Minute, func() (bool, string) {
-		_, err := admin.CoreV1().ServiceAccounts(place.Sessions).Get(ctx, "default", metav1.GetOptions{})
-		return err == nil, "no default ServiceAccount yet"
-	})
+	awaitDefaultServiceAccount(t, admin, place.Sessions)
 
 	kubeconfigs := map[string][]byte{"aws": renderAWSKubeconfig(t), "gcp": renderTFKubeconfig(t, "gke.example")}
 	for _, cloud := range []string{"aws", "gcp"} {
@@ -969,11 +959,7 @@ func TestCloudIdentityImpersonatesOnlyTheFunctions(t *testing.T) {
 					SecurityContext: &corev1.SecurityContext{Privileged: ptr(true)},
 				}}},
 			}
-			podsGVR := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
-			stacktest.Eventually(t, time.Minute, func() (bool, string) {
-				err := dryRunCreate(ctx, dyn, podsGVR, place.Sessions, pod)
-				return err != nil && strings.Contains(err.Error(), "labkeep admission"), "crafted Pod: " + errString(err)
-			})
+			awaitPolicy(t, dyn, podsGVR, place.Sessions, pod, "labkeep admission")
 		})
 	}
 }

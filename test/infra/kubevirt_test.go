@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -20,7 +19,6 @@ import (
 	"labkeep/localrun/stacktest"
 	"labkeep/shared/kube"
 	"labkeep/shared/labs"
-	"labkeep/shared/session"
 )
 
 // The local control plane serves KubeVirt's own CRDs (localrun/controlplane,
@@ -124,11 +122,7 @@ func TestBuilderObjectsPassKubeVirtSchemas(t *testing.T) {
 	var vms, dvs int
 	for _, lab := range all {
 		t.Run(lab.Name, func(t *testing.T) {
-			s := session.Session{
-				ID: uuid.NewString(), Student: "student@example.org", Lab: lab.Name, Kind: lab.Kind,
-				StudentKey: "ssh-ed25519 AAAA student", HostKey: "ssh-ed25519 AAAA host", GradingToken: "token",
-				Issued: session.Issued{HostPrivateKey: "-----BEGIN OPENSSH PRIVATE KEY-----\n-----END OPENSSH PRIVATE KEY-----\n"},
-			}
+			s := studentSession(lab)
 			if err := cluster.Provision(ctx, s, lab); err != nil {
 				t.Fatalf("labkeep's own %s session refused: %v", lab.Name, err)
 			}

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/uuid"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -80,11 +79,7 @@ func TestPoolVMsTakeSSHKeysLive(t *testing.T) {
 	}
 	for _, lab := range vmLabs {
 		t.Run(lab.Name, func(t *testing.T) {
-			s := session.Session{
-				ID: uuid.NewString(), Student: "labkeep:pool", Lab: lab.Name, Kind: lab.Kind,
-				HostKey: "ssh-ed25519 AAAA host", GradingToken: "token",
-				Issued: session.Issued{HostPrivateKey: "-----BEGIN OPENSSH PRIVATE KEY-----\n-----END OPENSSH PRIVATE KEY-----\n"},
-			}
+			s := poolSession(lab)
 			if err := cluster.Provision(ctx, s, lab); err != nil {
 				t.Fatalf("a pool instance of %s refused: %v", lab.Name, err)
 			}
