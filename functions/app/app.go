@@ -495,7 +495,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 		Now: now, Log: log, RetryAfter: cfg.RetryAfter,
 	})
 	svc.Metrics = session.NewMetrics(reg, store)
-	reg.MustRegister(svc.QueueCollector())
+	reg.MustRegister(svc.QueueCollector(), svc.PoolCollector())
 	var public prometheus.Gatherer = reg
 	if cfg.MetricsAddr != "" {
 		public = nil // served on its own address only
@@ -510,7 +510,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 			reapStore.Close()
 			return nil, fmt.Errorf("%s_WARM_POOL: %w", EnvPrefix, err)
 		}
-		svc.Pool = &session.WarmPool{Schedule: sched, TTL: cfg.WarmPoolTTL, Store: store, Cluster: cluster, Metrics: session.NewPoolMetrics(reg)}
+		svc.Pool = &session.WarmPool{Schedule: sched, TTL: cfg.WarmPoolTTL, Store: store, Cluster: cluster}
 		reaper.Pools = svc
 	}
 	a := &App{Config: cfg, Store: store, Cluster: cluster, Labs: catalog, Sessions: svc, API: api, Kube: rc, Reaper: reaper, Metrics: reg, ReapStore: reapStore}

@@ -20,6 +20,7 @@ type Metrics struct {
 	extensions  *prometheus.CounterVec
 	ends        *prometheus.CounterVec
 	waitlist    *prometheus.CounterVec
+	poolClaims  *prometheus.CounterVec
 }
 
 // results are the sentinel errors an open or extend is counted by: the
@@ -66,8 +67,11 @@ func NewMetrics(reg prometheus.Registerer, live Store) *Metrics {
 		waitlist: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "labkeep_waitlist_events_total", Help: "Waitlist entries by lab and event: joined, served (became a provisioning session), dropped (nobody polled it, or its lab left the catalog), left (closed while queued).",
 		}, []string{"lab", "event"}),
+		poolClaims: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "labkeep_pool_claims_total", Help: "Opens and waitlist heads that tried the warm pool, by lab and result (ok, empty: no ready instance, failed: the cluster step failed and the open provisioned cold).",
+		}, []string{"lab", "result"}),
 	}
-	reg.MustRegister(m.opens, m.timeToReady, m.extensions, m.ends, m.waitlist)
+	reg.MustRegister(m.opens, m.timeToReady, m.extensions, m.ends, m.waitlist, m.poolClaims)
 	// The endings alerts watch exist at 0 from the start: a counter's
 	// first increase is only seen against an earlier sample, so a series
 	// born at 1 would hide the first refused or failed open.
@@ -90,8 +94,10 @@ func (m *Metrics) opened(lab string, err error) {
 	m.opens.WithLabelValues(lab, result(err)).Inc()
 }
 
+// ready records a student's time to ready. An unclaimed pool instance
+// has no student waiting for it: its readiness is not counted.
 func (m *Metrics) ready(s Session) {
-	if m == nil || s.ReadyAt.IsZero() {
+	if m == nil || s.ReadyAt.IsZero() || s.Pool == PoolIdle {
 		return
 	}
 	m.timeToReady.WithLabelValues(s.Lab).Observe(s.TimeToReady().Seconds())
@@ -109,6 +115,13 @@ func (m *Metrics) ended(r EndReason) {
 		return
 	}
 	m.ends.WithLabelValues(string(r.Kind), string(r.Actor)).Inc()
+}
+
+func (m *Metrics) poolClaimed(lab, result string) {
+	if m == nil {
+		return
+	}
+	m.poolClaims.WithLabelValues(lab, result).Inc()
 }
 
 func (m *Metrics) queueEvent(lab string, ev QueueEvent) {

@@ -78,8 +78,6 @@ type WarmPool struct {
 	TTL     time.Duration
 	Store   PoolStore
 	Cluster PoolCluster
-	// Metrics, if set, counts pool instances and claims.
-	Metrics *PoolMetrics
 }
 
 // DefaultPoolTTL and DefaultPoolLead are the warm pool's defaults: an
@@ -115,12 +113,12 @@ func (s *Service) claimPooled(ctx context.Context, sess Session, lab labs.Lab) (
 	})
 	switch {
 	case err == nil:
-		p.Metrics.claimed(lab.Name, "ok")
+		s.Metrics.poolClaimed(lab.Name, "ok")
 		s.Log.Info("claimed from the warm pool", "session", instance.ID, "lab", lab.Name, "student", sess.Student, "for", sess.ID)
 		s.Metrics.ready(instance)
 		return instance, true
 	case !tried && instance.ID == "" && errors.Is(err, ErrNoSession):
-		p.Metrics.claimed(lab.Name, "empty")
+		s.Metrics.poolClaimed(lab.Name, "empty")
 		return Session{}, false
 	case !tried:
 		// The open was closed meanwhile, or a database fault: the
@@ -128,7 +126,7 @@ func (s *Service) claimPooled(ctx context.Context, sess Session, lab labs.Lab) (
 		s.Log.Warn("no warm pool claim", "lab", lab.Name, "for", sess.ID, "err", err)
 		return Session{}, false
 	}
-	p.Metrics.claimed(lab.Name, "failed")
+	s.Metrics.poolClaimed(lab.Name, "failed")
 	s.Log.Warn("cannot claim a warm pool instance; provisioning cold", "lab", lab.Name, "instance", instance.ID, "err", err)
 	// Part of the student's credentials may have reached it: it is never
 	// handed to anyone else.
@@ -248,39 +246,24 @@ func (s *Service) MaintainPools(ctx context.Context) (PoolReport, error) {
 			return rep, err
 		}
 	}
-	idle := map[string][]Session{}
-	for _, l := range live {
-		if l.Pool == PoolIdle {
-			idle[l.Lab] = append(idle[l.Lab], l)
-		}
-	}
 	labsToPlan := p.Schedule.Labs()
-	for lab := range idle {
-		if !slices.Contains(labsToPlan, lab) {
-			labsToPlan = append(labsToPlan, lab)
+	for _, l := range live {
+		if l.Pool == PoolIdle && !slices.Contains(labsToPlan, l.Lab) {
+			labsToPlan = append(labsToPlan, l.Lab)
 		}
 	}
 	var errs []error
 	for _, name := range labsToPlan {
-		if err := s.maintainLab(ctx, name, idle[name], &rep); err != nil {
+		if err := s.maintainLab(ctx, name, live, &rep); err != nil {
 			errs = append(errs, fmt.Errorf("warm pool %s: %w", name, err))
 		}
 	}
-	p.Metrics.observe(PoolStatuses(p.Schedule, s.liveAfter(ctx, live), s.now()))
 	return rep, errors.Join(errs...)
 }
 
-// liveAfter re-reads the live rows after a maintenance pass; the rows
-// before it if the read fails.
-func (s *Service) liveAfter(ctx context.Context, before []Session) []Session {
-	live, err := s.Store.ListLive(ctx)
-	if err != nil {
-		return before
-	}
-	return live
-}
-
-func (s *Service) maintainLab(ctx context.Context, name string, idle []Session, rep *PoolReport) error {
+// maintainLab plans lab name's pool from the live rows and carries the
+// plan out.
+func (s *Service) maintainLab(ctx context.Context, name string, live []Session, rep *PoolReport) error {
 	p := s.Pool
 	now := s.now()
 	lab, known := s.Labs.Get(name)
@@ -288,9 +271,7 @@ func (s *Service) maintainLab(ctx context.Context, name string, idle []Session, 
 	if known {
 		in.Target = p.Schedule.Target(name, now)
 	}
-	for _, l := range idle {
-		in.Instances = append(in.Instances, warmpool.Instance{ID: l.ID, Lab: l.Lab, CreatedAt: l.StartedAt, Ready: l.Status == StatusRunning})
-	}
+	in.Instances = poolInstances(live, name)
 	// Deletions first, outside the capacity lock (End holds the row lock,
 	// and what it frees is handed to the line right after).
 	var c capacity
@@ -305,7 +286,6 @@ func (s *Service) maintainLab(ctx context.Context, name string, idle []Session, 
 			in.Instances = s.spareBooting(ctx, name, in.Instances)
 		}
 	}
-	in.Free = 0
 	d := warmpool.Plan(in)
 	for _, del := range d.Delete {
 		s.retire(ctx, del.Instance.ID, del.Reason)
@@ -377,12 +357,7 @@ func (s *Service) grow(ctx context.Context, lab labs.Lab, c capacity, in warmpoo
 	if err != nil {
 		return err
 	}
-	in.Instances = in.Instances[:0]
-	for _, l := range live {
-		if l.Pool == PoolIdle && l.Lab == lab.Name {
-			in.Instances = append(in.Instances, warmpool.Instance{ID: l.ID, Lab: l.Lab, CreatedAt: l.StartedAt, Ready: l.Status == StatusRunning})
-		}
-	}
+	in.Instances = poolInstances(live, lab.Name)
 	d := warmpool.Plan(in)
 	for range d.Create {
 		if err := s.createInstance(ctx, lab); err != nil {
@@ -418,42 +393,41 @@ func (s *Service) createInstance(ctx context.Context, lab labs.Lab) error {
 	return nil
 }
 
-// PoolMetrics are the warm pool's Prometheus series. A nil *PoolMetrics
-// records nothing.
-type PoolMetrics struct {
-	instances *prometheus.GaugeVec
-	claims    *prometheus.CounterVec
-}
-
-// NewPoolMetrics creates the series and registers them with reg.
-func NewPoolMetrics(reg prometheus.Registerer) *PoolMetrics {
-	m := &PoolMetrics{
-		instances: prometheus.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "labkeep_pool_instances", Help: "Warm pool instances by lab and state (target, idle, starting, claimed), as of the last maintenance pass.",
-		}, []string{"lab", "state"}),
-		claims: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "labkeep_pool_claims_total", Help: "Opens and waitlist heads that tried the warm pool, by lab and result (ok, empty: no ready instance, failed: the cluster step failed and the open provisioned cold).",
-		}, []string{"lab", "result"}),
+// poolInstances are the unclaimed pool instances of lab among rows, as
+// the plan sees them.
+func poolInstances(rows []Session, lab string) []warmpool.Instance {
+	var out []warmpool.Instance
+	for _, l := range rows {
+		if l.Pool == PoolIdle && l.Lab == lab {
+			out = append(out, warmpool.Instance{ID: l.ID, Lab: l.Lab, CreatedAt: l.StartedAt, Ready: l.Status == StatusRunning})
+		}
 	}
-	reg.MustRegister(m.instances, m.claims)
-	return m
+	return out
 }
 
-func (m *PoolMetrics) claimed(lab, result string) {
-	if m == nil {
+var poolDesc = prometheus.NewDesc("labkeep_pool_instances",
+	"Warm pool instances by lab and state (target, idle, starting, claimed), read from the database at scrape.", []string{"lab", "state"}, nil)
+
+// PoolCollector is every lab's warm pool as gauges
+// (labkeep_pool_instances), read with Pools at every scrape, so they are
+// the database's truth whichever instance maintains the pool. Register it
+// with the registry of NewMetrics; without a pool it reports nothing.
+func (s *Service) PoolCollector() prometheus.Collector { return poolCollector{s} }
+
+// poolCollector reads the pools at each scrape. A failed read reports no
+// pool gauges rather than stale numbers.
+type poolCollector struct{ svc *Service }
+
+func (c poolCollector) Describe(ch chan<- *prometheus.Desc) { ch <- poolDesc }
+
+func (c poolCollector) Collect(ch chan<- prometheus.Metric) {
+	pools, ok := atScrape(c.svc.Pools)
+	if !ok {
 		return
 	}
-	m.claims.WithLabelValues(lab, result).Inc()
-}
-
-func (m *PoolMetrics) observe(pools []PoolStatus) {
-	if m == nil {
-		return
-	}
-	m.instances.Reset()
 	for _, p := range pools {
 		for state, n := range map[string]int{"target": p.Target, "idle": p.Idle, "starting": p.Starting, "claimed": p.Claimed} {
-			m.instances.WithLabelValues(p.Lab, state).Set(float64(n))
+			ch <- prometheus.MustNewConstMetric(poolDesc, prometheus.GaugeValue, float64(n), p.Lab, state)
 		}
 	}
 }

@@ -476,9 +476,7 @@ func (s *Service) refresh(ctx context.Context, sess Session) Session {
 	}
 	if err == nil {
 		s.Log.Info("session ready", "session", sess.ID, "timeToReady", updated.TimeToReady())
-		if updated.Pool != PoolIdle { // no student waited for it
-			s.Metrics.ready(updated)
-		}
+		s.Metrics.ready(updated)
 	}
 	return updated
 }
