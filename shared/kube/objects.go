@@ -79,12 +79,11 @@ func (b builder) labels(role, node string) map[string]string {
 	}
 	if b.sess.Pool == "" {
 		l[LabelStudent] = StudentHash(b.sess.Student)
+	} else {
+		l[LabelPool] = PoolWarm
 	}
 	if node != "" {
 		l[LabelNode] = node
-	}
-	if b.sess.Pool != "" {
-		l[LabelPool] = PoolWarm
 	}
 	return l
 }
