@@ -25,6 +25,10 @@
 //	             error messages; it exposes window.labkeep (call, token,
 //	             session, onSession, features, showError, showMessage)
 //	             for feature modules
+//	request.js   the one way portal.js and admin.js send a request
+//	             (token, no cache, JSON decoding, resend of what the
+//	             network dropped when safe) and word a failed answer;
+//	             index.html and admin.html load it first
 //	<feature>.js a feature module (e.g. a web terminal) adds its own file
 //	             and its button in the hook of index.html; a page of its
 //	             own (e.g. admin.html) sits beside index.html

@@ -29,23 +29,14 @@
       return { status: 0, ok: false, data: null, offline: sent.offline };
     }
     const res = sent.res;
-    let data = null;
-    try {
-      data = await res.json();
-    } catch (e) {
-      data = null;
-    }
     if (res.status === 401 || res.status === 403) {
-      signOut(errorText({ status: res.status, data: data }));
+      signOut(errorText({ status: res.status, data: sent.data }));
     }
-    return { status: res.status, ok: res.ok, data: data };
+    return { status: res.status, ok: res.ok, data: sent.data };
   }
 
-  function errorText(r) {
-    if (r.offline) return "cannot reach labkeep: " + r.offline;
-    const err = r.data && r.data.error;
-    return err ? err.message : "labkeep answered " + r.status;
-  }
+  // errorText is the server's message for a failed answer (request.js).
+  const errorText = window.labkeepErrorText;
 
   function showMessage(text, kind) {
     const m = $("message");

@@ -37,28 +37,17 @@
   async function call(method, path, body, again) {
     const sent = await window.labkeepRequest(new URL(path, api), method, state.token, body, again);
     if (sent.offline) {
-      return { status: 0, ok: false, data: null, retryAfter: null, received: performance.now(), offline: sent.offline };
+      return { status: 0, ok: false, data: null, retryAfter: null, received: sent.received, offline: sent.offline };
     }
     const res = sent.res;
-    const received = performance.now();
-    let data = null;
-    try {
-      data = await res.json();
-    } catch (e) {
-      data = null;
-    }
     if (res.status === 401) {
-      signOut(errorText({ status: 401, data: data }));
+      signOut(errorText({ status: 401, data: sent.data }));
     }
-    return { status: res.status, ok: res.ok, data: data, retryAfter: res.headers.get("Retry-After"), received: received };
+    return { status: res.status, ok: res.ok, data: sent.data, retryAfter: res.headers.get("Retry-After"), received: sent.received };
   }
 
-  // errorText is the server's message for a failed answer.
-  function errorText(r) {
-    if (r.offline) return "cannot reach labkeep: " + r.offline;
-    const err = r.data && r.data.error;
-    return err ? err.message : "labkeep answered " + r.status;
-  }
+  // errorText is the server's message for a failed answer (request.js).
+  const errorText = window.labkeepErrorText;
 
   function showMessage(text, kind, code) {
     const m = $("message");
