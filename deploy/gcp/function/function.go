@@ -86,7 +86,6 @@ func execCredential(ctx context.Context, c *http.Client, base string, now func()
 	var tok struct {
 		AccessToken string `json:"access_token"`
 		ExpiresIn   int    `json:"expires_in"`
-		TokenType   string `json:"token_type"`
 	}
 	if err := json.NewDecoder(io.LimitReader(res.Body, 1<<16)).Decode(&tok); err != nil {
 		return nil, fmt.Errorf("metadata server's token: %w", err)
