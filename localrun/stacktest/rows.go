@@ -20,24 +20,26 @@ func (d *Deployment) Count(sql string, args ...any) int {
 // for before/after comparisons.
 func (d *Deployment) Rows() []string {
 	d.t.Helper()
-	return d.strings(`SELECT id::text || ' ' || student || ' ' || status || ' ' || expires_at::text FROM sessions ORDER BY 1`)
+	return d.Strings(`SELECT id::text || ' ' || student || ' ' || status || ' ' || expires_at::text FROM sessions ORDER BY 1`)
 }
 
 // LiveIDs are the ids of the live (provisioning or running) sessions.
 func (d *Deployment) LiveIDs() map[string]bool {
 	d.t.Helper()
 	ids := map[string]bool{}
-	for _, id := range d.strings(`SELECT id::text FROM sessions WHERE status IN ('provisioning','running')`) {
+	for _, id := range d.Strings(`SELECT id::text FROM sessions WHERE status IN ('provisioning','running')`) {
 		ids[id] = true
 	}
 	return ids
 }
 
-func (d *Deployment) strings(sql string) []string {
+// Strings runs a query returning one text column on the deployment's
+// database and returns its values in the query's order, nil for no rows.
+func (d *Deployment) Strings(sql string, args ...any) []string {
 	d.t.Helper()
-	rows, err := d.DB.Query(context.Background(), sql)
+	rows, err := d.DB.Query(context.Background(), sql, args...)
 	if err != nil {
-		d.t.Fatal(err)
+		d.t.Fatalf("%s: %v", sql, err)
 	}
 	defer rows.Close()
 	var out []string

@@ -190,12 +190,13 @@ func TestConsoleShowsTheWarmPool(t *testing.T) {
 		if r := d.Do("POST", "/reapTick", stacktest.SchedulerToken, "", ""); r.Status != http.StatusOK {
 			return false, fmt.Sprintf("reapTick = %d %s", r.Status, r.Body)
 		}
-		for _, p := range adminStatus(t, d).Pools {
+		pools := adminStatus(t, d).Pools
+		for _, p := range pools {
 			if p.Lab == "linux-vm" && p.Idle == 2 {
 				return true, ""
 			}
 		}
-		return false, fmt.Sprintf("pools %+v", adminStatus(t, d).Pools)
+		return false, fmt.Sprintf("pools %+v", pools)
 	})
 	w := a.waiting("the pool ready", 30*time.Second, func(w waitingState) bool { return w.Pools && pool(w).Data["idle"] == "2" })
 	a.tab.Screenshot("warm-pool-ready")

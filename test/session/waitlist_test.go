@@ -14,7 +14,6 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
-	"github.com/jackc/pgx/v5"
 
 	"labkeep/localrun/stacktest"
 	"labkeep/shared/reap"
@@ -97,7 +96,7 @@ func TestWaitlistServesInArrivalOrder(t *testing.T) {
 	if len(running) != slots || len(positions) != students-slots {
 		t.Fatalf("%d opened and %d queued, want %d and %d", len(running), len(positions), slots, students-slots)
 	}
-	line := lineOf(t, e)
+	line := lineOf(e)
 	var wantPos, gotPos []int
 	for i, s := range line {
 		wantPos = append(wantPos, i+1)
@@ -117,7 +116,7 @@ func TestWaitlistServesInArrivalOrder(t *testing.T) {
 			}
 		}
 	}
-	if diff := cmp.Diff(line, lineOf(t, e)); diff != "" {
+	if diff := cmp.Diff(line, lineOf(e)); diff != "" {
 		t.Fatalf("re-opens changed the line (-before +after):\n%s", diff)
 	}
 
@@ -146,7 +145,7 @@ func TestWaitlistServesInArrivalOrder(t *testing.T) {
 			t.Fatalf("after closing %s (served so far %v), live students (-want +got):\n%s", who, served, diff)
 		}
 		// Everyone still waiting moved up by one.
-		for i, s := range lineOf(t, e) {
+		for i, s := range lineOf(e) {
 			if v := place(t, poll(e, s)); v.QueuePosition == nil || *v.QueuePosition != i+1 {
 				t.Fatalf("after %d served, %s reads %+v, want place %d", len(served), s, v, i+1)
 			}
@@ -174,17 +173,8 @@ func TestWaitlistServesInArrivalOrder(t *testing.T) {
 }
 
 // lineOf is the waitlist's students in the database's arrival order.
-func lineOf(t *testing.T, e *stacktest.Deployment) []string {
-	t.Helper()
-	rows, err := e.DB.Query(context.Background(), `SELECT student FROM waitlist ORDER BY seq`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
+func lineOf(e *stacktest.Deployment) []string {
+	return e.Strings(`SELECT student FROM waitlist ORDER BY seq`)
 }
 
 // A student who stops polling loses their place once QueueIdle (2 min)

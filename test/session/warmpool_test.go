@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
-	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,7 +12,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/jackc/pgx/v5"
 	admissionv1 "k8s.io/api/admissionregistration/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -38,33 +36,15 @@ func poolOf(e *stacktest.Deployment, lab string) poolCounts {
 }
 
 // idleIDs are the ids of lab's unclaimed instances, oldest first.
-func idleIDs(t *testing.T, e *stacktest.Deployment, lab string) []string {
-	t.Helper()
-	rows, err := e.DB.Query(context.Background(), `SELECT id::text FROM sessions
+func idleIDs(e *stacktest.Deployment, lab string) []string {
+	return e.Strings(`SELECT id::text FROM sessions
 		WHERE lab = $1 AND pool = 'idle' AND status IN ('provisioning', 'running') ORDER BY started_at, id`, lab)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ids, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ids
 }
 
 // endedReasons are the end reasons of lab's ended unclaimed instances.
-func endedReasons(t *testing.T, e *stacktest.Deployment, lab string) []string {
-	t.Helper()
-	rows, err := e.DB.Query(context.Background(), `SELECT failure_reason FROM sessions
+func endedReasons(e *stacktest.Deployment, lab string) []string {
+	return e.Strings(`SELECT failure_reason FROM sessions
 		WHERE lab = $1 AND pool = 'idle' AND status NOT IN ('provisioning', 'running')`, lab)
-	if err != nil {
-		t.Fatal(err)
-	}
-	reasons, err := pgx.CollectRows(rows, pgx.RowTo[string])
-	if err != nil {
-		t.Fatal(err)
-	}
-	return reasons
 }
 
 // reapRun is one scheduled reaper run (which maintains the pool last); it
@@ -104,7 +84,7 @@ func TestWarmPoolClaimsAtomically(t *testing.T) {
 	e := newEnv(t, stacktest.Options{MaxVMs: 8, WarmPool: "linux-vm=5"})
 	fillPool(t, e, "linux-vm", 5)
 	pooled := map[string]bool{}
-	for _, id := range idleIDs(t, e, "linux-vm") {
+	for _, id := range idleIDs(e, "linux-vm") {
 		pooled[id] = true
 	}
 
@@ -218,7 +198,7 @@ func checkClaimed(t *testing.T, e *stacktest.Deployment, student string, v stack
 func TestWarmPoolReplacesAfterTTL(t *testing.T) {
 	e := newEnv(t, stacktest.Options{MaxVMs: 4, WarmPool: "linux-vm=2", WarmPoolTTL: time.Hour})
 	fillPool(t, e, "linux-vm", 2)
-	old := idleIDs(t, e, "linux-vm")
+	old := idleIDs(e, "linux-vm")
 	e.Clock.Advance(time.Hour + time.Minute)
 	rep := reapRun(t, e)
 	if rep.Counts[reap.Expired] != 2 {
@@ -231,7 +211,7 @@ func TestWarmPoolReplacesAfterTTL(t *testing.T) {
 		}
 		e.WaitGone(id, 30*time.Second)
 	}
-	if fresh := idleIDs(t, e, "linux-vm"); len(fresh) != 2 || fresh[0] == old[0] || fresh[1] == old[1] {
+	if fresh := idleIDs(e, "linux-vm"); len(fresh) != 2 || fresh[0] == old[0] || fresh[1] == old[1] {
 		t.Errorf("instances after the TTL %v, before %v: want two new ones", fresh, old)
 	}
 }
@@ -255,9 +235,9 @@ func TestWarmPoolFollowsSchedule(t *testing.T) {
 	for _, step := range steps {
 		e.Clock.Set(monday.Add(step.at))
 		fillPool(t, e, "linux-vm", step.want)
-		t.Logf("Monday %s: %d idle", monday.Add(step.at).Format("15:04"), step.want)
+		t.Logf("Monday %s: %d idle", monday.Add(step.at).Format("15:04"), poolOf(e, "linux-vm").Idle)
 	}
-	reasons := endedReasons(t, e, "linux-vm")
+	reasons := endedReasons(e, "linux-vm")
 	if len(reasons) != 3 {
 		t.Fatalf("ended instances %v, want the 3 of the window", reasons)
 	}
@@ -279,7 +259,7 @@ func TestWarmPoolShrinksWhenStudentsWait(t *testing.T) {
 		t.Fatalf("open k8s-cluster with 1 free VM = %d %s, want queued", r.Status, r.Body)
 	}
 	reapRun(t, e)
-	if got := endedReasons(t, e, "linux-vm"); len(got) != 3 || strings.Count(strings.Join(got, "\n"), "students-waiting") != 3 {
+	if got := endedReasons(e, "linux-vm"); len(got) != 3 || strings.Count(strings.Join(got, "\n"), "students-waiting") != 3 {
 		t.Errorf("instances ended by the run while kim waits: %q, want all 3 for students-waiting", got)
 	}
 	stacktest.Eventually(t, time.Minute, func() (bool, string) {
@@ -302,7 +282,7 @@ func TestWarmPoolServesTheHeadOfTheLine(t *testing.T) {
 	if got := poolOf(e, "linux-vm"); got != (poolCounts{Starting: 1}) {
 		t.Fatalf("pool after one run: %+v, want 1 starting", got)
 	}
-	instance := idleIDs(t, e, "linux-vm")[0]
+	instance := idleIDs(e, "linux-vm")[0]
 	r := openWaiting(e, "lee", "linux-vm")
 	if r.Status != http.StatusAccepted {
 		t.Fatalf("open with the pool still booting = %d %s, want queued", r.Status, r.Body)
@@ -319,7 +299,7 @@ func TestWarmPoolServesTheHeadOfTheLine(t *testing.T) {
 	if row := e.Session(instance); row.Student != "lee" || row.ClaimedFor != entry {
 		t.Errorf("instance row: student %q claimedFor %q, want lee and %s", row.Student, row.ClaimedFor, entry)
 	}
-	if n := len(lineOf(t, e)); n != 0 {
+	if n := len(lineOf(e)); n != 0 {
 		t.Errorf("%d still in line", n)
 	}
 }
@@ -372,7 +352,7 @@ func BenchmarkTableOpenToReadyPoolVsCold(b *testing.B) {
 		for i := range samples {
 			e.Close(fmt.Sprintf("warm-%d-%d", n, i))
 		}
-		p, c := medianOf(fromPool), medianOf(fromCold)
+		p, c := benchtable.Quantile(fromPool, 0.5), benchtable.Quantile(fromCold, 0.5)
 		b.ReportMetric(float64(p.Milliseconds()), "pool-ms")
 		b.ReportMetric(float64(c.Milliseconds()), "cold-ms")
 		benchtable.Record(b, benchtable.Row{
@@ -405,13 +385,6 @@ func openToRunning(b *testing.B, e *stacktest.Deployment, student string) time.D
 	return time.Since(start)
 }
 
-// medianOf ds (not empty).
-func medianOf(ds []time.Duration) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[len(s)/2]
-}
-
 // A claim whose cluster step fails changes nothing for the student but
 // the wait: the API server refuses the instance's new keys Secret, so the
 // claim rolls back, the instance (which may hold part of the student's
@@ -420,7 +393,7 @@ func medianOf(ds []time.Duration) time.Duration {
 func TestWarmPoolFailedClaimProvisionsCold(t *testing.T) {
 	e := newEnv(t, stacktest.Options{MaxVMs: 4, WarmPool: "linux-vm=1"})
 	fillPool(t, e, "linux-vm", 1)
-	instance := e.Session(idleIDs(t, e, "linux-vm")[0])
+	instance := e.Session(idleIDs(e, "linux-vm")[0])
 	keys := session.SSHKeysName(instance.ID, instance.Nodes[0].Name)
 	ctx := context.Background()
 	probe := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: keys}}
