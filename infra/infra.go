@@ -1,8 +1,9 @@
-// Package infra holds labkeep's Kubernetes manifests (the YAML files in this
-// directory, applied in production with `kubectl apply -k infra/`) and a
-// small applier so tests and `make run` install exactly the same RBAC,
-// quota and lab templates into the local control plane — with the two
-// namespaces renamed, so parallel tests don't collide.
+// Package infra holds labkeep's Kubernetes manifests (the YAML files in
+// base/, applied in production with `kubectl apply -k infra/overlays/<env>`
+// or `kubectl apply -k infra/base/`) and a small applier so tests and
+// `make run` install exactly the same RBAC, quota and lab templates into the
+// local control plane — with the two namespaces renamed, so parallel tests
+// don't collide.
 package infra
 
 import (
@@ -12,6 +13,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -24,8 +26,17 @@ import (
 	"k8s.io/client-go/restmapper"
 )
 
-//go:embed *.yaml
-var files embed.FS
+//go:embed base/*.yaml
+var embedded embed.FS
+
+// files are the manifests of base/, by their names there.
+var files = func() fs.FS {
+	f, err := fs.Sub(embedded, "base")
+	if err != nil {
+		panic(err) // base/ is embedded: it exists
+	}
+	return f
+}()
 
 // The namespaces the manifests are written for.
 const (
@@ -56,7 +67,7 @@ var workspacePod []byte
 func WorkspacePod() []byte { return bytes.Clone(workspacePod) }
 
 // File returns the content of one manifest, e.g. "labs.yaml".
-func File(name string) ([]byte, error) { return files.ReadFile(name) }
+func File(name string) ([]byte, error) { return fs.ReadFile(files, name) }
 
 // Placement renames the manifests' namespaces when applying.
 type Placement struct {
@@ -84,7 +95,7 @@ func (p Placement) rename(ns string) string {
 func Objects(p Placement, names ...string) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
 	for _, name := range names {
-		data, err := files.ReadFile(name)
+		data, err := fs.ReadFile(files, name)
 		if err != nil {
 			return nil, err
 		}

@@ -148,8 +148,8 @@ func TestSampleLabs(t *testing.T) {
 	}
 }
 
-// notInKustomization are the manifests `kubectl apply -k infra/` leaves
-// out on purpose, with the reason (also written in kustomization.yaml).
+// notInKustomization are the manifests `kubectl apply -k infra/base/` leaves
+// out on purpose, with the reason (also written in base/kustomization.yaml).
 var notInKustomization = map[string]string{
 	"reap-cronjob.yaml":                   "alternative to reap-pingsource.yaml where Knative Eventing is missing; two schedulers make one fail with 409 busy every minute",
 	"golden-clone-rbac.yaml":              "only for golden-PVC labs; needs the labkeep-golden namespace",
@@ -207,12 +207,12 @@ func TestKustomizationListsEveryManifest(t *testing.T) {
 	}
 	for name := range used {
 		if !slices.Contains(manifests, name) {
-			t.Errorf("kustomization.yaml names %s, which is not in infra/", name)
+			t.Errorf("kustomization.yaml names %s, which is not a manifest of infra/", name)
 		}
 	}
 	for name := range notInKustomization {
 		if !slices.Contains(manifests, name) {
-			t.Errorf("notInKustomization names %s, which is not in infra/", name)
+			t.Errorf("notInKustomization names %s, which is not a manifest of infra/", name)
 		}
 		if !strings.Contains(string(data), strings.TrimPrefix(name, "guardian/")) {
 			t.Errorf("kustomization.yaml's header does not explain why %s is left out", name)

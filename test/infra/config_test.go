@@ -69,7 +69,7 @@ func appSettings(t *testing.T) []setting {
 	return out
 }
 
-// find returns the object of kind (and name, if not empty) in infra/rel.
+// find returns the object of kind (and name, if not empty) in infra/base/rel.
 func find(t *testing.T, rel, kind, name string) *unstructured.Unstructured {
 	t.Helper()
 	for _, o := range loadManifest(t, rel) {
@@ -77,7 +77,7 @@ func find(t *testing.T, rel, kind, name string) *unstructured.Unstructured {
 			return o
 		}
 	}
-	t.Fatalf("infra/%s has no %s %q", rel, kind, name)
+	t.Fatalf("%s has no %s %q", filepath.Join("infra", "base", rel), kind, name)
 	return nil
 }
 
@@ -211,7 +211,7 @@ func TestKnativeServiceConfiguresTheFunctions(t *testing.T) {
 	})
 }
 
-// kustomization is the part of infra/kustomization.yaml these tests read.
+// kustomization is the part of infra/base/kustomization.yaml these tests read.
 type kustomization struct {
 	Resources          []string `json:"resources"`
 	ConfigMapGenerator []struct {
@@ -223,7 +223,7 @@ type kustomization struct {
 
 func readKustomization(t *testing.T) kustomization {
 	t.Helper()
-	data, err := os.ReadFile(filepath.Join(repoRoot, "infra", "kustomization.yaml"))
+	data, err := os.ReadFile(filepath.Join(repoRoot, "infra", "base", "kustomization.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}

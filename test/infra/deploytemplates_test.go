@@ -45,7 +45,7 @@ import (
 	"labkeep/shared/reap"
 )
 
-// The deploy templates of deploy/aws (AWS SAM) and deploy/gcp (Terraform)
+// The deploy templates of infra/aws (AWS SAM) and infra/gcp (Terraform)
 // carry what the functions need: the entry point the code registers, a
 // reapTick every minute in the shape the platform shim turns into POST
 // /reapTick, every setting app.Config requires and none it does not read,
@@ -62,8 +62,8 @@ const deployEnv = "dev"
 const scheduledPath = "/reapTick"
 
 func TestDeployTemplates(t *testing.T) {
-	sam := readRepoFile(t, "deploy/aws/template.yaml")
-	tf := readRepoFile(t, "deploy/gcp/main.tf")
+	sam := readRepoFile(t, "infra/aws/template.yaml")
+	tf := readRepoFile(t, "infra/gcp/main.tf")
 	in := deployInputs(t)
 	t.Run("SAM template", func(t *testing.T) {
 		for _, p := range samProblems(sam, in) {
@@ -158,9 +158,9 @@ type inputs struct {
 	settings  []setting         // app.Config
 	routes    map[string]string // path → method, shared/httpapi
 	goRuntime string            // Cloud Functions runtime of go.mod's go line
-	makeArch  string            // deploy/aws/Makefile's GOARCH
-	awsUser   string            // the user deploy/aws/rbac.yaml binds, for deployEnv
-	stageDir  string            // where deploy/gcp/stage.sh writes, under deploy/gcp
+	makeArch  string            // infra/aws/Makefile's GOARCH
+	awsUser   string            // the user infra/aws/rbac.yaml binds, for deployEnv
+	stageDir  string            // where infra/gcp/stage.sh writes, under infra/gcp
 }
 
 func deployInputs(t *testing.T) inputs {
@@ -174,35 +174,35 @@ func deployInputs(t *testing.T) inputs {
 		t.Fatal("go.mod has no go line")
 	}
 	in.goRuntime = "go" + string(m[1]) + string(m[2])
-	a := regexp.MustCompile(`(?m)^GOARCH \?= (\S+)$`).FindSubmatch(readRepoFile(t, "deploy/aws/Makefile"))
+	a := regexp.MustCompile(`(?m)^GOARCH \?= (\S+)$`).FindSubmatch(readRepoFile(t, "infra/aws/Makefile"))
 	if a == nil {
-		t.Fatal("deploy/aws/Makefile sets no GOARCH")
+		t.Fatal("infra/aws/Makefile sets no GOARCH")
 	}
 	in.makeArch = string(a[1])
 	in.awsUser = rbacUser(t, "aws", renderRBAC(t, "aws", deployEnv))
-	o := regexp.MustCompile(`(?m)^out=\$\{1:-\$here/(\S+)\}$`).FindSubmatch(readRepoFile(t, "deploy/gcp/stage.sh"))
+	o := regexp.MustCompile(`(?m)^out=\$\{1:-\$here/(\S+)\}$`).FindSubmatch(readRepoFile(t, "infra/gcp/stage.sh"))
 	if o == nil {
-		t.Fatal("deploy/gcp/stage.sh has no default output directory")
+		t.Fatal("infra/gcp/stage.sh has no default output directory")
 	}
 	in.stageDir = string(o[1])
 	return in
 }
 
-// renderRBAC is deploy/<cloud>/rbac.yaml rendered for environment env,
-// as deploy/README.md has envsubst do it.
+// renderRBAC is infra/<cloud>/rbac.yaml rendered for environment env,
+// as infra/README.md has envsubst do it.
 func renderRBAC(t *testing.T, cloud, env string) []*unstructured.Unstructured {
 	t.Helper()
 	vars := map[string]string{"ENV": env, "GSA": "labkeep-functions-" + env + "@labkeep-test.iam.gserviceaccount.com"}
-	text := os.Expand(string(readRepoFile(t, "deploy/"+cloud+"/rbac.yaml")), func(k string) string {
+	text := os.Expand(string(readRepoFile(t, "infra/"+cloud+"/rbac.yaml")), func(k string) string {
 		v, ok := vars[k]
 		if !ok {
-			t.Errorf("deploy/%s/rbac.yaml uses $%s, which deploy/README.md does not set", cloud, k)
+			t.Errorf("infra/%s/rbac.yaml uses $%s, which infra/README.md does not set", cloud, k)
 		}
 		return v
 	})
 	objs, err := decodeYAML([]byte(text))
 	if err != nil {
-		t.Fatalf("deploy/%s/rbac.yaml: %v", cloud, err)
+		t.Fatalf("infra/%s/rbac.yaml: %v", cloud, err)
 	}
 	return objs
 }
@@ -219,13 +219,13 @@ func rbacUser(t *testing.T, cloud string, objs []*unstructured.Unstructured) str
 		typed(t, o, &rb)
 		for _, s := range rb.Subjects {
 			if s.Kind != rbacv1.UserKind {
-				t.Fatalf("deploy/%s/rbac.yaml binds %s %s, want only the cloud identity's user", cloud, s.Kind, s.Name)
+				t.Fatalf("infra/%s/rbac.yaml binds %s %s, want only the cloud identity's user", cloud, s.Kind, s.Name)
 			}
 			users = append(users, s.Name)
 		}
 	}
 	if len(users) != 1 {
-		t.Fatalf("deploy/%s/rbac.yaml binds users %v, want exactly the cloud identity", cloud, users)
+		t.Fatalf("infra/%s/rbac.yaml binds users %v, want exactly the cloud identity", cloud, users)
 	}
 	return users[0]
 }
@@ -268,13 +268,13 @@ func envProblems(where string, values map[string]string, secret map[string]bool,
 	}
 	for k, v := range want {
 		if values[k] != v {
-			out = append(out, fmt.Sprintf("%s: %s is %q for environment %s, want %q (deploy/env's names)", where, k, values[k], deployEnv, v))
+			out = append(out, fmt.Sprintf("%s: %s is %q for environment %s, want %q (infra/overlays/env's names)", where, k, values[k], deployEnv, v))
 		}
 	}
 	return out
 }
 
-// samProblems checks deploy/aws/template.yaml.
+// samProblems checks infra/aws/template.yaml.
 func samProblems(src []byte, in inputs) []string {
 	var tmpl struct {
 		Parameters map[string]any
@@ -322,10 +322,10 @@ func samProblems(src []byte, in inputs) []string {
 		bad("Handler %q, Runtime %q: want bootstrap on provided.al2023 (functions/cmd/labkeep-lambda built as bootstrap)", fn.Handler, fn.Runtime)
 	}
 	if !slices.Equal(fn.Architectures, []string{in.makeArch}) {
-		bad("Architectures %v, but deploy/aws/Makefile builds for GOARCH %s", fn.Architectures, in.makeArch)
+		bad("Architectures %v, but infra/aws/Makefile builds for GOARCH %s", fn.Architectures, in.makeArch)
 	}
 	if fn.CodeUri != "build/function/" {
-		bad("CodeUri %q: want build/function/, what make -C deploy/aws writes", fn.CodeUri)
+		bad("CodeUri %q: want build/function/, what make -C infra/aws writes", fn.CodeUri)
 	}
 	if deadline := reap.DefaultConfig().RunDeadline; time.Duration(fn.Timeout)*time.Second <= deadline {
 		bad("Timeout %ds: want above the reaper's run deadline %s, so a run ends by its own deadline", fn.Timeout, deadline)
@@ -396,7 +396,7 @@ func samProblems(src []byte, in inputs) []string {
 	}
 
 	// Identity: the function's role is the access entry's principal, the
-	// access entry's user is the one deploy/aws/rbac.yaml binds, and no
+	// access entry's user is the one infra/aws/rbac.yaml binds, and no
 	// EKS access policy (cluster-wide) is attached.
 	entries, errorsAlarm := 0, false
 	for name, r := range tmpl.Resources {
@@ -417,10 +417,10 @@ func samProblems(src []byte, in inputs) []string {
 				bad("access entry %s maps %v, the function runs as %v", name, e.PrincipalArn, fn.Role)
 			}
 			if renderCFN(e.Username) != in.awsUser {
-				bad("access entry %s: username %v, but deploy/aws/rbac.yaml binds %q", name, e.Username, in.awsUser)
+				bad("access entry %s: username %v, but infra/aws/rbac.yaml binds %q", name, e.Username, in.awsUser)
 			}
 			if len(e.AccessPolicies) > 0 || len(e.KubernetesGroups) > 0 {
-				bad("access entry %s grants AccessPolicies %v / groups %v: its only right is deploy/aws/rbac.yaml's impersonation", name, e.AccessPolicies, e.KubernetesGroups)
+				bad("access entry %s grants AccessPolicies %v / groups %v: its only right is infra/aws/rbac.yaml's impersonation", name, e.AccessPolicies, e.KubernetesGroups)
 			}
 		case "AWS::CloudWatch::Alarm":
 			var a struct {
@@ -507,7 +507,7 @@ func parseTF(src []byte) (*tfModule, error) {
 	})
 	ctx := &hcl.EvalContext{Variables: map[string]cty.Value{
 		"var":  cty.ObjectVal(vars),
-		"path": cty.ObjectVal(map[string]cty.Value{"module": cty.StringVal("deploy/gcp")}),
+		"path": cty.ObjectVal(map[string]cty.Value{"module": cty.StringVal("infra/gcp")}),
 	}, Functions: map[string]function.Function{"tostring": tostring}}
 	m := &tfModule{body: body, ctx: ctx}
 	if locals := m.blocks(body, "locals"); len(locals) == 1 {
@@ -568,7 +568,7 @@ func refs(body *hclsyntax.Body, name string) []string {
 	return out
 }
 
-// tfProblems checks deploy/gcp/main.tf.
+// tfProblems checks infra/gcp/main.tf.
 func tfProblems(src []byte, in inputs) []string {
 	m, err := parseTF(src)
 	if err != nil {
@@ -596,8 +596,8 @@ func tfProblems(src []byte, in inputs) []string {
 	if src := m.blocks(build[0].Body, "source"); len(src) != 1 || len(m.blocks(src[0].Body, "storage_source")) != 1 {
 		bad("the function's source is not a storage_source (stage.sh's layout, zipped)")
 	}
-	if archives := m.blocks(m.body, "data", "archive_file"); len(archives) != 1 || m.str(archives[0].Body, "source_dir") != "deploy/gcp/"+in.stageDir {
-		bad("the source archive is not what deploy/gcp/stage.sh writes, deploy/gcp/%s", in.stageDir)
+	if archives := m.blocks(m.body, "data", "archive_file"); len(archives) != 1 || m.str(archives[0].Body, "source_dir") != "infra/gcp/"+in.stageDir {
+		bad("the source archive is not what infra/gcp/stage.sh writes, infra/gcp/%s", in.stageDir)
 	}
 	sa := refs(service[0].Body, "service_account_email")
 	if len(sa) != 1 || !strings.HasPrefix(sa[0], "google_service_account.") {
@@ -693,7 +693,7 @@ func tfProblems(src []byte, in inputs) []string {
 	}
 	for _, r := range m.blocks(m.body, "resource") {
 		if role := m.str(r.Body, "role"); strings.HasPrefix(role, "roles/container.") {
-			bad("%s %s grants %s: Kubernetes rights come from deploy/gcp/rbac.yaml only", r.Labels[0], r.Labels[1], role)
+			bad("%s %s grants %s: Kubernetes rights come from infra/gcp/rbac.yaml only", r.Labels[0], r.Labels[1], role)
 		}
 	}
 	return out
@@ -705,13 +705,13 @@ func tfProblems(src []byte, in inputs) []string {
 // that main, generated here as the buildpack does, builds against the
 // working tree, serves the entry point functions/gcf registers (answering
 // 500 while its settings are missing), and is the credential plugin the
-// kubeconfig runs: client-go, given deploy/gcp's kubeconfig, sends the
+// kubeconfig runs: client-go, given infra/gcp's kubeconfig, sends the
 // metadata server's token and impersonates the functions' ServiceAccount.
 func TestGCFSourceLayout(t *testing.T) {
-	fnDir := filepath.Join(repoRoot, "deploy/gcp/function")
+	fnDir := filepath.Join(repoRoot, "infra/gcp/function")
 	src := t.TempDir()
 	for _, f := range []string{"go.mod", "go.sum", "function.go"} {
-		if err := os.WriteFile(filepath.Join(src, f), readRepoFile(t, "deploy/gcp/function/"+f), 0o644); err != nil {
+		if err := os.WriteFile(filepath.Join(src, f), readRepoFile(t, "infra/gcp/function/"+f), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -851,25 +851,25 @@ func main() {
 	})
 }
 
-// renderTFKubeconfig is deploy/gcp/kubeconfig.tftpl as main.tf renders it
+// renderTFKubeconfig is infra/gcp/kubeconfig.tftpl as main.tf renders it
 // for deployEnv, with endpoint as the cluster's.
 func renderTFKubeconfig(t *testing.T, endpoint string) []byte {
 	t.Helper()
 	r := strings.NewReplacer("${endpoint}", endpoint, "${ca_data}", "", "${env}", deployEnv)
-	return []byte(r.Replace(string(readRepoFile(t, "deploy/gcp/kubeconfig.tftpl"))))
+	return []byte(r.Replace(string(readRepoFile(t, "infra/gcp/kubeconfig.tftpl"))))
 }
 
-// renderAWSKubeconfig is deploy/aws/kubeconfig.tmpl as make renders it.
+// renderAWSKubeconfig is infra/aws/kubeconfig.tmpl as make renders it.
 func renderAWSKubeconfig(t *testing.T) []byte {
 	t.Helper()
 	r := strings.NewReplacer("@SERVER@", "https://eks.example", "@CA_DATA@", "", "@CLUSTER@", "sessions", "@ENV@", deployEnv)
-	return []byte(r.Replace(string(readRepoFile(t, "deploy/aws/kubeconfig.tmpl"))))
+	return []byte(r.Replace(string(readRepoFile(t, "infra/aws/kubeconfig.tmpl"))))
 }
 
-// The clouds' identities, given deploy/{aws,gcp}/rbac.yaml, may
+// The clouds' identities, given infra/{aws,gcp}/rbac.yaml, may
 // impersonate the functions' ServiceAccount of their environment and
 // nothing else, and acting through the kubeconfig's `as` they are that
-// ServiceAccount: infra/rbac.yaml's Role lets them work in the sessions
+// ServiceAccount: infra/base/rbac.yaml's Role lets them work in the sessions
 // namespace and the labkeep-functions admission policy refuses what
 // labkeep would never create. The local API server cannot authenticate
 // AWS or Google tokens, so a ServiceAccount of its own stands in for the
@@ -898,11 +898,11 @@ func TestCloudIdentityImpersonatesOnlyTheFunctions(t *testing.T) {
 			}
 			wantAs := "system:serviceaccount:labkeep-" + deployEnv + ":" + infra.ServiceAccount
 			if rc.Impersonate.UserName != wantAs {
-				t.Fatalf("deploy/%s's kubeconfig acts as %q, want %q", cloud, rc.Impersonate.UserName, wantAs)
+				t.Fatalf("infra/%s's kubeconfig acts as %q, want %q", cloud, rc.Impersonate.UserName, wantAs)
 			}
 			as := "system:serviceaccount:" + place.Functions + ":" + infra.ServiceAccount
 
-			// deploy/<cloud>/rbac.yaml for this environment, bound to the
+			// infra/<cloud>/rbac.yaml for this environment, bound to the
 			// stand-in.
 			standIn := cloud + "-identity"
 			if _, err := admin.CoreV1().ServiceAccounts(cloudNS).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: standIn}}, metav1.CreateOptions{}); err != nil {

@@ -16,7 +16,7 @@ import (
 	"labkeep/infra"
 )
 
-// nonManifests are the YAML files in infra/ that hold no Kubernetes
+// nonManifests are the YAML files in infra/base/ that hold no Kubernetes
 // objects, with the reason.
 var nonManifests = map[string]string{
 	"kustomization.yaml": "kustomize's configuration, checked by TestKustomizeRenders",
@@ -27,18 +27,18 @@ var nonManifests = map[string]string{
 // workspace Pod) are tried: the namespace session objects live in.
 const objectsNamespace = infra.SessionsNamespace
 
-// manifestFiles lists every manifest file of infra/ and infra/guardian/,
-// relative to infra/.
+// manifestFiles lists every manifest file of infra/base/ and infra/guardian/,
+// relative to infra/base/.
 func manifestFiles(t *testing.T) []string {
 	t.Helper()
 	var files []string
-	for _, pattern := range []string{"*.yaml", "guardian/*.yaml"} {
-		matches, err := filepath.Glob(filepath.Join(repoRoot, "infra", pattern))
+	for _, pattern := range []string{"*.yaml", "../guardian/*.yaml"} {
+		matches, err := filepath.Glob(filepath.Join(repoRoot, "infra", "base", pattern))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, m := range matches {
-			rel, _ := filepath.Rel(filepath.Join(repoRoot, "infra"), m)
+			rel, _ := filepath.Rel(filepath.Join(repoRoot, "infra", "base"), m)
 			// Dot files are tools' configuration (guardian/.ko.yaml).
 			if _, skip := nonManifests[rel]; !skip && !strings.HasPrefix(filepath.Base(rel), ".") {
 				files = append(files, rel)
@@ -53,12 +53,12 @@ func manifestFiles(t *testing.T) []string {
 
 func loadManifest(t *testing.T, rel string) []*unstructured.Unstructured {
 	t.Helper()
-	objs, err := decodeFile(filepath.Join(repoRoot, "infra", rel))
+	objs, err := decodeFile(filepath.Join(repoRoot, "infra", "base", rel))
 	if err != nil {
-		t.Fatalf("decoding infra/%s: %v", rel, err)
+		t.Fatalf("decoding %s: %v", filepath.Join("infra", "base", rel), err)
 	}
 	if len(objs) == 0 {
-		t.Fatalf("infra/%s holds no objects", rel)
+		t.Fatalf("%s holds no objects", filepath.Join("infra", "base", rel))
 	}
 	return objs
 }
@@ -93,7 +93,7 @@ func TestManifestsPassServerSideDryRun(t *testing.T) {
 	var validated []string
 	for _, rel := range manifestFiles(t) {
 		t.Run(rel, func(t *testing.T) {
-			validated = append(validated, dryRunAll(t, "infra/"+rel, loadManifest(t, rel))...)
+			validated = append(validated, dryRunAll(t, filepath.Join("infra", "base", rel), loadManifest(t, rel))...)
 		})
 	}
 	// The kinds this test exists for must really have been validated, not
@@ -135,7 +135,7 @@ func TestDryRunRejectsBrokenManifests(t *testing.T) {
 			set("eight", "spec", "hard", "count/virtualmachines.kubevirt.io"), "quantities must match"},
 		{"RBAC rules that are not a list", "rbac.yaml", "Role",
 			set("create", "rules"), "rules"},
-		{"invalid sidecar restartPolicy", "guardian/workspace-pod.yaml", "Pod",
+		{"invalid sidecar restartPolicy", "../guardian/workspace-pod.yaml", "Pod",
 			func(u *unstructured.Unstructured) error {
 				ics, _, _ := unstructured.NestedSlice(u.Object, "spec", "initContainers")
 				ics[0].(map[string]any)["restartPolicy"] = "Sometimes"
@@ -154,7 +154,7 @@ func TestDryRunRejectsBrokenManifests(t *testing.T) {
 				}
 			}
 			if obj == nil {
-				t.Fatalf("infra/%s has no %s", tt.file, tt.kind)
+				t.Fatalf("%s has no %s", filepath.Join("infra", "base", tt.file), tt.kind)
 			}
 			if err := tt.mutate(obj); err != nil {
 				t.Fatal(err)
@@ -176,28 +176,28 @@ func TestDryRunRejectsBrokenManifests(t *testing.T) {
 	}
 }
 
-// `kubectl kustomize infra/` renders, and what it renders — exactly what
-// `kubectl apply -k infra/` would send, generated ConfigMap included —
+// `kubectl kustomize infra/base/` renders, and what it renders — exactly what
+// `kubectl apply -k infra/base/` would send, generated ConfigMap included —
 // passes the dry run.
 func TestKustomizeRenders(t *testing.T) {
 	kubectl, err := exec.LookPath("kubectl")
 	if err != nil {
-		t.Skip("kubectl not in PATH; cannot render infra/ with kustomize:", err)
+		t.Skip("kubectl not in PATH; cannot render infra/base/ with kustomize:", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, kubectl, "kustomize", filepath.Join(repoRoot, "infra"))
+	cmd := exec.CommandContext(ctx, kubectl, "kustomize", filepath.Join(repoRoot, "infra", "base"))
 	var stderr strings.Builder
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		t.Fatalf("kubectl kustomize infra/: %v\n%s", err, stderr.String())
+		t.Fatalf("kubectl kustomize infra/base/: %v\n%s", err, stderr.String())
 	}
 	rendered, err := decodeYAML(out)
 	if err != nil {
 		t.Fatalf("decoding kustomize output: %v", err)
 	}
-	validated := dryRunAll(t, "kubectl kustomize infra/", rendered)
+	validated := dryRunAll(t, "kubectl kustomize infra/base/", rendered)
 	if len(validated) != len(rendered) {
 		t.Errorf("%d of %d rendered objects validated", len(validated), len(rendered))
 	}
@@ -211,7 +211,7 @@ func TestKustomizeRenders(t *testing.T) {
 			want[objectID(o)] = true
 		}
 	}
-	labs, err := os.ReadFile(filepath.Join(repoRoot, "infra", "labs.yaml"))
+	labs, err := os.ReadFile(filepath.Join(repoRoot, "infra", "base", "labs.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -221,7 +221,7 @@ func TestKustomizeRenders(t *testing.T) {
 		if o.GetKind() == "ConfigMap" && o.GetName() == "labkeep-labs" {
 			data, _, _ := unstructured.NestedString(o.Object, "data", "labs.yaml")
 			if data != string(labs) {
-				t.Errorf("ConfigMap labkeep-labs does not carry infra/labs.yaml unchanged")
+				t.Errorf("ConfigMap labkeep-labs does not carry infra/base/labs.yaml unchanged")
 			}
 			gotLabs = true
 			continue

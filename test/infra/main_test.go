@@ -180,7 +180,7 @@ func setUpCluster(ctx context.Context, cp *controlplane.ControlPlane) (*cluster,
 	}
 	// The namespaces of namespaces.yaml, plus the golden-PVC namespace the
 	// operator creates (golden-clone-rbac.yaml).
-	nsObjs, err := decodeFile(filepath.Join(repoRoot, "infra", "namespaces.yaml"))
+	nsObjs, err := decodeFile(filepath.Join(repoRoot, "infra", "base", "namespaces.yaml"))
 	if err != nil {
 		return nil, err
 	}

@@ -16,12 +16,12 @@ import (
 	"labkeep/infra"
 )
 
-// overlayDirs lists the environments of deploy/: every directory whose
-// kustomization.yaml is a Kustomization (deploy/env is the Component they
+// overlayDirs lists the environments of infra/overlays/: every directory whose
+// kustomization.yaml is a Kustomization (infra/overlays/env is the Component they
 // share).
 func overlayDirs(t *testing.T) []string {
 	t.Helper()
-	matches, err := filepath.Glob(filepath.Join(repoRoot, "deploy", "*", "kustomization.yaml"))
+	matches, err := filepath.Glob(filepath.Join(repoRoot, "infra", "overlays", "*", "kustomization.yaml"))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -36,7 +36,7 @@ func overlayDirs(t *testing.T) []string {
 		}
 	}
 	if len(dirs) < 2 {
-		t.Fatalf("found overlays %v under deploy/, want at least two environments", dirs)
+		t.Fatalf("found overlays %v under infra/overlays/, want at least two environments", dirs)
 	}
 	return dirs
 }
@@ -236,7 +236,7 @@ func TestOverlaysPassServerSideDryRun(t *testing.T) {
 				t.Errorf("%s disagrees with itself: %v", dir, bad)
 			}
 			if want := filepath.Base(dir); f.Env != want {
-				t.Errorf("deploy/%s renders LABKEEP_ENV %q", want, f.Env)
+				t.Errorf("infra/overlays/%s renders LABKEEP_ENV %q", want, f.Env)
 			}
 			t.Logf("%s: %+v", dir, f)
 		})
@@ -256,8 +256,8 @@ func writeOverlay(t *testing.T, env, maxVMs, maxPods string) string {
 		return r
 	}
 	k := "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\n" +
-		"resources: [" + rel(filepath.Join(repoRoot, "infra")) + "]\n" +
-		"components: [" + rel(filepath.Join(repoRoot, "deploy", "env")) + "]\n" +
+		"resources: [" + rel(filepath.Join(repoRoot, "infra", "base")) + "]\n" +
+		"components: [" + rel(filepath.Join(repoRoot, "infra", "overlays", "env")) + "]\n" +
 		"configMapGenerator:\n  - name: labkeep-env\n    literals: [env=" + env + ", maxVMs=" + maxVMs + ", maxPods=" + maxPods + "]\n" +
 		"    options: {disableNameSuffixHash: true, annotations: {config.kubernetes.io/local-config: \"true\"}}\n"
 	if err := os.WriteFile(filepath.Join(dir, "kustomization.yaml"), []byte(k), 0o644); err != nil {
@@ -302,15 +302,15 @@ func TestOverlaysNeverShareAnEnvironment(t *testing.T) {
 			}
 		})
 	}
-	if !slices.Contains(dirs, filepath.Join(repoRoot, "deploy", "dev")) {
-		t.Fatalf("no deploy/dev overlay among %v", dirs)
+	if !slices.Contains(dirs, filepath.Join(repoRoot, "infra", "overlays", "dev")) {
+		t.Fatalf("no infra/overlays/dev overlay among %v", dirs)
 	}
 }
 
-// The base alone (kubectl apply -k infra/) also keeps each cap equal to
+// The base alone (kubectl apply -k infra/base/) also keeps each cap equal to
 // its quota.
 func TestBaseCapsEqualQuotas(t *testing.T) {
-	f := factsOf(t, renderOverlay(t, filepath.Join(repoRoot, "infra")))
+	f := factsOf(t, renderOverlay(t, filepath.Join(repoRoot, "infra", "base")))
 	got := []string{f.MaxVMs, f.MaxPods}
 	want := []string{f.QuotaVMs, f.QuotaPods}
 	if diff := cmp.Diff(want, got); diff != "" || f.MaxVMs == "" || f.MaxPods == "" {

@@ -54,7 +54,7 @@ func TestPodTemplatesMeetRestrictedPodSecurity(t *testing.T) {
 		}, false},
 		{"control: the guardian workspace Pod", func(t *testing.T) corev1.PodSpec {
 			var pod corev1.Pod
-			typed(t, find(t, "guardian/workspace-pod.yaml", "Pod", ""), &pod)
+			typed(t, find(t, "../guardian/workspace-pod.yaml", "Pod", ""), &pod)
 			return pod.Spec
 		}, true},
 	}

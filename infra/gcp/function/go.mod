@@ -1,4 +1,4 @@
-// The source root Cloud Functions builds (deploy/gcp/stage.sh copies it,
+// The source root Cloud Functions builds (infra/gcp/stage.sh copies it,
 // with the labkeep module beside it as ./labkeep). Google's Go buildpack
 // wants a function package at the source root and a module path with a
 // dot in its first element; labkeep's own module path has none.

@@ -4,12 +4,12 @@
 // main (the function registers itself: labkeep/functions/gcf registers
 // "Labkeep" in its init).
 //
-// The same binary is the kubeconfig's credential plugin (deploy/gcp's
+// The same binary is the kubeconfig's credential plugin (infra/gcp's
 // kubeconfig runs /proc/self/exe gke-exec-credential): started with that
 // argument it prints a client.authentication.k8s.io ExecCredential
 // holding the function's own Google access token, from the metadata
 // server, and exits before the framework starts. GKE accepts the token as
-// the function's service account, which deploy/gcp/rbac.yaml lets
+// the function's service account, which infra/gcp/rbac.yaml lets
 // impersonate the labkeep-functions ServiceAccount and nothing else.
 // Nothing long-lived is stored: client-go runs the plugin again when the
 // token's expirationTimestamp has passed.

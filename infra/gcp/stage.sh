@@ -1,8 +1,8 @@
 #!/bin/sh
-# deploy/gcp/stage.sh [DIR] — lays out the Cloud Functions source in DIR
-# (default deploy/gcp/build/source), as Google's Go buildpack wants it:
+# infra/gcp/stage.sh [DIR] — lays out the Cloud Functions source in DIR
+# (default infra/gcp/build/source), as Google's Go buildpack wants it:
 #
-#   DIR/go.mod, go.sum, function.go   deploy/gcp/function: the function
+#   DIR/go.mod, go.sum, function.go   infra/gcp/function: the function
 #                                     package at the root, module path
 #                                     with a dot, replace labkeep => ./labkeep
 #   DIR/labkeep/                      labkeep's committed tree (git archive HEAD,

@@ -1,8 +1,8 @@
 # labkeep's session functions on Google Cloud Functions (2nd gen), one
 # environment per Terraform workspace or state:
 #
-#   deploy/gcp/stage.sh          # the buildpack's source layout, build/source
-#   terraform -chdir=deploy/gcp apply -var project=… -var env=dev -var gke_cluster=…
+#   infra/gcp/stage.sh          # the buildpack's source layout, build/source
+#   terraform -chdir=infra/gcp apply -var project=… -var env=dev -var gke_cluster=…
 #
 # test/infra/deploytemplates_test.go parses this file (hashicorp/hcl) and
 # checks the entry point, runtime, schedule and LABKEEP_* environment
@@ -54,7 +54,7 @@ variable "runtime" {
 
 variable "source_dir" {
   type        = string
-  description = "what deploy/gcp/stage.sh wrote"
+  description = "what infra/gcp/stage.sh wrote"
   default     = "build/source"
 }
 
@@ -101,7 +101,7 @@ variable "alert_notification_channels" {
 locals {
   name = "labkeep-${var.env}"
   # The three credentials, created and filled by the operator
-  # (deploy/README.md); the function reads their latest versions.
+  # (infra/README.md); the function reads their latest versions.
   secrets = {
     LABKEEP_DATABASE_URL    = "labkeep-database-url-${var.env}"
     LABKEEP_JWT_SECRET      = "labkeep-jwt-secret-${var.env}"
@@ -193,7 +193,7 @@ resource "google_secret_manager_secret" "labs" {
 
 resource "google_secret_manager_secret_version" "labs" {
   secret      = google_secret_manager_secret.labs.id
-  secret_data = file("${path.module}/../../infra/labs.yaml")
+  secret_data = file("${path.module}/../base/labs.yaml")
 }
 
 resource "google_secret_manager_secret_iam_member" "functions_read_files" {
