@@ -52,10 +52,10 @@ vet: ## go vet, go mod tidy check, gofmt check
 # never fails on a number); its results go to a temp dir.
 BENCH_PKGS = $$(grep -rl --include='*_test.go' '^func BenchmarkTable' . | xargs -r -n1 dirname | sort -u)
 BENCH_RUN = $(GO) test -run '^$$' -bench '^BenchmarkTable' -benchtime=1x -benchmem -count=1 -p 1
-bench: setup-test ## the benchmarks' table with baselines (~30 min), saved in test/bench/results
+bench: setup-test ## the benchmarks' table with baselines (~30 min), saved in test/bench/results; written into test/bench/README.md
 	@rows=$$(mktemp) && trap 'rm -f "$$rows"' EXIT && \
 	LABKEEP_BENCH_ROWS=$$rows $(BENCH_RUN) -timeout 40m $(BENCH_PKGS) && \
-	LABKEEP_BENCH_ROWS=$$rows $(GO) run ./localrun/cmd/benchtable
+	LABKEEP_BENCH_ROWS=$$rows LABKEEP_BENCH_README=test/bench/README.md $(GO) run ./localrun/cmd/benchtable
 
 bench-quick: setup-test ## each table benchmark once at small scale (part of make test)
 	@dir=$$(mktemp -d) && trap 'rm -rf "$$dir"' EXIT && \

@@ -119,3 +119,19 @@ func cgroupVersion(root string) (string, error) {
 		return "", fmt.Errorf("statfs %s/unified: %w", root, err)
 	}
 }
+
+// Heading is the date and machine line printed above a result's table.
+func (res Result) Heading() string {
+	m := res.Machine
+	return fmt.Sprintf("%s; %d cores (%s), %d MiB, kernel %s, cgroup %s, %s",
+		res.Date.Format(time.RFC3339), m.Cores, m.CPU, m.MemoryMiB, m.Kernel, m.Cgroup, m.Go)
+}
+
+// TableRows are the result's rows as WriteMarkdown takes them.
+func (res Result) TableRows() []Row {
+	rows := make([]Row, len(res.Rows))
+	for i, s := range res.Rows {
+		rows[i] = s.Row
+	}
+	return rows
+}

@@ -5,7 +5,13 @@
 // $LABKEEP_BENCH_RESULTS/<UTC date-time>.json, and prints the one table:
 // every figure with its baseline from the same run and their ratio, or why
 // the baseline could not run here. No rows is an error: the benchmarks did
-// not run.
+// not run. With $LABKEEP_BENCH_README set (`make bench` sets it to
+// test/bench/README.md) it also writes the table into that file, between
+// its markers.
+//
+// `benchtable SAVED.json` renders a saved result instead: it prints the
+// table and writes it into $LABKEEP_BENCH_README, reading no rows and
+// saving nothing.
 package main
 
 import (
@@ -23,7 +29,8 @@ import (
 )
 
 type config struct {
-	BenchRows    string `envconfig:"BENCH_ROWS" required:"true"`
+	BenchRows    string `envconfig:"BENCH_ROWS"`
+	BenchReadme  string `envconfig:"BENCH_README"`
 	BenchResults string `envconfig:"BENCH_RESULTS" default:"test/bench/results"`
 	BenchQuick   bool   `envconfig:"BENCH_QUICK"`
 }
@@ -39,6 +46,12 @@ func run() error {
 	var cfg config
 	if err := envconfig.Process("labkeep", &cfg); err != nil {
 		return err
+	}
+	if len(os.Args) > 1 {
+		return render(cfg, os.Args[1])
+	}
+	if cfg.BenchRows == "" {
+		return errors.New("LABKEEP_BENCH_ROWS is required")
 	}
 	rows, err := benchtable.ReadRowsFile(cfg.BenchRows)
 	if err != nil {
@@ -65,11 +78,49 @@ func run() error {
 	if err := os.WriteFile(path, append(out, '\n'), 0o644); err != nil {
 		return err
 	}
-	fmt.Printf("\n%s; %d cores (%s), %d MiB, kernel %s, cgroup %s, %s\n\n",
-		now.Format(time.RFC3339), m.Cores, m.CPU, m.MemoryMiB, m.Kernel, m.Cgroup, m.Go)
-	if err := benchtable.WriteMarkdown(os.Stdout, rows); err != nil {
+	if err := show(cfg, res, path); err != nil {
 		return err
 	}
 	fmt.Printf("\nsaved %s\n", path)
+	return nil
+}
+
+// render shows the result saved at path.
+func render(cfg config, path string) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	var res benchtable.Result
+	if err := json.Unmarshal(data, &res); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	if len(res.Rows) == 0 {
+		return errors.New(path + ": no rows")
+	}
+	return show(cfg, res, path)
+}
+
+// show prints res and, with LABKEEP_BENCH_README set, writes it into that
+// file; savedAs is where res is saved.
+func show(cfg config, res benchtable.Result, savedAs string) error {
+	fmt.Printf("\n%s\n\n", res.Heading())
+	if err := benchtable.WriteMarkdown(os.Stdout, res.TableRows()); err != nil {
+		return err
+	}
+	if cfg.BenchReadme == "" {
+		return nil
+	}
+	doc, err := os.ReadFile(cfg.BenchReadme)
+	if err != nil {
+		return err
+	}
+	if doc, err = benchtable.ReplaceTable(doc, res, filepath.ToSlash(savedAs)); err != nil {
+		return fmt.Errorf("%s: %w", cfg.BenchReadme, err)
+	}
+	if err := os.WriteFile(cfg.BenchReadme, doc, 0o644); err != nil {
+		return err
+	}
+	fmt.Printf("\nwrote the table into %s\n", cfg.BenchReadme)
 	return nil
 }
