@@ -1,4 +1,6 @@
-package labkeep_test
+// Package markdown_test checks the project's Markdown from the repository
+// root: tables render, relative links resolve, README.md stays short.
+package markdown_test
 
 import (
 	"fmt"
@@ -21,6 +23,16 @@ const (
 	maxReadmeLines = 150
 	maxReadmeWidth = 120
 )
+
+// TestMain runs the checks from the repository root, where git's paths
+// and the links' targets are relative to.
+func TestMain(m *testing.M) {
+	if err := os.Chdir("../.."); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	os.Exit(m.Run())
+}
 
 // trackedFiles are the files git tracks (or would track: new files not
 // ignored), slash-separated, relative to the repository root.
