@@ -3,6 +3,7 @@ package cgroupfs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -13,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"labkeep/guardian/internal/poll"
 	"labkeep/guardian/internal/testcgroup"
 )
 
@@ -224,17 +226,10 @@ func TestV2RealFreezeAndPSI(t *testing.T) {
 
 func waitProcs(t *testing.T, c Cgroup, n int) {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	poll.Eventually(t, 5*time.Second, func() (bool, string) {
 		p, err := c.Procs()
-		if err == nil && len(p) == n {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("cgroup has %v processes; want %d (err %v)", p, n, err)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return err == nil && len(p) == n, fmt.Sprintf("cgroup has %v processes; want %d (err %v)", p, n, err)
+	})
 }
 
 func openV1(t *testing.T, rel string) *V1 {
@@ -350,17 +345,10 @@ func TestV1PidsRefusedReal(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	deadline := time.Now().Add(5 * time.Second)
-	for {
+	poll.Eventually(t, 5*time.Second, func() (bool, string) {
 		n, _ := c.PidsRefused()
-		if n > before {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("pids.events max stayed at %d", n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		return n > before, fmt.Sprintf("pids.events max stayed at %d", n)
+	})
 }
 
 func TestMountsV1(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"labkeep/guardian/internal/poll"
 	"labkeep/guardian/internal/testcgroup"
 )
 
@@ -73,7 +74,7 @@ func TestPodWorkspaceRealV2(t *testing.T) {
 				var got string
 				var seen []Container
 				var err error
-				if !eventually(func() bool { got, _, seen, err = w.Locate(); return cmp.Equal(want, seen) }) {
+				if !poll.Until(10*time.Second, func() bool { got, _, seen, err = w.Locate(); return cmp.Equal(want, seen) }) {
 					t.Fatalf("containers (-want +got):\n%s", cmp.Diff(want, seen))
 				}
 				if err != nil || got != wantWS {
@@ -93,19 +94,6 @@ func TestPodWorkspaceRealV2(t *testing.T) {
 			}
 		})
 	}
-}
-
-// eventually polls cond until it holds or 10 s pass (a test process is
-// placed in its cgroup by a shell before it execs).
-func eventually(cond func() bool) bool {
-	deadline := time.Now().Add(10 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			return false
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
-	return true
 }
 
 // removeCgroup removes a cgroup2 directory once its processes are gone.

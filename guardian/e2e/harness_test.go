@@ -31,6 +31,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/sys/unix"
 
+	"labkeep/guardian/internal/poll"
 	"labkeep/guardian/internal/testcgroup"
 	"labkeep/guardian/procfs"
 	"labkeep/guardian/victim"
@@ -795,16 +796,9 @@ func countExe(ws *workspace, exe string) int {
 	return n
 }
 
-// eventually polls cond until it holds or d (scaled) passes.
+// eventually is poll.Until with d scaled to this machine.
 func eventually(d time.Duration, cond func() bool) bool {
-	deadline := time.Now().Add(scaled(d))
-	for time.Now().Before(deadline) {
-		if cond() {
-			return true
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	return cond()
+	return poll.Until(scaled(d), cond)
 }
 
 // oomHandedOver reports whether the kernel leaves the choice of a memory

@@ -6,20 +6,9 @@ import (
 	"os"
 	"testing"
 	"time"
-)
 
-// waitUntil polls cond until it holds; the deadline only bounds a broken
-// test, nothing is asserted about how long it took.
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("never happened: %s", what)
-		}
-		time.Sleep(time.Millisecond)
-	}
-}
+	"labkeep/guardian/internal/poll"
+)
 
 func (c *fakeCgroup) snapshot() (frozen bool, setMemory int, pidsMax int) {
 	c.mu.Lock()
@@ -47,7 +36,7 @@ func TestNoWorkspaceYet(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- r.g.Run(ctx) }()
 	defer func() { cancel(); <-done }()
-	waitUntil(t, "guardian looked for the workspace", func() bool { return r.g.Live() == nil })
+	poll.Eventually(t, 20*time.Second, func() (bool, string) { return r.g.Live() == nil, "guardian looked for the workspace" })
 	if err := r.g.Healthy(); !errors.Is(err, ErrUnhealthy) {
 		t.Errorf("Healthy() without a workspace = %v; want ErrUnhealthy", err)
 	}
@@ -72,7 +61,7 @@ func TestRunFollowsTheWorkspaceAcrossRestarts(t *testing.T) {
 
 	first := r.cg
 	r.ws.set(first)
-	waitUntil(t, "the first cgroup guarded and healthy", func() bool { return r.g.Healthy() == nil })
+	poll.Eventually(t, 20*time.Second, func() (bool, string) { return r.g.Healthy() == nil, "the first cgroup guarded and healthy" })
 	if _, n, pids := first.snapshot(); n != 1 || pids != cfg.PidsMax {
 		t.Errorf("first cgroup: %d memory limit writes, pids.max %d; want 1 and %d", n, pids, cfg.PidsMax)
 	}
@@ -82,9 +71,9 @@ func TestRunFollowsTheWorkspaceAcrossRestarts(t *testing.T) {
 	first.mu.Lock()
 	first.gone = true
 	first.mu.Unlock()
-	waitUntil(t, "the restarted container's cgroup guarded and healthy", func() bool {
+	poll.Eventually(t, 20*time.Second, func() (bool, string) {
 		_, n, _ := second.snapshot()
-		return n == 1 && r.g.Healthy() == nil
+		return n == 1 && r.g.Healthy() == nil, "the restarted container's cgroup guarded and healthy"
 	})
 	if frozen, _, pids := second.snapshot(); frozen || pids != cfg.PidsMax {
 		t.Errorf("restarted cgroup: frozen %v, pids.max %d; want thawed and %d", frozen, pids, cfg.PidsMax)
@@ -94,7 +83,7 @@ func TestRunFollowsTheWorkspaceAcrossRestarts(t *testing.T) {
 	second.mu.Lock()
 	second.limit = 1024 * mib
 	second.mu.Unlock()
-	waitUntil(t, "guardian's limits re-asserted", func() bool { _, n, _ := second.snapshot(); return n == 2 })
+	poll.Eventually(t, 20*time.Second, func() (bool, string) { _, n, _ := second.snapshot(); return n == 2, "guardian's limits re-asserted" })
 	if !r.has("workspace-gone") {
 		t.Errorf("alerts = %v; want workspace-gone", r.alertKinds())
 	}
@@ -127,11 +116,15 @@ func TestRunRetriesAFailedAttach(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- r.g.Run(ctx) }()
-	waitUntil(t, "an attach attempt", func() bool { r.ws.mu.Lock(); defer r.ws.mu.Unlock(); return r.ws.finds >= 2 })
+	poll.Eventually(t, 20*time.Second, func() (bool, string) {
+		r.ws.mu.Lock()
+		defer r.ws.mu.Unlock()
+		return r.ws.finds >= 2, "an attach attempt"
+	})
 	r.cg.mu.Lock()
 	r.cg.limitErr = nil
 	r.cg.mu.Unlock()
-	waitUntil(t, "the workspace guarded after the failed attach", func() bool { return r.g.Healthy() == nil })
+	poll.Eventually(t, 20*time.Second, func() (bool, string) { return r.g.Healthy() == nil, "the workspace guarded after the failed attach" })
 	cancel()
 	if err := <-done; err != nil {
 		t.Errorf("Run() = %v; want nil", err)

@@ -18,6 +18,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+
+	"labkeep/localrun/poll"
 )
 
 var vmGVR = schema.GroupVersionResource{Group: "kubevirt.io", Version: "v1", Resource: "virtualmachines"}
@@ -76,24 +78,6 @@ func vm(name string, owner *metav1.OwnerReference) *unstructured.Unstructured {
 		u.SetOwnerReferences([]metav1.OwnerReference{*owner})
 	}
 	return u
-}
-
-func waitFor(t *testing.T, timeout time.Duration, what string, cond func() (bool, error)) time.Duration {
-	t.Helper()
-	start := time.Now()
-	for {
-		ok, err := cond()
-		if err != nil {
-			t.Fatalf("%s: %v", what, err)
-		}
-		if ok {
-			return time.Since(start)
-		}
-		if time.Since(start) > timeout {
-			t.Fatalf("%s: not within %s", what, timeout)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
 }
 
 // A VM owned by a Job with a short activeDeadlineSeconds and
@@ -163,12 +147,12 @@ func TestDeadlineAnchorDeletesVM(t *testing.T) {
 		j, _ := cs.BatchV1().Jobs(ns).Get(ctx, "anchor", metav1.GetOptions{})
 		t.Fatalf("VM gone 1s after create, before the deadline: %v; job: %+v", err, j)
 	}
-	waitFor(t, 90*time.Second, "VM deleted by the garbage collector", func() (bool, error) {
+	poll.Eventually(t, 90*time.Second, func() (bool, string) {
 		_, err := dyn.Resource(vmGVR).Namespace(ns).Get(ctx, "student-vm", metav1.GetOptions{})
-		if apierrors.IsNotFound(err) {
-			return true, nil
+		if err != nil && !apierrors.IsNotFound(err) {
+			t.Fatalf("VM deleted by the garbage collector: %v", err)
 		}
-		return false, err
+		return apierrors.IsNotFound(err), "VM not yet deleted by the garbage collector"
 	})
 	vmGone := time.Since(created)
 	var failed, deleted time.Time
@@ -204,13 +188,13 @@ func TestQuotaRefusesThirdVM(t *testing.T) {
 	}
 	// Until the quota controller has computed usage, admission refuses every
 	// create ("status unknown"); wait for status.used to be filled.
-	waitFor(t, 30*time.Second, "quota usage computed", func() (bool, error) {
+	poll.Eventually(t, 30*time.Second, func() (bool, string) {
 		q, err := cs.CoreV1().ResourceQuotas(ns).Get(ctx, "vms", metav1.GetOptions{})
 		if err != nil {
-			return false, err
+			t.Fatalf("quota usage computed: %v", err)
 		}
 		_, ok := q.Status.Used["count/virtualmachines.kubevirt.io"]
-		return ok, nil
+		return ok, "quota usage not computed yet"
 	})
 	for i := 1; i <= 2; i++ {
 		if _, err := dyn.Resource(vmGVR).Namespace(ns).Create(ctx, vm(fmt.Sprintf("vm-%d", i), nil), metav1.CreateOptions{}); err != nil {

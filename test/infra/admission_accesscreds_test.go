@@ -7,14 +7,11 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
-	"labkeep/localrun/stacktest"
 	"labkeep/shared/kube"
 	"labkeep/shared/labs"
 	"labkeep/shared/session"
@@ -72,21 +69,10 @@ func TestAdmissionLimitsAccessCredentials(t *testing.T) {
 		t.Fatal("infra/labs.yaml has no linux-vm lab")
 	}
 	node := lab.Nodes[0]
-	// A pool instance: no student key, so its VMs take their keys live.
-	pool := func(t *testing.T) session.Session {
-		t.Helper()
-		s := poolSession(lab)
-		if err := cluster.Provision(ctx, s, lab); err != nil {
-			t.Fatalf("labkeep's own pool instance of %s refused: %v", lab.Name, err)
-		}
-		return s
-	}
-	own, other := pool(t), pool(t)
-
-	vm, err := api.dyn.Resource(vmGVR).Namespace(place.Sessions).Get(ctx, session.NodeName(own.ID, node.Name), metav1.GetOptions{})
-	if err != nil {
-		t.Fatalf("labkeep's own VM was not created: %v", err)
-	}
+	// Pool instances: no student key, so their VMs take their keys live.
+	own := provisionOwn(t, cluster, poolSession(lab), lab)
+	other := provisionOwn(t, cluster, poolSession(lab), lab)
+	vm := stored(t, vmGVR, place.Sessions, session.NodeName(own.ID, node.Name))
 	got, _, _ := unstructured.NestedSlice(vm.Object, "spec", "template", "spec", "accessCredentials")
 	wantCreds := []any{map[string]any{"sshPublicKey": map[string]any{
 		"source":            map[string]any{"secret": map[string]any{"secretName": session.SSHKeysName(own.ID, node.Name)}},
@@ -99,27 +85,10 @@ func TestAdmissionLimitsAccessCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// The crafted VMs keep the real VM's name (the policy ties it to the
-	// keys Secret), so the real one goes: a copy can then pass admission
-	// and the dry run both.
-	if err := api.dyn.Resource(vmGVR).Namespace(place.Sessions).Delete(ctx, vm.GetName(), metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	stacktest.Eventually(t, time.Minute, func() (bool, string) {
-		_, err := api.dyn.Resource(vmGVR).Namespace(place.Sessions).Get(ctx, vm.GetName(), metav1.GetOptions{})
-		return apierrors.IsNotFound(err), "VM still there: " + errString(err)
-	})
-
-	type crafted struct {
-		gvr schema.GroupVersionResource
-		obj runtime.Object
-	}
-	// virtualMachine is a copy of labkeep's own VM changed by edit.
-	virtualMachine := func(edit func(u *unstructured.Unstructured)) crafted {
-		u := restamp(vm, vm.GetName())
-		edit(u)
-		return crafted{vmGVR, u}
-	}
+	// The copies keep the real VM's name (the policy ties it to the keys
+	// Secret), so the real one goes.
+	removeOwn(t, vmGVR, place.Sessions, vm.GetName())
+	virtualMachine := vmCopies(vm, vm.GetName())
 	// withCreds is labkeep's own VM with accessCredentials creds.
 	withCreds := func(creds ...any) crafted {
 		return virtualMachine(func(u *unstructured.Unstructured) {
@@ -150,16 +119,14 @@ func TestAdmissionLimitsAccessCredentials(t *testing.T) {
 	// owning anchor, changed by edit.
 	keysSecret := func(name string, edit func(s *corev1.Secret)) crafted {
 		s := kube.SSHKeysSecret(cfg, own, labs.Node{Name: name, Role: node.Role}, anchor, []string{grader})
-		edit(s)
+		if edit != nil {
+			edit(s)
+		}
 		return crafted{secretsGVR, s}
 	}
 
-	tests := []struct {
-		name    string
-		obj     crafted
-		refused string // the rule's sentence; "" means admitted
-	}{
-		{"labkeep's own VM with live keys", virtualMachine(func(*unstructured.Unstructured) {}), ""},
+	tests := []admissionCase{
+		{"labkeep's own VM with live keys", virtualMachine(nil), ""},
 		{"another session's keys Secret", withCreds(sshKey(session.SSHKeysName(other.ID, node.Name), rootByAgent())), refusedAccessCredentials},
 		{"the node's cloud-init Secret (host private key, grading token)", withCreds(sshKey(session.CloudInitName(own.ID, node.Name), rootByAgent())), refusedAccessCredentials},
 		{"the database Secret", withCreds(sshKey("labkeep-secrets", rootByAgent())), refusedAccessCredentials},
@@ -185,7 +152,7 @@ func TestAdmissionLimitsAccessCredentials(t *testing.T) {
 			u.SetLabels(l)
 			_ = unstructured.SetNestedSlice(u.Object, []any{sshKey("lk-"+own.ID+"--ssh-keys", rootByAgent())}, "spec", "template", "spec", "accessCredentials")
 		}), refusedAccessCredentials},
-		{"labkeep's own keys Secret of a node", keysSecret("extra", func(*corev1.Secret) {}), ""},
+		{"labkeep's own keys Secret of a node", keysSecret("extra", nil), ""},
 		{"a keys Secret named for another session", keysSecret("extra", func(s *corev1.Secret) {
 			s.Name = session.SSHKeysName(other.ID, "extra")
 		}), refusedKeysSecret},
@@ -216,10 +183,5 @@ func TestAdmissionLimitsAccessCredentials(t *testing.T) {
 			t.Errorf("keys after the claim (-want +got):\n%s", diff)
 		}
 	})
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := dryRunCreate(ctx, fnDyn, tc.obj.gvr, place.Sessions, tc.obj.obj)
-			wantAdmission(t, err, tc.refused)
-		})
-	}
+	testAdmission(t, fnDyn, place.Sessions, tests)
 }

@@ -2,19 +2,16 @@ package infra_test
 
 import (
 	"context"
+	"maps"
 	"testing"
 	"time"
 
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
-	"labkeep/localrun/stacktest"
 	"labkeep/shared/alerts"
 	"labkeep/shared/kube"
 	"labkeep/shared/labs"
@@ -101,10 +98,7 @@ func TestAdmissionLimitsPodSecrets(t *testing.T) {
 			s = poolSession(lab)
 			s.Pool = session.PoolIdle
 		}
-		if err := c.Provision(ctx, s, lab); err != nil {
-			t.Fatalf("labkeep's own %s session (pool %v) refused: %v", lab.Name, pool, err)
-		}
-		return s
+		return provisionOwn(t, c, s, lab)
 	}
 
 	// The baseline the crafted Pods are made from. The policy is active a
@@ -115,21 +109,13 @@ func TestAdmissionLimitsPodSecrets(t *testing.T) {
 	own := provision(t, plain, shellLab, false)
 	other := provision(t, plain, shellLab, false)
 	node := shellLab.Nodes[0].Name
-	workspace, err := admin.CoreV1().Pods(place.Sessions).Get(ctx, session.NodeName(own.ID, node), metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	anchor, err := admin.BatchV1().Jobs(place.Sessions).Get(ctx, session.AnchorName(own.ID), metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	// pod is a copy of labkeep's own workspace Pod (its name, labels and
-	// owner) changed by edit.
-	pod := func(edit func(p *corev1.Pod, ws, guardian *corev1.Container)) *corev1.Pod {
-		p := restampPod(workspace, workspace.Name)
-		edit(p, &p.Spec.Containers[0], &p.Spec.InitContainers[0])
-		return p
-	}
+	var workspace corev1.Pod
+	var anchor batchv1.Job
+	typed(t, stored(t, podsGVR, place.Sessions, session.NodeName(own.ID, node)), &workspace)
+	typed(t, stored(t, jobsGVR, place.Sessions, session.AnchorName(own.ID)), &anchor)
+	// pod makes copies of labkeep's own workspace Pod (its name, labels
+	// and owner); job of its anchor Job.
+	pod, job := podCopies(&workspace, workspace.Name), jobCopies(&anchor, own.ID)
 	secretVolume := func(name string) func(p *corev1.Pod, ws, _ *corev1.Container) {
 		return func(p *corev1.Pod, ws, _ *corev1.Container) {
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "extra", VolumeSource: corev1.VolumeSource{
@@ -151,7 +137,7 @@ func TestAdmissionLimitsPodSecrets(t *testing.T) {
 	ownCloudInit := session.CloudInitName(own.ID, node)
 	otherCloudInit := session.CloudInitName(other.ID, node)
 	probe := pod(func(_ *corev1.Pod, ws, _ *corev1.Container) { ws.Image = "docker.io/library/alpine:3.20" })
-	awaitPolicy(t, fnDyn, podsGVR, place.Sessions, probe, refusedImage)
+	awaitPolicy(t, fnDyn, podsGVR, place.Sessions, probe.obj, refusedImage)
 	logTypeWarnings(t, admin)
 
 	t.Run("labkeep's own Pods are admitted", func(t *testing.T) {
@@ -180,35 +166,12 @@ func TestAdmissionLimitsPodSecrets(t *testing.T) {
 	})
 
 	// The crafted Pods keep the real Pod's name (the policy ties it to the
-	// Secret it mounts), so the real one goes: a copy can then pass
-	// admission and the dry run both.
-	if err := admin.CoreV1().Pods(place.Sessions).Delete(ctx, workspace.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
-		t.Fatal(err)
-	}
-	stacktest.Eventually(t, time.Minute, func() (bool, string) {
-		_, err := admin.CoreV1().Pods(place.Sessions).Get(ctx, workspace.Name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), "Pod still there: " + errString(err)
-	})
+	// Secret it mounts), so the real one goes.
+	removeOwn(t, podsGVR, place.Sessions, workspace.Name)
 
-	// job is a copy of labkeep's own anchor Job changed by edit.
-	job := func(edit func(spec *corev1.PodSpec)) *batchv1.Job {
-		j := anchor.DeepCopy()
-		j.ObjectMeta = metav1.ObjectMeta{Name: "crafted", Labels: j.Labels}
-		j.Status = batchv1.JobStatus{}
-		j.Spec.Selector, j.Spec.ManualSelector = nil, nil
-		j.Spec.Template.Labels = map[string]string{kube.LabelAnchorOf: own.ID}
-		edit(&j.Spec.Template.Spec)
-		return j
-	}
-
-	tests := []struct {
-		name    string
-		gvr     schema.GroupVersionResource
-		obj     runtime.Object
-		refused string // the rule's sentence; "" means admitted
-	}{
-		{"labkeep's own workspace Pod", podsGVR, pod(func(*corev1.Pod, *corev1.Container, *corev1.Container) {}), ""},
-		{"another session's cloud-init Secret as the labkeep volume", podsGVR, pod(func(p *corev1.Pod, _, _ *corev1.Container) {
+	testAdmission(t, fnDyn, place.Sessions, []admissionCase{
+		{"labkeep's own workspace Pod", pod(nil), ""},
+		{"another session's cloud-init Secret as the labkeep volume", pod(func(p *corev1.Pod, _, _ *corev1.Container) {
 			for i := range p.Spec.Volumes {
 				if s := p.Spec.Volumes[i].Secret; s != nil && s.SecretName == ownCloudInit {
 					s.SecretName = otherCloudInit
@@ -217,80 +180,71 @@ func TestAdmissionLimitsPodSecrets(t *testing.T) {
 			}
 			t.Fatalf("labkeep's Pod mounts no %s", ownCloudInit)
 		}), refusedPodSecrets},
-		{"another session's cloud-init Secret besides its own", podsGVR, pod(secretVolume(otherCloudInit)), refusedPodSecrets},
-		{"another session's keys Secret", podsGVR, pod(secretVolume(session.SSHKeysName(other.ID, node))), refusedPodSecrets},
-		{"its own node's keys Secret", podsGVR, pod(secretVolume(session.SSHKeysName(own.ID, node))), refusedPodSecrets},
-		{"the database Secret", podsGVR, pod(secretVolume("labkeep-secrets")), refusedPodSecrets},
-		{"guardian's Secret as a volume", podsGVR, pod(secretVolume(terminal.GuardianSecret)), refusedPodSecrets},
-		{"a projected volume of another session's Secret", podsGVR, pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
+		{"another session's cloud-init Secret besides its own", pod(secretVolume(otherCloudInit)), refusedPodSecrets},
+		{"another session's keys Secret", pod(secretVolume(session.SSHKeysName(other.ID, node))), refusedPodSecrets},
+		{"its own node's keys Secret", pod(secretVolume(session.SSHKeysName(own.ID, node))), refusedPodSecrets},
+		{"the database Secret", pod(secretVolume("labkeep-secrets")), refusedPodSecrets},
+		{"guardian's Secret as a volume", pod(secretVolume(terminal.GuardianSecret)), refusedPodSecrets},
+		{"a projected volume of another session's Secret", pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "extra", VolumeSource: corev1.VolumeSource{
 				Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{
 					Secret: &corev1.SecretProjection{LocalObjectReference: corev1.LocalObjectReference{Name: otherCloudInit}},
 				}}}}})
 			ws.VolumeMounts = append(ws.VolumeMounts, corev1.VolumeMount{Name: "extra", MountPath: "/extra", ReadOnly: true})
 		}), refusedVolume},
-		{"another session's root disk as a persistentVolumeClaim", podsGVR, pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
+		{"another session's root disk as a persistentVolumeClaim", pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "extra", VolumeSource: corev1.VolumeSource{
 				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: session.NodeName(other.ID, "vm") + "-root"}}})
 			ws.VolumeMounts = append(ws.VolumeMounts, corev1.VolumeMount{Name: "extra", MountPath: "/extra"})
 		}), refusedVolume},
-		{"a secretKeyRef to another session's Secret in the workspace", podsGVR, pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
+		{"a secretKeyRef to another session's Secret in the workspace", pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
 			ws.Env = append(ws.Env, secretEnv(otherCloudInit, "ssh-host-key"))
 		}), refusedPodSecrets},
-		{"guardian's cleanup token in the workspace", podsGVR, pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
+		{"guardian's cleanup token in the workspace", pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
 			ws.Env = append(ws.Env, secretEnv(terminal.GuardianSecret, terminal.GuardianTokenKey))
 		}), refusedPodSecrets},
-		{"guardian reading the database Secret", podsGVR, pod(func(_ *corev1.Pod, _, g *corev1.Container) {
+		{"guardian reading the database Secret", pod(func(_ *corev1.Pod, _, g *corev1.Container) {
 			g.Env = append(g.Env, secretEnv("labkeep-secrets", "password"))
 		}), refusedPodSecrets},
-		{"an envFrom secretRef of its own cloud-init Secret", podsGVR, pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
+		{"an envFrom secretRef of its own cloud-init Secret", pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
 			ws.EnvFrom = append(ws.EnvFrom, corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{
 				LocalObjectReference: corev1.LocalObjectReference{Name: ownCloudInit}}})
 		}), refusedPodSecrets},
-		{"an init container with a secretKeyRef to another session's Secret", podsGVR, pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
+		{"an init container with a secretKeyRef to another session's Secret", pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
 			initContainer(p, ws, func(c *corev1.Container) { c.Env = []corev1.EnvVar{secretEnv(otherCloudInit, "userdata")} })
 		}), refusedPodSecrets},
-		{"an init container other than guardian reading guardian's token", podsGVR, pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
+		{"an init container other than guardian reading guardian's token", pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
 			initContainer(p, ws, func(c *corev1.Container) {
 				c.Name = "guardian-2"
 				c.Env = []corev1.EnvVar{secretEnv(terminal.GuardianSecret, terminal.GuardianTokenKey)}
 			})
 		}), refusedPodSecrets},
-		{"an init container with an envFrom secretRef of the database Secret", podsGVR, pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
+		{"an init container with an envFrom secretRef of the database Secret", pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
 			initContainer(p, ws, func(c *corev1.Container) {
 				c.EnvFrom = []corev1.EnvFromSource{{SecretRef: &corev1.SecretEnvSource{
 					LocalObjectReference: corev1.LocalObjectReference{Name: "labkeep-secrets"}}}}
 			})
 		}), refusedPodSecrets},
-		{"a Job's Pod mounting a session's cloud-init Secret", jobsGVR, job(func(spec *corev1.PodSpec) {
+		{"a Job's Pod mounting a session's cloud-init Secret", job(func(spec *corev1.PodSpec) {
 			spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "extra", VolumeSource: corev1.VolumeSource{
 				Secret: &corev1.SecretVolumeSource{SecretName: ownCloudInit}}})
 		}), refusedPodSecrets},
-		{"a Job's Pod with a secretKeyRef", jobsGVR, job(func(spec *corev1.PodSpec) {
+		{"a Job's Pod with a secretKeyRef", job(func(spec *corev1.PodSpec) {
 			spec.Containers[0].Env = append(spec.Containers[0].Env, secretEnv(otherCloudInit, "userdata"))
 		}), refusedPodSecrets},
-		{"an image pull Secret", podsGVR, pod(func(p *corev1.Pod, _, _ *corev1.Container) {
+		{"an image pull Secret", pod(func(p *corev1.Pod, _, _ *corev1.Container) {
 			p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: otherCloudInit}}
 		}), refusedPullSecret},
-		{"labkeep's own Pod not named for its node", podsGVR, pod(func(p *corev1.Pod, _, _ *corev1.Container) {
+		{"labkeep's own Pod not named for its node", pod(func(p *corev1.Pod, _, _ *corev1.Container) {
 			p.Name = "crafted"
 		}), refusedPodName},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := dryRunCreate(ctx, fnDyn, tc.gvr, place.Sessions, tc.obj)
-			wantAdmission(t, err, tc.refused)
-		})
-	}
+	})
 	// The name is what ties a Pod's labels to one session: passing the
 	// policy with another session's Secret takes that session's Pod's
 	// name, and the API server refuses it as taken.
-	t.Run("another session's labels, name and cloud-init Secret", func(t *testing.T) {
-		p := pod(func(p *corev1.Pod, _, _ *corev1.Container) {
-			p.Labels = map[string]string{}
-			for k, v := range workspace.Labels {
-				p.Labels[k] = v
-			}
+	testAdmission(t, fnDyn, place.Sessions, []admissionCase{
+		{"another session's labels, name and cloud-init Secret", pod(func(p *corev1.Pod, _, _ *corev1.Container) {
+			p.Labels = maps.Clone(workspace.Labels)
 			p.Labels[kube.LabelSession] = other.ID
 			p.Name = session.NodeName(other.ID, node)
 			for i := range p.Spec.Volumes {
@@ -298,12 +252,7 @@ func TestAdmissionLimitsPodSecrets(t *testing.T) {
 					s.SecretName = otherCloudInit
 				}
 			}
-		})
-		err := dryRunCreate(ctx, fnDyn, podsGVR, place.Sessions, p)
-		if !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("%v; want past the policy and refused as already existing", errString(err))
-		}
-		t.Log(err)
+		}), nameTaken},
 	})
 
 	t.Run("a VM's kernel boot image", func(t *testing.T) {
@@ -317,53 +266,34 @@ func TestAdmissionLimitsPodSecrets(t *testing.T) {
 // VM deleted first, so the copy can take its name); so is a containerDisk
 // with a pull Secret.
 func testKernelBootImage(t *testing.T, cluster *kube.Cluster, fnDyn dynamic.Interface, ns string) {
-	ctx := context.Background()
 	vmLab, ok := sampleLabs(t).Get("linux-vm")
 	if !ok {
 		t.Fatal("infra/labs.yaml has no linux-vm lab")
 	}
-	s := studentSession(vmLab)
-	if err := cluster.Provision(ctx, s, vmLab); err != nil {
-		t.Fatalf("labkeep's own %s session refused: %v", vmLab.Name, err)
-	}
-	name := session.NodeName(s.ID, vmLab.Nodes[0].Name)
-	vm, err := api.dyn.Resource(vmGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := api.dyn.Resource(vmGVR).Namespace(ns).Delete(ctx, name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	stacktest.Eventually(t, time.Minute, func() (bool, string) {
-		_, err := api.dyn.Resource(vmGVR).Namespace(ns).Get(ctx, name, metav1.GetOptions{})
-		return apierrors.IsNotFound(err), "VM still there: " + errString(err)
-	})
-	// ownVM is a copy of labkeep's own VM.
-	ownVM := func() *unstructured.Unstructured { return restamp(vm, vm.GetName()) }
+	s := provisionOwn(t, cluster, studentSession(vmLab), vmLab)
+	vm := stored(t, vmGVR, ns, session.NodeName(s.ID, vmLab.Nodes[0].Name))
+	removeOwn(t, vmGVR, ns, vm.GetName())
+	// ownVM makes copies of labkeep's own VM.
+	ownVM := vmCopies(vm, vm.GetName())
 	// kernelBoot is a copy of the VM booting a kernel from container.
-	kernelBoot := func(container map[string]any) *unstructured.Unstructured {
-		u := ownVM()
-		container["kernelPath"] = "/boot/vmlinuz"
-		if err := unstructured.SetNestedMap(u.Object, map[string]any{"kernelArgs": "console=ttyS0", "container": container},
-			"spec", "template", "spec", "domain", "firmware", "kernelBoot"); err != nil {
-			t.Fatal(err)
-		}
-		return u
+	kernelBoot := func(container map[string]any) crafted {
+		return ownVM(func(u *unstructured.Unstructured) {
+			container["kernelPath"] = "/boot/vmlinuz"
+			if err := unstructured.SetNestedMap(u.Object, map[string]any{"kernelArgs": "console=ttyS0", "container": container},
+				"spec", "template", "spec", "domain", "firmware", "kernelBoot"); err != nil {
+				t.Fatal(err)
+			}
+		})
 	}
 	pullSecret := session.CloudInitName(s.ID, vmLab.Nodes[0].Name)
-	for _, tc := range []struct {
-		name    string
-		vm      *unstructured.Unstructured
-		refused string
-	}{
+	testAdmission(t, fnDyn, ns, []admissionCase{
 		{"an image outside the allowlist", kernelBoot(map[string]any{"image": "docker.io/evil/kernel:1"}), refusedImage},
 		{"a lookalike of an allowed prefix", kernelBoot(map[string]any{"image": "quay.io/containerdisks-evil/kernel:1"}), refusedImage},
-		{"labkeep's own VM", ownVM(), ""},
+		{"labkeep's own VM", ownVM(nil), ""},
 		{"an image of the allowlist", kernelBoot(map[string]any{"image": "quay.io/containerdisks/fedora:40"}), ""},
 		{"an image of the allowlist with a pull Secret", kernelBoot(map[string]any{
 			"image": "quay.io/containerdisks/fedora:40", "imagePullSecret": pullSecret}), refusedPullSecret},
-		{"a containerDisk with a pull Secret", func() *unstructured.Unstructured {
-			u := ownVM()
+		{"a containerDisk with a pull Secret", ownVM(func(u *unstructured.Unstructured) {
 			vols, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "volumes")
 			for _, v := range vols {
 				if cd, ok := v.(map[string]any)["containerDisk"].(map[string]any); ok {
@@ -371,11 +301,6 @@ func testKernelBootImage(t *testing.T, cluster *kube.Cluster, fnDyn dynamic.Inte
 				}
 			}
 			_ = unstructured.SetNestedSlice(u.Object, vols, "spec", "template", "spec", "volumes")
-			return u
-		}(), refusedPullSecret},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			wantAdmission(t, dryRunCreate(ctx, fnDyn, vmGVR, ns, tc.vm), tc.refused)
-		})
-	}
+		}), refusedPullSecret},
+	})
 }

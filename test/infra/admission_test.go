@@ -2,6 +2,7 @@ package infra_test
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"testing"
@@ -148,14 +149,6 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	provision := func(t *testing.T, lab labs.Lab) session.Session {
-		t.Helper()
-		s := studentSession(lab)
-		if err := cluster.Provision(ctx, s, lab); err != nil {
-			t.Fatalf("labkeep's own %s session refused: %v", lab.Name, err)
-		}
-		return s
-	}
 
 	// Wait for the policy: a foreign image in labkeep's anchor Job.
 	probe := &batchv1.Job{
@@ -174,7 +167,7 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 		netLab, _ := catalog.Get("shell")
 		netLab.Name, netLab.Capabilities = "shell-net", []string{"NET_RAW"}
 		for _, lab := range append(labsOf(catalog), goldenLab, netLab) {
-			t.Run(lab.Name, func(t *testing.T) { provision(t, lab) })
+			t.Run(lab.Name, func(t *testing.T) { provisionOwn(t, cluster, studentSession(lab), lab) })
 		}
 	})
 
@@ -182,23 +175,15 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 	// workspace Pod, anchor Job and VM, read back.
 	shellLab, _ := catalog.Get("shell")
 	vmLab, _ := catalog.Get("linux-vm")
-	podSession, vmSession, goldenSession := provision(t, shellLab), provision(t, vmLab), provision(t, goldenLab)
-	workspace, err := admin.CoreV1().Pods(place.Sessions).Get(ctx, session.NodeName(podSession.ID, shellLab.Nodes[0].Name), metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	anchor, err := admin.BatchV1().Jobs(place.Sessions).Get(ctx, session.AnchorName(podSession.ID), metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	vm, err := api.dyn.Resource(vmGVR).Namespace(place.Sessions).Get(ctx, session.NodeName(vmSession.ID, vmLab.Nodes[0].Name), metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	goldenVM, err := api.dyn.Resource(vmGVR).Namespace(place.Sessions).Get(ctx, session.NodeName(goldenSession.ID, goldenLab.Nodes[0].Name), metav1.GetOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
+	podSession := provisionOwn(t, cluster, studentSession(shellLab), shellLab)
+	vmSession := provisionOwn(t, cluster, studentSession(vmLab), vmLab)
+	goldenSession := provisionOwn(t, cluster, studentSession(goldenLab), goldenLab)
+	var workspace corev1.Pod
+	var anchor batchv1.Job
+	typed(t, stored(t, podsGVR, place.Sessions, session.NodeName(podSession.ID, shellLab.Nodes[0].Name)), &workspace)
+	typed(t, stored(t, jobsGVR, place.Sessions, session.AnchorName(podSession.ID)), &anchor)
+	vm := stored(t, vmGVR, place.Sessions, session.NodeName(vmSession.ID, vmLab.Nodes[0].Name))
+	goldenVM := stored(t, vmGVR, place.Sessions, session.NodeName(goldenSession.ID, goldenLab.Nodes[0].Name))
 
 	// The controllers are not the functions: the Job controller creates
 	// the anchor's Pod, which carries no environment label.
@@ -209,113 +194,83 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 		})
 	})
 
-	type crafted struct {
-		gvr schema.GroupVersionResource
-		obj runtime.Object
-	}
-	pod := func(edit func(p *corev1.Pod, ws, guardian *corev1.Container)) crafted {
-		p := restampPod(workspace, "crafted")
-		edit(p, &p.Spec.Containers[0], &p.Spec.InitContainers[0])
-		return crafted{podsGVR, p}
-	}
-	job := func(edit func(spec *corev1.PodSpec)) crafted {
-		j := anchor.DeepCopy()
-		j.ObjectMeta = metav1.ObjectMeta{Name: "crafted", Labels: j.Labels}
-		j.Status = batchv1.JobStatus{}
-		// The Job controller's selector and labels are its own to set.
-		j.Spec.Selector, j.Spec.ManualSelector = nil, nil
-		j.Spec.Template.Labels = map[string]string{kube.LabelAnchorOf: podSession.ID}
-		edit(&j.Spec.Template.Spec)
-		return crafted{jobsGVR, j}
-	}
-	virtualMachine := func(from *unstructured.Unstructured, edit func(u *unstructured.Unstructured)) crafted {
-		u := restamp(from, "crafted")
-		edit(u)
-		return crafted{vmGVR, u}
-	}
+	pod, job := podCopies(&workspace, "crafted"), jobCopies(&anchor, podSession.ID)
+	virtualMachine, goldenVirtualMachine := vmCopies(vm, "crafted"), vmCopies(goldenVM, "crafted")
 	labelsOf := func(edit func(map[string]string)) map[string]string {
-		l := map[string]string{}
-		for k, v := range workspace.Labels {
-			l[k] = v
-		}
+		l := maps.Clone(workspace.Labels)
 		edit(l)
 		return l
 	}
 	hostRoot := corev1.Volume{Name: "host-root", VolumeSource: corev1.VolumeSource{HostPath: &corev1.HostPathVolumeSource{Path: "/"}}}
 
-	tests := []struct {
-		name    string
-		from    string // the functions namespace of the ServiceAccount; "" is the admin
-		obj     crafted
-		refused string // the rule's sentence; "" means admitted
-	}{
-		{"a privileged workspace container", place.Functions, pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
+	t.Run("exec", func(t *testing.T) { testExec(t, admin, place.Functions, place.Sessions, workspace.Name) })
+	testAdmission(t, fnDyn, place.Sessions, []admissionCase{
+		{"a privileged workspace container", pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
 			ws.SecurityContext.Privileged, ws.SecurityContext.AllowPrivilegeEscalation = ptr(true), nil
 		}), refusedEscalation},
-		{"a workspace allowed to escalate privileges", place.Functions, pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
+		{"a workspace allowed to escalate privileges", pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
 			ws.SecurityContext.AllowPrivilegeEscalation = ptr(true)
 		}), refusedEscalation},
-		{"the node's root filesystem mounted in the workspace", place.Functions, pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
+		{"the node's root filesystem mounted in the workspace", pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
 			p.Spec.Volumes = append(p.Spec.Volumes, hostRoot)
 			ws.VolumeMounts = append(ws.VolumeMounts, corev1.VolumeMount{Name: "host-root", MountPath: "/host"})
 		}), refusedVolume},
-		{"guardian's cgroup hostPath mounted in the workspace", place.Functions, pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
+		{"guardian's cgroup hostPath mounted in the workspace", pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
 			ws.VolumeMounts = append(ws.VolumeMounts, corev1.VolumeMount{Name: "host-cgroup", MountPath: "/host/sys/fs/cgroup"})
 		}), refusedVolume},
-		{"guardian's powers under another image", place.Functions, pod(func(_ *corev1.Pod, _, g *corev1.Container) {
+		{"guardian's powers under another image", pod(func(_ *corev1.Pod, _, g *corev1.Container) {
 			g.Image = "ghcr.io/labkeep/workspace:debian12"
 		}), refusedVolume},
-		{"guardian's image running another command", place.Functions, pod(func(_ *corev1.Pod, _, g *corev1.Container) {
+		{"guardian's image running another command", pod(func(_ *corev1.Pod, _, g *corev1.Container) {
 			g.Command = []string{"/bin/sh", "-c", "cat /host/sys/fs/cgroup/*"}
 		}), refusedVolume},
-		{"guardian asking for SYS_ADMIN", place.Functions, pod(func(_ *corev1.Pod, _, g *corev1.Container) {
+		{"guardian asking for SYS_ADMIN", pod(func(_ *corev1.Pod, _, g *corev1.Container) {
 			g.SecurityContext.Capabilities.Add = append(g.SecurityContext.Capabilities.Add, "SYS_ADMIN")
 		}), refusedCapabilities},
-		{"a foreign image", place.Functions, pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
+		{"a foreign image", pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
 			ws.Image = "docker.io/library/alpine:3.20"
 		}), refusedImage},
-		{"a lookalike of an allowed repository", place.Functions, pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
+		{"a lookalike of an allowed repository", pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
 			ws.Image = "registry.k8s.io/pause-miner:1"
 		}), refusedImage},
-		{"SYS_ADMIN for the workspace", place.Functions, pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
+		{"SYS_ADMIN for the workspace", pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
 			ws.SecurityContext.Capabilities.Add = append(ws.SecurityContext.Capabilities.Add, "SYS_ADMIN")
 		}), refusedCapabilities},
-		{"the runtime's default capabilities for the workspace", place.Functions, pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
+		{"the runtime's default capabilities for the workspace", pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
 			ws.SecurityContext.Capabilities = nil
 		}), refusedCapabilities},
-		{"a workspace without seccomp", place.Functions, pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
+		{"a workspace without seccomp", pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
 			ws.SecurityContext.SeccompProfile = &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeUnconfined}
 		}), refusedSeccomp},
-		{"the node's network", place.Functions, pod(func(p *corev1.Pod, _, _ *corev1.Container) {
+		{"the node's network", pod(func(p *corev1.Pod, _, _ *corev1.Container) {
 			p.Spec.HostNetwork = true
 		}), refusedHost},
-		{"the node's PIDs", place.Functions, pod(func(p *corev1.Pod, _, _ *corev1.Container) {
+		{"the node's PIDs", pod(func(p *corev1.Pod, _, _ *corev1.Container) {
 			p.Spec.HostPID, p.Spec.ShareProcessNamespace = true, nil
 		}), refusedHost},
-		{"a ServiceAccount token", place.Functions, pod(func(p *corev1.Pod, _, _ *corev1.Container) {
+		{"a ServiceAccount token", pod(func(p *corev1.Pod, _, _ *corev1.Container) {
 			p.Spec.AutomountServiceAccountToken = ptr(true)
 		}), refusedToken},
-		{"no labels", place.Functions, pod(func(p *corev1.Pod, _, _ *corev1.Container) {
+		{"no labels", pod(func(p *corev1.Pod, _, _ *corev1.Container) {
 			p.Labels = nil
 		}), refusedLabels},
-		{"no session label", place.Functions, pod(func(p *corev1.Pod, _, _ *corev1.Container) {
+		{"no session label", pod(func(p *corev1.Pod, _, _ *corev1.Container) {
 			p.Labels = labelsOf(func(l map[string]string) { delete(l, kube.LabelSession) })
 		}), refusedLabels},
-		{"another environment's label", place.Functions, pod(func(p *corev1.Pod, _, _ *corev1.Container) {
+		{"another environment's label", pod(func(p *corev1.Pod, _, _ *corev1.Container) {
 			p.Labels = labelsOf(func(l map[string]string) { l[kube.LabelEnv] = "prod" })
 		}), refusedLabels},
-		{"the functions of an environment the parameters do not name", unlisted, pod(func(*corev1.Pod, *corev1.Container, *corev1.Container) {}), refusedNoEnvironment},
-		{"a Job running a foreign image", place.Functions, job(func(spec *corev1.PodSpec) {
+		{"a Job running a foreign image", job(func(spec *corev1.PodSpec) {
 			spec.Containers[0].Image = "docker.io/library/busybox:1"
 		}), refusedImage},
-		{"a Job mounting the node's root filesystem", place.Functions, job(func(spec *corev1.PodSpec) {
+		{"a Job mounting the node's root filesystem", job(func(spec *corev1.PodSpec) {
 			spec.Volumes = append(spec.Volumes, hostRoot)
 			spec.Containers[0].VolumeMounts = append(spec.Containers[0].VolumeMounts, corev1.VolumeMount{Name: "host-root", MountPath: "/host"})
 		}), refusedVolume},
-		{"a Job with the runtime's default capabilities", place.Functions, job(func(spec *corev1.PodSpec) {
+		{"a Job with the runtime's default capabilities", job(func(spec *corev1.PodSpec) {
 			spec.Containers[0].SecurityContext.Capabilities = nil
 		}), refusedCapabilities},
-		{"a VM booting a foreign disk", place.Functions, virtualMachine(vm, func(u *unstructured.Unstructured) {
+		{"a VM booting a foreign disk", virtualMachine(func(u *unstructured.Unstructured) {
 			vols, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "volumes")
 			for _, v := range vols {
 				if cd, ok := v.(map[string]any)["containerDisk"].(map[string]any); ok {
@@ -324,10 +279,10 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 			}
 			_ = unstructured.SetNestedSlice(u.Object, vols, "spec", "template", "spec", "volumes")
 		}), refusedImage},
-		{"a VM whose instances carry another environment", place.Functions, virtualMachine(vm, func(u *unstructured.Unstructured) {
+		{"a VM whose instances carry another environment", virtualMachine(func(u *unstructured.Unstructured) {
 			_ = unstructured.SetNestedField(u.Object, "prod", "spec", "template", "metadata", "labels", kube.LabelEnv)
 		}), refusedVMLabels},
-		{"a VM whose disk template carries another environment", place.Functions, virtualMachine(goldenVM, func(u *unstructured.Unstructured) {
+		{"a VM whose disk template carries another environment", goldenVirtualMachine(func(u *unstructured.Unstructured) {
 			dvts, _, _ := unstructured.NestedSlice(u.Object, "spec", "dataVolumeTemplates")
 			if len(dvts) != 1 {
 				t.Fatalf("golden VM has %d dataVolumeTemplates, want 1", len(dvts))
@@ -335,39 +290,33 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 			_ = unstructured.SetNestedField(dvts[0].(map[string]any), "prod", "metadata", "labels", kube.LabelEnv)
 			_ = unstructured.SetNestedSlice(u.Object, dvts, "spec", "dataVolumeTemplates")
 		}), refusedVMLabels},
-		{"a VM without labels", place.Functions, virtualMachine(vm, func(u *unstructured.Unstructured) {
+		{"a VM without labels", virtualMachine(func(u *unstructured.Unstructured) {
 			u.SetLabels(nil)
 		}), refusedLabels},
-		{"a service-account-token Secret", place.Functions, crafted{secretsGVR, &corev1.Secret{
+		{"a service-account-token Secret", crafted{secretsGVR, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: "crafted", Labels: workspace.Labels,
 				Annotations: map[string]string{corev1.ServiceAccountNameKey: "default"}},
 			Type: corev1.SecretTypeServiceAccountToken,
 		}}, refusedSecretType},
-		{"an Opaque Secret with labkeep's labels", place.Functions, crafted{secretsGVR, &corev1.Secret{
+		{"an Opaque Secret with labkeep's labels", crafted{secretsGVR, &corev1.Secret{
 			ObjectMeta: metav1.ObjectMeta{Name: "crafted", Labels: workspace.Labels}, Type: corev1.SecretTypeOpaque,
 		}}, ""},
-		{"a NodePort Service", place.Functions, crafted{svcGVR, &corev1.Service{
+		{"a NodePort Service", crafted{svcGVR, &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: "crafted", Labels: workspace.Labels},
 			Spec: corev1.ServiceSpec{Type: corev1.ServiceTypeNodePort, Selector: map[string]string{kube.LabelSession: podSession.ID},
 				Ports: []corev1.ServicePort{{Name: "ssh", Port: 22}}},
 		}}, refusedService},
-		{"control: the privileged Pod from the cluster's admin", "", pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
+	})
+	testAdmission(t, dynamic.NewForConfigOrDie(impersonate(unlisted)), place.Sessions, []admissionCase{
+		{"the functions of an environment the parameters do not name", pod(nil), refusedNoEnvironment},
+	})
+	testAdmission(t, api.dyn, place.Sessions, []admissionCase{
+		{"control: the privileged Pod from the cluster's admin", pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
 			p.Spec.Volumes = append(p.Spec.Volumes, hostRoot)
 			ws.SecurityContext.Privileged, ws.SecurityContext.AllowPrivilegeEscalation = ptr(true), nil
 			ws.Image = "docker.io/library/alpine:3.20"
 		}), ""},
-	}
-	t.Run("exec", func(t *testing.T) { testExec(t, admin, place.Functions, place.Sessions, workspace.Name) })
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			client := dynamic.Interface(api.dyn)
-			if tc.from != "" {
-				client = dynamic.NewForConfigOrDie(impersonate(tc.from))
-			}
-			err := dryRunCreate(ctx, client, tc.obj.gvr, place.Sessions, tc.obj.obj)
-			wantAdmission(t, err, tc.refused)
-		})
-	}
+	})
 }
 
 // The web terminal's exec into a workspace container passes the exec
@@ -476,6 +425,123 @@ func awaitPolicy(t *testing.T, c dynamic.Interface, gvr schema.GroupVersionResou
 	})
 }
 
+// crafted is an object for a test to create: gvr names its resource.
+type crafted struct {
+	gvr schema.GroupVersionResource
+	obj runtime.Object
+}
+
+// admissionCase is one behaviour of the admission policy: obj, one of
+// labkeep's own objects (read back from the API server, or as labkeep's
+// builder makes it) changed in one way, and the answer its create must
+// get.
+type admissionCase struct {
+	name    string
+	obj     crafted
+	refused string // the rule's sentence; "" means admitted, nameTaken past the policy
+}
+
+// nameTaken, as an admissionCase's refused, wants the create past the
+// policy and refused by the API server because the name is taken: a
+// crafted object that takes another session's labels and Secrets must
+// also take that session's object's name, which exists.
+const nameTaken = "(past the policy; the name is taken)"
+
+// testAdmission runs one subtest per case: c creates the case's object in
+// ns with dryRun=All (admission runs, nothing is stored), and wantAdmission
+// checks the answer. The objects are built before, so a builder's t.Fatal
+// stops the whole table, not one case.
+func testAdmission(t *testing.T, c dynamic.Interface, ns string, cases []admissionCase) {
+	t.Helper()
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			wantAdmission(t, dryRunCreate(context.Background(), c, tc.obj.gvr, ns, tc.obj.obj), tc.refused)
+		})
+	}
+}
+
+// podCopies makes crafted Pods from from, labkeep's own workspace Pod as
+// stored: each a fresh copy named name (restampPod) changed by edit, which
+// gets the copy, its workspace container and guardian's. A nil edit leaves
+// the copy as it is.
+func podCopies(from *corev1.Pod, name string) func(edit func(p *corev1.Pod, ws, guardian *corev1.Container)) crafted {
+	return func(edit func(p *corev1.Pod, ws, guardian *corev1.Container)) crafted {
+		p := restampPod(from, name)
+		if edit != nil {
+			edit(p, &p.Spec.Containers[0], &p.Spec.InitContainers[0])
+		}
+		return crafted{podsGVR, p}
+	}
+}
+
+// jobCopies makes crafted Jobs from anchor, labkeep's own anchor Job of
+// session id as stored: each a fresh copy named "crafted", without the
+// selector and template labels the Job controller sets (its own to set),
+// whose Pod spec edit changes.
+func jobCopies(anchor *batchv1.Job, id string) func(edit func(spec *corev1.PodSpec)) crafted {
+	return func(edit func(spec *corev1.PodSpec)) crafted {
+		j := anchor.DeepCopy()
+		j.ObjectMeta = metav1.ObjectMeta{Name: "crafted", Labels: j.Labels}
+		j.Status = batchv1.JobStatus{}
+		j.Spec.Selector, j.Spec.ManualSelector = nil, nil
+		j.Spec.Template.Labels = map[string]string{kube.LabelAnchorOf: id}
+		edit(&j.Spec.Template.Spec)
+		return crafted{jobsGVR, j}
+	}
+}
+
+// vmCopies makes crafted VirtualMachines from from, one of labkeep's own
+// VMs as stored: each a fresh copy named name (restamp) changed by edit.
+// A nil edit leaves the copy as it is.
+func vmCopies(from *unstructured.Unstructured, name string) func(edit func(u *unstructured.Unstructured)) crafted {
+	return func(edit func(u *unstructured.Unstructured)) crafted {
+		u := restamp(from, name)
+		if edit != nil {
+			edit(u)
+		}
+		return crafted{vmGVR, u}
+	}
+}
+
+// provisionOwn creates s, a session of lab, with labkeep's own code
+// through c, which acts as the functions: the policy must admit every
+// object of it.
+func provisionOwn(t *testing.T, c *kube.Cluster, s session.Session, lab labs.Lab) session.Session {
+	t.Helper()
+	if err := c.Provision(context.Background(), s, lab); err != nil {
+		t.Fatalf("labkeep's own %s session for %s refused: %v", lab.Name, s.Student, err)
+	}
+	return s
+}
+
+// stored is the object name of resource gvr in ns as the API server
+// stored it, read by the admin.
+func stored(t *testing.T, gvr schema.GroupVersionResource, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	u, err := api.dyn.Resource(gvr).Namespace(ns).Get(context.Background(), name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatalf("labkeep's own %s %s: %v", gvr.Resource, name, err)
+	}
+	return u
+}
+
+// removeOwn deletes labkeep's own object name of resource gvr in ns and
+// waits until it is gone. Crafted copies that keep its name (the policy
+// ties a name to the Secrets and disks it may use) can then pass
+// admission and the dry run both.
+func removeOwn(t *testing.T, gvr schema.GroupVersionResource, ns, name string) {
+	t.Helper()
+	ctx := context.Background()
+	r := api.dyn.Resource(gvr).Namespace(ns)
+	if err := r.Delete(ctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0))}); err != nil {
+		t.Fatal(err)
+	}
+	stacktest.Eventually(t, time.Minute, func() (bool, string) {
+		_, err := r.Get(ctx, name, metav1.GetOptions{})
+		return apierrors.IsNotFound(err), gvr.Resource + " " + name + " still there: " + errString(err)
+	})
+}
+
 // studentSession is a new session of lab for a student, with the keys
 // and token labkeep issues (placeholders), as Provision takes it.
 func studentSession(lab labs.Lab) session.Session {
@@ -527,11 +593,17 @@ func awaitDefaultServiceAccount(t *testing.T, admin kubernetes.Interface, ns str
 }
 
 // wantAdmission fails t unless err, a create's outcome, is the one
-// wanted: admitted when refused is "", else refused by the labkeep policy
-// with a message containing refused.
+// wanted: admitted when refused is "", past the policy and refused as
+// existing when it is nameTaken, else refused by the labkeep policy with a
+// message containing refused.
 func wantAdmission(t *testing.T, err error, refused string) {
 	t.Helper()
 	switch {
+	case refused == nameTaken:
+		if !apierrors.IsAlreadyExists(err) {
+			t.Fatalf("%v; want past the policy and refused as already existing", errString(err))
+		}
+		t.Log(err)
 	case refused == "" && err != nil:
 		t.Fatalf("refused: %v", err)
 	case refused != "" && err == nil:

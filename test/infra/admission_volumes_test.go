@@ -1,16 +1,12 @@
 package infra_test
 
 import (
-	"context"
 	"testing"
 	"time"
 
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
-	"labkeep/localrun/stacktest"
 	"labkeep/shared/kube"
 	"labkeep/shared/labs"
 	"labkeep/shared/session"
@@ -43,7 +39,6 @@ const refusedVMVolumes = "a VirtualMachine's volumes may only be a containerDisk
 // Each crafted VM is created with dryRun=All (admission runs, nothing is
 // stored).
 func TestAdmissionLimitsVMVolumes(t *testing.T) {
-	ctx := context.Background()
 	place, env, admin, fnRC := underAdmissionPolicy(t, "vols")
 	fnDyn := dynamic.NewForConfigOrDie(fnRC)
 	cfg := kube.DefaultConfig()
@@ -73,34 +68,23 @@ func TestAdmissionLimitsVMVolumes(t *testing.T) {
 		if pool {
 			s = poolSession(lab)
 		}
-		if err := cluster.Provision(ctx, s, lab); err != nil {
-			t.Fatalf("labkeep's own %s session (pool %v) refused: %v", lab.Name, pool, err)
-		}
+		provisionOwn(t, cluster, s, lab)
 		var vms []*unstructured.Unstructured
 		for _, n := range lab.Nodes {
-			vm, err := api.dyn.Resource(vmGVR).Namespace(place.Sessions).Get(ctx, session.NodeName(s.ID, n.Name), metav1.GetOptions{})
-			if err != nil {
-				t.Fatalf("labkeep's own VM of node %s of %s was not created: %v", n.Name, lab.Name, err)
-			}
-			vms = append(vms, vm)
+			vms = append(vms, stored(t, vmGVR, place.Sessions, session.NodeName(s.ID, n.Name)))
 		}
 		return s, vms
 	}
-	// virtualMachine is a copy of from changed by edit.
-	virtualMachine := func(from *unstructured.Unstructured, edit func(u *unstructured.Unstructured)) *unstructured.Unstructured {
-		u := restamp(from, from.GetName())
-		edit(u)
-		return u
-	}
-	// editVolumes is a copy of from whose volumes edit changes.
-	editVolumes := func(from *unstructured.Unstructured, edit func(vols []any) []any) *unstructured.Unstructured {
-		return virtualMachine(from, func(u *unstructured.Unstructured) {
+	// editVolumes is a copy of from, keeping its name, whose volumes edit
+	// changes.
+	editVolumes := func(from *unstructured.Unstructured, edit func(vols []any) []any) crafted {
+		return vmCopies(from, from.GetName())(func(u *unstructured.Unstructured) {
 			vols, _, _ := unstructured.NestedSlice(u.Object, "spec", "template", "spec", "volumes")
 			_ = unstructured.SetNestedSlice(u.Object, edit(vols), "spec", "template", "spec", "volumes")
 		})
 	}
 	// withVolume is a copy of from with one more volume of source.
-	withVolume := func(from *unstructured.Unstructured, source string, spec map[string]any) *unstructured.Unstructured {
+	withVolume := func(from *unstructured.Unstructured, source string, spec map[string]any) crafted {
 		return editVolumes(from, func(vols []any) []any {
 			return append(vols, map[string]any{"name": "extra", source: spec})
 		})
@@ -113,7 +97,7 @@ func TestAdmissionLimitsVMVolumes(t *testing.T) {
 	goldenLab, _ := golden.Get("golden-vm")
 	own, ownVMs := provision(t, vmLab, false)
 	probe := withVolume(ownVMs[0], "secret", map[string]any{"secretName": "labkeep-secrets"})
-	awaitPolicy(t, fnDyn, vmGVR, place.Sessions, probe, refusedVMVolumes)
+	awaitPolicy(t, fnDyn, vmGVR, place.Sessions, probe.obj, refusedVMVolumes)
 	logTypeWarnings(t, admin)
 
 	t.Run("labkeep's own VMs are admitted", func(t *testing.T) {
@@ -135,21 +119,15 @@ func TestAdmissionLimitsVMVolumes(t *testing.T) {
 	other, _ := provision(t, goldenLab, false)
 	vm, goldenVM := ownVMs[0], goldenVMs[0]
 	otherNode := goldenLab.Nodes[0].Name
-	// The crafted VMs keep the real VMs' names (the policy ties them to
-	// the Secrets and disks they name), so the real ones go: a copy can
-	// then pass admission and the dry run both.
+	// The copies keep the real VMs' names (the policy ties them to the
+	// Secrets and disks they name), so the real ones go.
 	for _, u := range []*unstructured.Unstructured{vm, goldenVM} {
-		if err := api.dyn.Resource(vmGVR).Namespace(place.Sessions).Delete(ctx, u.GetName(), metav1.DeleteOptions{}); err != nil {
-			t.Fatal(err)
-		}
-		stacktest.Eventually(t, time.Minute, func() (bool, string) {
-			_, err := api.dyn.Resource(vmGVR).Namespace(place.Sessions).Get(ctx, u.GetName(), metav1.GetOptions{})
-			return apierrors.IsNotFound(err), "VM still there: " + errString(err)
-		})
+		removeOwn(t, vmGVR, place.Sessions, u.GetName())
 	}
+	virtualMachine, goldenVirtualMachine := vmCopies(vm, vm.GetName()), vmCopies(goldenVM, goldenVM.GetName())
 
 	// replaceVolume is a copy of from whose volume name has only source.
-	replaceVolume := func(from *unstructured.Unstructured, name, source string, spec map[string]any) *unstructured.Unstructured {
+	replaceVolume := func(from *unstructured.Unstructured, name, source string, spec map[string]any) crafted {
 		return editVolumes(from, func(vols []any) []any {
 			for i, v := range vols {
 				if v.(map[string]any)["name"] == name {
@@ -163,8 +141,8 @@ func TestAdmissionLimitsVMVolumes(t *testing.T) {
 	}
 	// editDiskTemplate is a copy of the golden VM whose one disk template
 	// edit changes.
-	editDiskTemplate := func(edit func(d map[string]any)) *unstructured.Unstructured {
-		return virtualMachine(goldenVM, func(u *unstructured.Unstructured) {
+	editDiskTemplate := func(edit func(d map[string]any)) crafted {
+		return goldenVirtualMachine(func(u *unstructured.Unstructured) {
 			dvts, _, _ := unstructured.NestedSlice(u.Object, "spec", "dataVolumeTemplates")
 			if len(dvts) != 1 {
 				t.Fatalf("golden VM has %d dataVolumeTemplates, want 1", len(dvts))
@@ -195,13 +173,9 @@ func TestAdmissionLimitsVMVolumes(t *testing.T) {
 		_ = unstructured.SetNestedSlice(u.Object, vols, "spec", "template", "spec", "volumes")
 	}
 
-	tests := []struct {
-		name    string
-		vm      *unstructured.Unstructured
-		refused string // the rule's sentence; "" means admitted
-	}{
-		{"labkeep's own containerDisk VM", virtualMachine(vm, func(*unstructured.Unstructured) {}), ""},
-		{"labkeep's own golden-PVC VM", virtualMachine(goldenVM, func(*unstructured.Unstructured) {}), ""},
+	testAdmission(t, fnDyn, place.Sessions, []admissionCase{
+		{"labkeep's own containerDisk VM", virtualMachine(nil), ""},
+		{"labkeep's own golden-PVC VM", goldenVirtualMachine(nil), ""},
 		{"a secret volume (the database Secret)", withVolume(vm, "secret", map[string]any{"secretName": "labkeep-secrets"}), refusedVMVolumes},
 		{"a serviceAccount volume", withVolume(vm, "serviceAccount", map[string]any{"serviceAccountName": "default"}), refusedVMVolumes},
 		{"a configMap volume", withVolume(vm, "configMap", map[string]any{"name": "labkeep-admission"}), refusedVMVolumes},
@@ -249,29 +223,17 @@ func TestAdmissionLimitsVMVolumes(t *testing.T) {
 		{"a disk template cloning the golden PVC and importing from a registry", editDiskTemplate(func(d map[string]any) {
 			_ = unstructured.SetNestedMap(d, map[string]any{"url": "docker://docker.io/evil/disk:1"}, "spec", "source", "registry")
 		}), refusedVMVolumes},
-		{"labkeep's volumes in a VM not named for its node", virtualMachine(vm, func(u *unstructured.Unstructured) {
+		{"labkeep's volumes in a VM not named for its node", virtualMachine(func(u *unstructured.Unstructured) {
 			u.SetName("crafted")
 		}), refusedVMVolumes},
-		{"labkeep's volumes in a VM without a node label", virtualMachine(vm, func(u *unstructured.Unstructured) {
+		{"labkeep's volumes in a VM without a node label", virtualMachine(func(u *unstructured.Unstructured) {
 			l := u.GetLabels()
 			delete(l, kube.LabelNode)
 			u.SetLabels(l)
 		}), refusedVMVolumes},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			err := dryRunCreate(ctx, fnDyn, vmGVR, place.Sessions, tc.vm)
-			wantAdmission(t, err, tc.refused)
-		})
-	}
-	// The name is what ties a VM's labels to one session: passing the
-	// policy with another session's Secrets takes that session's VM's
-	// name, and the API server refuses it as taken.
-	t.Run("another session's labels, name and cloud-init Secret", func(t *testing.T) {
-		err := dryRunCreate(ctx, fnDyn, vmGVR, place.Sessions, virtualMachine(vm, otherLabels))
-		if !apierrors.IsAlreadyExists(err) {
-			t.Fatalf("%v; want past the policy and refused as already existing", errString(err))
-		}
-		t.Log(err)
+		// The name is what ties a VM's labels to one session: passing the
+		// policy with another session's Secrets takes that session's VM's
+		// name, and the API server refuses it as taken.
+		{"another session's labels, name and cloud-init Secret", virtualMachine(otherLabels), nameTaken},
 	})
 }
