@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/kelseyhightower/envconfig"
 
 	"labkeep/infra"
 	"labkeep/shared/alerts"
@@ -30,17 +29,20 @@ func setValid(t *testing.T) {
 	t.Setenv("LABKEEP_SCHEDULER_TOKEN", strings.Repeat("t", 32))
 }
 
+// required are the variables setValid sets, which have no default.
+var required = map[string]bool{"LABKEEP_ENV": true, "LABKEEP_DATABASE_URL": true, "LABKEEP_JWT_SECRET": true, "LABKEEP_SCHEDULER_TOKEN": true}
+
 func TestConfigDefaults(t *testing.T) {
 	setValid(t)
-	c := DefaultConfig()
-	if err := envconfig.Process(EnvPrefix, &c); err != nil {
+	c, err := FromEnv(os.LookupEnv)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	if c.SessionLifetime != 60*time.Minute || c.SessionMaxLifetime != 180*time.Minute || c.DeadlineGrace != 15*time.Minute ||
-		c.MaxConcurrentVms != 8 || c.HTTPAddr != ":8080" || c.CapacityWait != 60*time.Second {
+	if c.Policy.Lifetime != 60*time.Minute || c.Policy.MaxLifetime != 180*time.Minute || c.Kube.DeadlineGrace != 15*time.Minute ||
+		c.Limits.MaxVMs != 8 || c.HTTPAddr != ":8080" || c.Limits.CapacityWait != 60*time.Second {
 		t.Errorf("defaults = %+v", c)
 	}
 }
@@ -93,8 +95,7 @@ func TestInvalidConfigNamesTheVariable(t *testing.T) {
 			} else {
 				t.Setenv(tc.variable, tc.value)
 			}
-			c := DefaultConfig()
-			err := envconfig.Process(EnvPrefix, &c)
+			c, err := FromEnv(os.LookupEnv)
 			if err == nil {
 				err = c.Validate()
 			}
@@ -107,13 +108,13 @@ func TestInvalidConfigNamesTheVariable(t *testing.T) {
 
 func TestBuildRejectsBadLabsFile(t *testing.T) {
 	setValid(t)
-	c := DefaultConfig()
-	if err := envconfig.Process(EnvPrefix, &c); err != nil {
+	c, err := FromEnv(os.LookupEnv)
+	if err != nil {
 		t.Fatal(err)
 	}
 	c.LabsFile = filepath.Join(t.TempDir(), "labs.yaml")
 	os.WriteFile(c.LabsFile, []byte("labs: [{name: x, kind: lxc}]"), 0o644)
-	_, err := Build(context.Background(), c, time.Now, slog.Default())
+	_, err = Build(context.Background(), c, time.Now, slog.Default())
 	if err == nil || !strings.Contains(err.Error(), "LABKEEP_LABS_FILE") {
 		t.Errorf("Build = %v, want an error naming LABKEEP_LABS_FILE", err)
 	}
@@ -134,12 +135,12 @@ func TestEveryVariableIsRead(t *testing.T) {
 	for k, v := range vars {
 		t.Setenv(k, v)
 	}
-	c := DefaultConfig()
-	if err := envconfig.Process(EnvPrefix, &c); err != nil {
+	c, err := FromEnv(os.LookupEnv)
+	if err != nil {
 		t.Fatal(err)
 	}
-	got := []any{c.Env, c.DatabaseURL, c.Namespace, c.SessionLifetime, c.SessionMaxLifetime, c.DeadlineGrace,
-		c.MaxConcurrentVms, c.LabsFile, len(c.JWTSecret), c.HTTPAddr, len(c.PlatformSSHKeys), c.Kubeconfig}
+	got := []any{c.Env, c.DatabaseURL, c.Kube.Namespace, c.Policy.Lifetime, c.Policy.MaxLifetime, c.Kube.DeadlineGrace,
+		c.Limits.MaxVMs, c.LabsFile, len(c.JWTSecret), c.HTTPAddr, len(c.Kube.PlatformSSHKeys), c.Kubeconfig}
 	want := []any{"prod", "postgres://db/x", "vms", 2 * time.Minute, 5 * time.Minute, time.Minute,
 		3, "/labs.yaml", 40, "127.0.0.1:9", 2, ""}
 	for i := range want {
@@ -168,36 +169,36 @@ func TestValidateMessages(t *testing.T) {
 			"LABKEEP_SCHEDULER_TOKEN: is required"},
 		{"scheduler token too short", func(c *Config) { c.SchedulerToken = "short" },
 			"LABKEEP_SCHEDULER_TOKEN: must be at least 16 bytes, got 5"},
-		{"max VMs zero", func(c *Config) { c.MaxConcurrentVms = 0 },
+		{"max VMs zero", func(c *Config) { c.Limits.MaxVMs = 0 },
 			"LABKEEP_MAX_CONCURRENT_VMS: must be at least 1, got 0"},
-		{"max VMs negative", func(c *Config) { c.MaxConcurrentVms = -3 },
+		{"max VMs negative", func(c *Config) { c.Limits.MaxVMs = -3 },
 			"LABKEEP_MAX_CONCURRENT_VMS: must be at least 1, got -3"},
-		{"max VMs one", func(c *Config) { c.MaxConcurrentVms = 1 }, ""},
-		{"run deadline at the period", func(c *Config) { c.ReapRunDeadline = time.Minute },
+		{"max VMs one", func(c *Config) { c.Limits.MaxVMs = 1 }, ""},
+		{"run deadline at the period", func(c *Config) { c.Reap.RunDeadline = time.Minute },
 			"LABKEEP_REAP_RUN_DEADLINE: 1m0s must be below the reaper's schedule period 1m0s"},
-		{"run deadline above the period", func(c *Config) { c.ReapRunDeadline = 90 * time.Second },
+		{"run deadline above the period", func(c *Config) { c.Reap.RunDeadline = 90 * time.Second },
 			"LABKEEP_REAP_RUN_DEADLINE: 1m30s must be below the reaper's schedule period 1m0s"},
-		{"run deadline just below the period", func(c *Config) { c.ReapRunDeadline = 59 * time.Second }, ""},
-		{"run deadline negative", func(c *Config) { c.ReapRunDeadline = -time.Second },
+		{"run deadline just below the period", func(c *Config) { c.Reap.RunDeadline = 59 * time.Second }, ""},
+		{"run deadline negative", func(c *Config) { c.Reap.RunDeadline = -time.Second },
 			"LABKEEP_REAP_RUN_DEADLINE: must be positive"},
-		{"grace above the timeout", func(c *Config) { c.ReapProvisionGrace, c.ReapProvisionTimeout = 5*time.Minute, 4*time.Minute },
+		{"grace above the timeout", func(c *Config) { c.Reap.ProvisionGrace, c.Reap.ProvisionTimeout = 5*time.Minute, 4*time.Minute },
 			"LABKEEP_REAP_PROVISION_GRACE: 5m0s exceeds the provision timeout 4m0s"},
-		{"grace above the default timeout", func(c *Config) { c.ReapProvisionGrace = 11 * time.Minute },
+		{"grace above the default timeout", func(c *Config) { c.Reap.ProvisionGrace = 11 * time.Minute },
 			"LABKEEP_REAP_PROVISION_GRACE: 11m0s exceeds the provision timeout 10m0s"},
-		{"timeout below the default grace", func(c *Config) { c.ReapProvisionTimeout = time.Minute },
+		{"timeout below the default grace", func(c *Config) { c.Reap.ProvisionTimeout = time.Minute },
 			"LABKEEP_REAP_PROVISION_GRACE: 2m0s exceeds the provision timeout 1m0s"},
-		{"grace equal to the timeout", func(c *Config) { c.ReapProvisionGrace, c.ReapProvisionTimeout = 3*time.Minute, 3*time.Minute }, ""},
-		{"capacity wait at the grace", func(c *Config) { c.CapacityWait = 2 * time.Minute },
+		{"grace equal to the timeout", func(c *Config) { c.Reap.ProvisionGrace, c.Reap.ProvisionTimeout = 3*time.Minute, 3*time.Minute }, ""},
+		{"capacity wait at the grace", func(c *Config) { c.Limits.CapacityWait = 2 * time.Minute },
 			"LABKEEP_CAPACITY_WAIT: 2m0s must be below LABKEEP_REAP_PROVISION_GRACE 2m0s"},
-		{"default capacity wait above a short grace", func(c *Config) { c.ReapProvisionGrace = 30 * time.Second },
+		{"default capacity wait above a short grace", func(c *Config) { c.Reap.ProvisionGrace = 30 * time.Second },
 			"LABKEEP_CAPACITY_WAIT: 1m0s must be below LABKEEP_REAP_PROVISION_GRACE 30s"},
-		{"capacity wait negative", func(c *Config) { c.CapacityWait = -time.Second },
+		{"capacity wait negative", func(c *Config) { c.Limits.CapacityWait = -time.Second },
 			"LABKEEP_CAPACITY_WAIT: must be positive"},
-		{"token leeway negative", func(c *Config) { c.JWTLeeway = -time.Second },
+		{"token leeway negative", func(c *Config) { c.Tokens.Leeway = -time.Second },
 			"LABKEEP_JWT_LEEWAY: must not be negative, got -1s"},
-		{"token lifetime zero", func(c *Config) { c.JWTMaxLifetime = 0 },
+		{"token lifetime zero", func(c *Config) { c.Tokens.MaxLifetime = 0 },
 			"LABKEEP_JWT_MAX_LIFETIME: must be positive, got 0s"},
-		{"token audience and issuer required", func(c *Config) { c.JWTAudience, c.JWTIssuer = "labkeep", "https://portal.example" }, ""},
+		{"token audience and issuer required", func(c *Config) { c.Tokens.Audience, c.Tokens.Issuer = "labkeep", "https://portal.example" }, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -216,12 +217,12 @@ func TestValidateMessages(t *testing.T) {
 
 // Every default of the settings is the owning package's: with only the
 // required variables set, the configuration each package receives is
-// exactly that package's DefaultConfig, and no envconfig tag carries a
-// default of its own that could drift from it.
+// exactly that package's DefaultConfig, and every variable of the table
+// holds the default DefaultConfig gives it (the one the reference shows).
 func TestDefaultsAreThePackagesDefaults(t *testing.T) {
 	setValid(t)
-	c := DefaultConfig()
-	if err := envconfig.Process(EnvPrefix, &c); err != nil {
+	c, err := FromEnv(os.LookupEnv)
+	if err != nil {
 		t.Fatal(err)
 	}
 	wantKube := kube.DefaultConfig()
@@ -229,13 +230,14 @@ func TestDefaultsAreThePackagesDefaults(t *testing.T) {
 	wantKube.GuardianAlertKey = c.AlertKey()
 	wantReap := reap.DefaultConfig()
 	wantReap.Env = "dev"
+	r := must(c.resolve())
 	for name, diff := range map[string]string{
-		"lifetime": cmp.Diff(lifetime.DefaultPolicy(), c.Policy()),
-		"kube":     cmp.Diff(wantKube, must(c.Kube())),
-		"reap":     cmp.Diff(wantReap, c.Reap()),
-		"session":  cmp.Diff(session.DefaultLimits(), c.Limits()),
-		"tokens":   cmp.Diff(httpapi.DefaultTokenRules(), c.Tokens()),
-		"alerts":   cmp.Diff(alerts.DefaultLimits(), c.AlertLimits()),
+		"lifetime": cmp.Diff(lifetime.DefaultPolicy(), r.Policy),
+		"kube":     cmp.Diff(wantKube, r.Kube),
+		"reap":     cmp.Diff(wantReap, r.Reap),
+		"session":  cmp.Diff(session.DefaultLimits(), r.Limits),
+		"tokens":   cmp.Diff(httpapi.DefaultTokenRules(), r.Tokens),
+		"alerts":   cmp.Diff(alerts.DefaultLimits(), r.Alerts),
 	} {
 		if diff != "" {
 			t.Errorf("%s config from the environment differs from the package default (-want +got):\n%s", name, diff)
@@ -244,10 +246,11 @@ func TestDefaultsAreThePackagesDefaults(t *testing.T) {
 	if c.RetryAfter != httpapi.DefaultRetryAfter {
 		t.Errorf("RetryAfter = %s, want httpapi's %s", c.RetryAfter, httpapi.DefaultRetryAfter)
 	}
-	ct := reflect.TypeOf(Config{})
-	for i := range ct.NumField() {
-		if d, ok := ct.Field(i).Tag.Lookup("default"); ok {
-			t.Errorf("Config.%s has its own envconfig default %q; defaults come from DefaultConfig", ct.Field(i).Name, d)
+	def := DefaultConfig()
+	want, got := def.Settings(), c.Settings()
+	for i, v := range got.Vars {
+		if v.Default() != want.Vars[i].Default() && !required[got.Key(v)] {
+			t.Errorf("%s = %q with only the required variables set, want DefaultConfig's %q", got.Key(v), v.Default(), want.Vars[i].Default())
 		}
 	}
 }
@@ -281,13 +284,13 @@ func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
 		"LABKEEP_GUARDIAN_WEBHOOK_URL": "https://labkeep.example/guardianAlert", "LABKEEP_GUARDIAN_ALERT_MAX_TEXT": "1024",
 		"LABKEEP_GUARDIAN_ALERT_MAX_FIELDS": "20", "LABKEEP_GUARDIAN_ALERTS_PER_SESSION": "50",
 		"LABKEEP_WARM_POOL": "shell=2; linux-vm=3@Mon-Fri 13:50-16:00", "LABKEEP_WARM_POOL_TZ": "Europe/Paris",
-		"LABKEEP_WARM_POOL_LEAD": "5m", "LABKEEP_WARM_POOL_TTL": "2h",
+		"LABKEEP_WARM_POOL_LEAD": "5m", "LABKEEP_WARM_POOL_TTL": "2h", "LABKEEP_PORTAL": "false",
 	}
 	for k, v := range vars {
 		t.Setenv(k, v)
 	}
-	c := DefaultConfig()
-	if err := envconfig.Process(EnvPrefix, &c); err != nil {
+	c, err := FromEnv(os.LookupEnv)
+	if err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Validate(); err != nil {
@@ -296,13 +299,22 @@ func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
 	// SSHAuthorizedKeys is the old name Validate refuses (see
 	// TestInvalidConfigNamesTheVariable); it feeds nothing.
 	c.SSHAuthorizedKeys = []string{"set"}
-	unchanged(t, "Config", Config{}, c)
-	unchanged(t, "kube.Config", kube.DefaultConfig(), must(c.Kube()))
-	unchanged(t, "reap.Config", reap.DefaultConfig(), c.Reap())
-	unchanged(t, "session.Limits", session.DefaultLimits(), c.Limits())
-	unchanged(t, "lifetime.Policy", lifetime.DefaultPolicy(), c.Policy())
-	unchanged(t, "httpapi.TokenRules", httpapi.DefaultTokenRules(), c.Tokens())
-	unchanged(t, "alerts.Limits", alerts.DefaultLimits(), c.AlertLimits())
+	unchanged(t, "Config", DefaultConfig(), c)
+	r := must(c.resolve())
+	unchanged(t, "kube.Config", kube.DefaultConfig(), r.Kube)
+	unchanged(t, "reap.Config", reap.DefaultConfig(), r.Reap)
+	unchanged(t, "session.Limits", session.DefaultLimits(), r.Limits)
+	unchanged(t, "lifetime.Policy", lifetime.DefaultPolicy(), r.Policy)
+	unchanged(t, "httpapi.TokenRules", httpapi.DefaultTokenRules(), r.Tokens)
+	unchanged(t, "alerts.Limits", alerts.DefaultLimits(), r.Alerts)
+	// Every variable of the table is among those set here, the old name
+	// excepted: a new variable is added to this test.
+	tab := c.Settings()
+	for _, v := range tab.Vars {
+		if _, ok := vars[tab.Key(v)]; !ok && v.Name != "SSH_AUTHORIZED_KEYS" {
+			t.Errorf("%s is not set by this test", tab.Key(v))
+		}
+	}
 }
 
 // unchanged fails for every field of got (a struct, embedded structs

@@ -22,7 +22,6 @@ import (
 	"time"
 
 	"github.com/GoogleCloudPlatform/functions-framework-go/functions"
-	"github.com/kelseyhightower/envconfig"
 
 	"labkeep/functions/app"
 )
@@ -58,8 +57,8 @@ func Init() error {
 
 // buildFromEnv is the application built from the LABKEEP_* settings.
 func buildFromEnv() (http.Handler, error) {
-	cfg := app.DefaultConfig()
-	if err := envconfig.Process(app.EnvPrefix, &cfg); err != nil {
+	cfg, err := app.FromEnv(os.LookupEnv)
+	if err != nil {
 		return nil, err
 	}
 	a, err := app.Build(context.Background(), cfg, time.Now, logger)

@@ -30,8 +30,6 @@ import (
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/util/retry"
 
-	"github.com/kelseyhightower/envconfig"
-
 	"labkeep/functions/app"
 	"labkeep/infra"
 	"labkeep/localrun/controlplane"
@@ -94,17 +92,17 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 			log.Warn("workspace Pods on this machine lack capabilities its root cannot grant", "dropped", dropped)
 		}
 	}
-	if err := envconfig.Process(app.EnvPrefix, &cfg); err != nil {
+	if err := cfg.Settings().Read(os.LookupEnv); err != nil {
 		return nil, err
 	}
-	if cfg.GuardianWebhookURL == "" && st.Node != nil {
+	if cfg.Kube.GuardianWebhookURL == "" && st.Node != nil {
 		// Workspace Pods reach the host at the first address of the node's
 		// Pod subnet: guardian's alerts go there, unless the functions
 		// listen on loopback only.
 		host, port, err := net.SplitHostPort(cfg.HTTPAddr)
 		p, perr := netip.ParsePrefix(st.Node.PodCIDR)
 		if err == nil && perr == nil && (host == "" || host == "0.0.0.0" || host == "::") {
-			cfg.GuardianWebhookURL = "http://" + net.JoinHostPort(p.Masked().Addr().Next().String(), port) + "/guardianAlert"
+			cfg.Kube.GuardianWebhookURL = "http://" + net.JoinHostPort(p.Masked().Addr().Next().String(), port) + "/guardianAlert"
 		}
 	}
 	if err := cfg.Validate(); err != nil {
@@ -119,7 +117,7 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 			return nil, err
 		}
 	}
-	place := infra.Placement{Functions: infra.FunctionsNamespace, Sessions: cfg.Namespace}
+	place := infra.Placement{Functions: infra.FunctionsNamespace, Sessions: cfg.Kube.Namespace}
 	if err := infra.Apply(ctx, st.Admin(), place, "namespaces.yaml", "rbac.yaml", "resourcequota.yaml"); err != nil {
 		return nil, fmt.Errorf("installing infra/: %w", err)
 	}
@@ -145,7 +143,7 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 		return nil, fmt.Errorf("LABKEEP_HTTP_ADDR: %w", err)
 	}
 	s := &Server{App: a, URL: "http://" + ln.Addr().String(), done: make(chan error, 1), schedulerToken: cfg.SchedulerToken, log: log}
-	rules, now := cfg.Tokens(), time.Now()
+	rules, now := cfg.Tokens, time.Now()
 	if s.StudentToken, err = rules.Issue([]byte(cfg.JWTSecret), SampleStudent, httpapi.RoleStudent, now); err == nil {
 		s.AdminToken, err = rules.Issue([]byte(cfg.JWTSecret), "admin-1", httpapi.RoleAdmin, now)
 	}
@@ -163,7 +161,7 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 	s.srv = &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { s.done <- s.srv.Serve(ln) }()
 	fmt.Fprintf(out, "session functions (env %q, namespace %q, max %d VMs, lifetime %s, max %s) at %s\n",
-		cfg.Env, cfg.Namespace, cfg.MaxConcurrentVms, cfg.SessionLifetime, cfg.SessionMaxLifetime, s.URL)
+		cfg.Env, cfg.Kube.Namespace, cfg.Limits.MaxVMs, cfg.Policy.Lifetime, cfg.Policy.MaxLifetime, s.URL)
 	fmt.Fprintf(out, "  labs:          %v (from %s)\n", a.Labs.Names(), cfg.LabsFile)
 	fmt.Fprintf(out, "  student token: %s\n", s.StudentToken)
 	fmt.Fprintf(out, "  admin token:   %s\n", s.AdminToken)
@@ -262,11 +260,11 @@ func matchQuota(ctx context.Context, st *stack.Stack, cfg app.Config) error {
 	if err != nil {
 		return err
 	}
-	want := resource.MustParse(strconv.Itoa(cfg.MaxConcurrentVms))
+	want := resource.MustParse(strconv.Itoa(cfg.Limits.MaxVMs))
 	key := corev1.ResourceName("count/virtualmachines.kubevirt.io")
 	// The quota controller writes status concurrently; retry on conflict.
 	return retry.RetryOnConflict(retry.DefaultRetry, func() error {
-		q, err := cs.CoreV1().ResourceQuotas(cfg.Namespace).Get(ctx, infra.VMQuota, metav1.GetOptions{})
+		q, err := cs.CoreV1().ResourceQuotas(cfg.Kube.Namespace).Get(ctx, infra.VMQuota, metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
@@ -274,7 +272,7 @@ func matchQuota(ctx context.Context, st *stack.Stack, cfg app.Config) error {
 			return nil
 		}
 		q.Spec.Hard[key] = want
-		_, err = cs.CoreV1().ResourceQuotas(cfg.Namespace).Update(ctx, q, metav1.UpdateOptions{})
+		_, err = cs.CoreV1().ResourceQuotas(cfg.Kube.Namespace).Update(ctx, q, metav1.UpdateOptions{})
 		return err
 	})
 }

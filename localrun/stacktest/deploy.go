@@ -192,7 +192,7 @@ func Deploy(t testing.TB, st *stack.Stack, o Options) *Deployment {
 	}
 
 	cfg := o.config(app.DefaultConfig())
-	cfg.Env, cfg.DatabaseURL, cfg.Namespace, cfg.LabsFile, cfg.Kubeconfig = d.Env, dsn, d.Namespace, labsFile, d.Kubeconfig
+	cfg.Env, cfg.DatabaseURL, cfg.Kube.Namespace, cfg.LabsFile, cfg.Kubeconfig = d.Env, dsn, d.Namespace, labsFile, d.Kubeconfig
 	cfg.JWTSecret, cfg.SchedulerToken = JWTSecret, SchedulerToken
 	if st.Node != nil {
 		// Workspace Pods run on the local node: ask only for what its
@@ -226,37 +226,37 @@ func Deploy(t testing.TB, st *stack.Stack, o Options) *Deployment {
 
 // config sets the settings o names on cfg.
 func (o Options) config(cfg app.Config) app.Config {
-	cfg.AnchorImage, cfg.GuardianImage = AnchorImage, GuardianImage
+	cfg.Kube.AnchorImage, cfg.Kube.GuardianImage = AnchorImage, GuardianImage
 	set := func(dst *time.Duration, v time.Duration) {
 		if v != 0 {
 			*dst = v
 		}
 	}
-	set(&cfg.SessionLifetime, o.Lifetime)
-	set(&cfg.SessionMaxLifetime, o.MaxLifetime)
+	set(&cfg.Policy.Lifetime, o.Lifetime)
+	set(&cfg.Policy.MaxLifetime, o.MaxLifetime)
 	if o.Lifetime != 0 && o.MaxLifetime == 0 {
-		cfg.SessionMaxLifetime = 3 * o.Lifetime
+		cfg.Policy.MaxLifetime = 3 * o.Lifetime
 	}
-	set(&cfg.DeadlineGrace, o.DeadlineGrace)
-	set(&cfg.CapacityWait, o.CapacityWait)
-	set(&cfg.ReapRunDeadline, o.RunDeadline)
+	set(&cfg.Kube.DeadlineGrace, o.DeadlineGrace)
+	set(&cfg.Limits.CapacityWait, o.CapacityWait)
+	set(&cfg.Reap.RunDeadline, o.RunDeadline)
 	if o.MaxVMs != 0 {
-		cfg.MaxConcurrentVms = o.MaxVMs
+		cfg.Limits.MaxVMs = o.MaxVMs
 	}
 	if o.MaxPods != 0 {
-		cfg.MaxConcurrentPods = o.MaxPods
+		cfg.Limits.MaxPods = o.MaxPods
 	}
 	if o.KubeQPS != 0 {
-		cfg.KubeQPS = o.KubeQPS
+		cfg.Kube.QPS = o.KubeQPS
 	}
 	if o.KubeBurst != 0 {
-		cfg.KubeBurst = o.KubeBurst
+		cfg.Kube.Burst = o.KubeBurst
 	}
-	cfg.ReapDryRun = o.DryRun
+	cfg.Reap.DryRun = o.DryRun
 	cfg.WarmPool = o.WarmPool
 	set(&cfg.WarmPoolTTL, o.WarmPoolTTL)
 	set(&cfg.WarmPoolLead, o.WarmPoolLead)
-	cfg.GuardianWebhookURL = o.GuardianWebhookURL
+	cfg.Kube.GuardianWebhookURL = o.GuardianWebhookURL
 	return cfg
 }
 

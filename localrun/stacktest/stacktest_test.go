@@ -61,7 +61,7 @@ func TestNamesMarksDeleting(t *testing.T) {
 func TestOptionsConfig(t *testing.T) {
 	def := app.DefaultConfig()
 	base := def
-	base.AnchorImage, base.GuardianImage = AnchorImage, GuardianImage
+	base.Kube.AnchorImage, base.Kube.GuardianImage = AnchorImage, GuardianImage
 	tests := []struct {
 		name string
 		o    Options
@@ -69,16 +69,16 @@ func TestOptionsConfig(t *testing.T) {
 	}{
 		{"zero options keep the defaults", Options{}, func(*app.Config) {}},
 		{"lifetime alone sets the cap to three times it", Options{Lifetime: time.Second},
-			func(c *app.Config) { c.SessionLifetime, c.SessionMaxLifetime = time.Second, 3*time.Second }},
+			func(c *app.Config) { c.Policy.Lifetime, c.Policy.MaxLifetime = time.Second, 3*time.Second }},
 		{"both lifetimes", Options{Lifetime: time.Second, MaxLifetime: 2 * time.Second},
-			func(c *app.Config) { c.SessionLifetime, c.SessionMaxLifetime = time.Second, 2*time.Second }},
+			func(c *app.Config) { c.Policy.Lifetime, c.Policy.MaxLifetime = time.Second, 2*time.Second }},
 		{"reaper and limits", Options{MaxVMs: 3, CapacityWait: time.Second, DryRun: true, RunDeadline: 5 * time.Second, DeadlineGrace: time.Minute},
 			func(c *app.Config) {
-				c.MaxConcurrentVms, c.CapacityWait, c.ReapDryRun, c.ReapRunDeadline, c.DeadlineGrace = 3, time.Second, true, 5*time.Second, time.Minute
+				c.Limits.MaxVMs, c.Limits.CapacityWait, c.Reap.DryRun, c.Reap.RunDeadline, c.Kube.DeadlineGrace = 3, time.Second, true, 5*time.Second, time.Minute
 			}},
-		{"client rate limits", Options{KubeQPS: 500, KubeBurst: 1000}, func(c *app.Config) { c.KubeQPS, c.KubeBurst = 500, 1000 }},
+		{"client rate limits", Options{KubeQPS: 500, KubeBurst: 1000}, func(c *app.Config) { c.Kube.QPS, c.Kube.Burst = 500, 1000 }},
 		{"guardian's webhook", Options{GuardianWebhookURL: "http://10.217.0.1:8080/guardianAlert"},
-			func(c *app.Config) { c.GuardianWebhookURL = "http://10.217.0.1:8080/guardianAlert" }},
+			func(c *app.Config) { c.Kube.GuardianWebhookURL = "http://10.217.0.1:8080/guardianAlert" }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

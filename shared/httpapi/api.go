@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"time"
 
+	"labkeep/shared/labs"
 	"labkeep/shared/lifetime"
 	"labkeep/shared/session"
 )
@@ -39,10 +40,6 @@ type Options struct {
 	// RetryAfter is the Retry-After sent with 503 no_capacity.
 	RetryAfter time.Duration
 }
-
-// SSHUser is who a student logs in as on every node: root, the whole
-// point of a lab.
-const SSHUser = "root"
 
 // DefaultRetryAfter is the Retry-After of a 503 no_capacity unless told
 // otherwise.
@@ -473,7 +470,7 @@ func (a *API) view(s session.Session, p Principal) sessionJSON {
 	}
 	for _, n := range s.Nodes {
 		v.Nodes = append(v.Nodes, nodeJSON{Name: n.Name, Role: n.Role, Ready: n.Ready, Phase: nodePhase(n), SSH: sshJSON{
-			Host: n.SSHHost, Port: n.SSHPort, User: SSHUser, KnownHosts: s.KnownHostsLine(n.SSHHost, n.SSHPort),
+			Host: n.SSHHost, Port: n.SSHPort, User: labs.SSHUser, KnownHosts: s.KnownHostsLine(n.SSHHost, n.SSHPort),
 		}})
 	}
 	return v

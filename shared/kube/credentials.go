@@ -34,10 +34,6 @@ import (
 // default); without it the keys cloud-init wrote at boot stay and the VMI
 // reports AccessCredentialsSynchronized false.
 
-// SSHKeysUser is the guest user whose authorized_keys a VM's keys Secret
-// sets: students work as root.
-const SSHKeysUser = "root"
-
 // SSHKeysField is the one data entry of a keys Secret: authorized_keys
 // lines. KubeVirt reads every entry of the Secret as a file of keys, one
 // per line, blank lines ignored.
@@ -61,7 +57,7 @@ func accessCredentials(sessionID, node string) []kubevirtv1.AccessCredential {
 			Secret: &kubevirtv1.AccessCredentialSecretSource{SecretName: session.SSHKeysName(sessionID, node)},
 		},
 		PropagationMethod: kubevirtv1.SSHPublicKeyAccessCredentialPropagationMethod{
-			QemuGuestAgent: &kubevirtv1.QemuGuestAgentSSHPublicKeyAccessCredentialPropagation{Users: []string{SSHKeysUser}},
+			QemuGuestAgent: &kubevirtv1.QemuGuestAgentSSHPublicKeyAccessCredentialPropagation{Users: []string{labs.SSHUser}},
 		},
 	}}}
 }

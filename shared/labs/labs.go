@@ -36,6 +36,11 @@ const (
 	DefaultSSHPort   = 22
 )
 
+// SSHUser is who a student logs in as on every node, and so whose
+// authorized_keys a session's keys are written into: root, the whole point
+// of a lab.
+const SSHUser = "root"
+
 // Lab is one validated template.
 type Lab struct {
 	Name        string `json:"name"`

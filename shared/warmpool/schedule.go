@@ -57,6 +57,15 @@ type Schedule struct {
 // only burns capacity, and the bound keeps Target's scan of days short.
 const MaxLead = 24 * time.Hour
 
+// CheckLead is the rule a lead must follow, 0 to MaxLead; Parse applies
+// it, and a binary may apply it alone to name the lead's own setting.
+func CheckLead(lead time.Duration) error {
+	if lead < 0 || lead > MaxLead {
+		return fmt.Errorf("warm pool: lead %s must be between 0 and %s", lead, MaxLead)
+	}
+	return nil
+}
+
 // Parse reads the warm-pool setting, rules separated by ";":
 //
 //	shell=2; linux-vm=20@Mon-Fri 13:50-16:00; linux-vm=4@Sat 09:00-12:00
@@ -76,8 +85,8 @@ func Parse(spec string, loc *time.Location, lead time.Duration) (Schedule, error
 	if loc == nil {
 		return Schedule{}, errors.New("warm pool: no time zone given")
 	}
-	if lead < 0 || lead > MaxLead {
-		return Schedule{}, fmt.Errorf("warm pool: lead %s must be between 0 and %s", lead, MaxLead)
+	if err := CheckLead(lead); err != nil {
+		return Schedule{}, err
 	}
 	s := Schedule{Location: loc, Lead: lead}
 	var errs []error

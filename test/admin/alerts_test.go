@@ -151,7 +151,7 @@ func TestGuardianAlertEndpoint(t *testing.T) {
 	}
 
 	// The per-session cap: B posts more than it keeps; the newest stay.
-	keep := d.App.Config.GuardianAlertsPerSession
+	keep := d.App.Config.Alerts.PerSession
 	for i := range keep + 3 {
 		if status, code := post(t, d, b.ID, key.Token(b.ID), "application/json", alertBody(fmt.Sprintf("k%d", i), "m")); status != 201 {
 			t.Fatalf("alert %d of B = %d %s", i, status, code)

@@ -10,7 +10,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/kelseyhightower/envconfig"
 	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -29,42 +28,32 @@ import (
 // a manifest (they are credentials).
 var secretSettings = []string{"LABKEEP_DATABASE_URL", "LABKEEP_JWT_SECRET", "LABKEEP_SCHEDULER_TOKEN"}
 
-// setting is one field of app.Config as envconfig reads it.
+// setting is one variable of app.Config's settings table.
 type setting struct {
-	Field string // Go field name
-	Key   string // environment variable
+	Key string // environment variable
 	// Required: app.DefaultConfig does not pass Validate for this
 	// setting, so a deployment must set it.
 	Required bool
 }
 
-// appSettings lists app.Config's settings with envconfig's own reflection
-// (its usage template), so names follow exactly the rules envconfig
-// applies (prefix, split_words, explicit envconfig tags). A setting is
-// required if Validate names it when run over the defaults, as every
-// binary starts from them.
+// appSettings lists app.Config's settings from its table (the one the
+// binaries read the environment with). A setting is required if Validate
+// names it when run over the defaults, as every binary starts from them.
 func appSettings(t *testing.T) []setting {
 	t.Helper()
-	var b strings.Builder
-	err := envconfig.Usagef(app.EnvPrefix, &app.Config{}, &b,
-		"{{range .}}{{.Name}}\t{{usage_key .}}\n{{end}}")
-	if err != nil {
-		t.Fatalf("envconfig usage of app.Config: %v", err)
-	}
 	var missing string
-	if err := app.DefaultConfig().Validate(); err != nil {
+	def := app.DefaultConfig()
+	if err := def.Validate(); err != nil {
 		missing = err.Error()
 	}
 	var out []setting
-	for _, line := range strings.Split(strings.TrimRight(b.String(), "\n"), "\n") {
-		f := strings.Split(line, "\t")
-		if len(f) != 2 {
-			t.Fatalf("unexpected envconfig usage line %q", line)
-		}
-		out = append(out, setting{Field: f[0], Key: f[1], Required: strings.Contains(missing, f[1]+":")})
+	table := def.Settings()
+	for _, v := range table.Vars {
+		key := table.Key(v)
+		out = append(out, setting{Key: key, Required: strings.Contains(missing, key+":")})
 	}
 	if len(out) < 5 {
-		t.Fatalf("envconfig found only %d settings in app.Config: %v", len(out), out)
+		t.Fatalf("found only %d settings in app.Config's table: %v", len(out), out)
 	}
 	return out
 }
@@ -137,7 +126,7 @@ func TestKnativeServiceConfiguresTheFunctions(t *testing.T) {
 			if s.Required {
 				required = append(required, s.Key)
 				if _, ok := env[s.Key]; !ok {
-					t.Errorf("app.Config.%s is required but knative-service.yaml does not set %s", s.Field, s.Key)
+					t.Errorf("%s is required by app.Config but knative-service.yaml does not set it", s.Key)
 				}
 			}
 		}
@@ -201,9 +190,9 @@ func TestKnativeServiceConfiguresTheFunctions(t *testing.T) {
 				t.Fatalf("%s: no stand-in for %+v; extend this test", e.Name, e.ValueFrom)
 			}
 		}
-		cfg := app.DefaultConfig() // as every binary starts
-		if err := envconfig.Process(app.EnvPrefix, &cfg); err != nil {
-			t.Fatalf("envconfig rejects knative-service.yaml's settings: %v", err)
+		cfg, err := app.FromEnv(os.LookupEnv) // as every binary starts
+		if err != nil {
+			t.Fatalf("app.FromEnv rejects knative-service.yaml's settings: %v", err)
 		}
 		if err := cfg.Validate(); err != nil {
 			t.Fatalf("app.Config.Validate rejects knative-service.yaml's settings: %v", err)

@@ -86,10 +86,7 @@ func benchReapingUnderLoad(b *testing.B, sharedPool bool) {
 		tokens[i] = d.Token(students[i*sessions/pollers], "student")
 	}
 
-	kcfg, err := d.App.Config.Kube()
-	if err != nil {
-		b.Fatal(err)
-	}
+	kcfg := d.App.Config.Kube // as Build resolved it
 	rc := rest.CopyConfig(d.App.Kube)
 	rc.Wrap(func(next http.RoundTripper) http.RoundTripper { return slowDeletes{next: next, d: deleteDelay} })
 	slow, err := kube.NewForConfig(kcfg, rc)

@@ -48,10 +48,7 @@ func TestNoRowLockAcrossDeletes(t *testing.T) {
 	s := b.open("s-held", "linux-vm")
 	b.Clock.Advance(61 * time.Minute)
 
-	kcfg, err := b.App.Config.Kube()
-	if err != nil {
-		t.Fatal(err)
-	}
+	kcfg := b.App.Config.Kube // as Build resolved it
 	held := heldDeletes{once: &sync.Once{}, started: make(chan struct{}), release: make(chan struct{})}
 	rc := rest.CopyConfig(b.App.Kube)
 	rc.Wrap(func(next http.RoundTripper) http.RoundTripper { held.next = next; return held })

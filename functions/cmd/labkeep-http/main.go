@@ -15,7 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/kelseyhightower/envconfig"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
@@ -31,8 +30,8 @@ func main() {
 }
 
 func run(log *slog.Logger) error {
-	cfg := app.DefaultConfig()
-	if err := envconfig.Process(app.EnvPrefix, &cfg); err != nil {
+	cfg, err := app.FromEnv(os.LookupEnv)
+	if err != nil {
 		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
@@ -50,7 +49,7 @@ func run(log *slog.Logger) error {
 	for _, srv := range servers {
 		go func() { errc <- srv.ListenAndServe() }()
 	}
-	log.Info("serving", "addr", cfg.HTTPAddr, "metricsAddr", cfg.MetricsAddr, "env", cfg.Env, "namespace", cfg.Namespace)
+	log.Info("serving", "addr", cfg.HTTPAddr, "metricsAddr", cfg.MetricsAddr, "env", cfg.Env, "namespace", cfg.Kube.Namespace)
 	select {
 	case err := <-errc:
 		return err

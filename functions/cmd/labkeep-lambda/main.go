@@ -12,7 +12,6 @@ import (
 	"time"
 
 	awslambda "github.com/aws/aws-lambda-go/lambda"
-	"github.com/kelseyhightower/envconfig"
 
 	"labkeep/functions/app"
 	"labkeep/functions/lambda"
@@ -20,8 +19,8 @@ import (
 
 func main() {
 	log := slog.New(slog.NewJSONHandler(os.Stderr, nil))
-	cfg := app.DefaultConfig()
-	if err := envconfig.Process(app.EnvPrefix, &cfg); err != nil {
+	cfg, err := app.FromEnv(os.LookupEnv)
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "labkeep-lambda:", err)
 		os.Exit(1)
 	}

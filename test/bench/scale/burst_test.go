@@ -54,7 +54,7 @@ func BenchmarkTableOpenBurst(b *testing.B) {
 // VMs and creates without excluding other opens (the baseline).
 func unlockedServer(b *testing.B, d *stacktest.Deployment) string {
 	b.Helper()
-	auth, err := d.App.Config.Tokens().Authenticator([]byte(stacktest.JWTSecret), d.Clock.Now)
+	auth, err := d.App.Config.Tokens.Authenticator([]byte(stacktest.JWTSecret), d.Clock.Now)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -132,10 +132,7 @@ func newMeteredReaper(b *testing.B, d *stacktest.Deployment) *meteredReaper {
 	m := &meteredReaper{}
 	rc := rest.CopyConfig(d.App.Kube)
 	rc.Wrap(func(next http.RoundTripper) http.RoundTripper { return countingTransport{next: next, n: &m.api} })
-	kcfg, err := d.App.Config.Kube()
-	if err != nil {
-		b.Fatal(err)
-	}
+	kcfg := d.App.Config.Kube // as Build resolved it
 	cluster, err := kube.NewForConfig(kcfg, rc)
 	if err != nil {
 		b.Fatal(err)

@@ -1,0 +1,328 @@
+package app
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"labkeep/shared/alerts"
+	"labkeep/shared/httpapi"
+	"labkeep/shared/kube"
+	"labkeep/shared/labs"
+	"labkeep/shared/lifetime"
+	"labkeep/shared/portal"
+	"labkeep/shared/reap"
+	"labkeep/shared/session"
+	"labkeep/shared/setting"
+	"labkeep/shared/warmpool"
+)
+
+// EnvPrefix is the prefix of every setting: LABKEEP_ENV, LABKEEP_…
+const EnvPrefix = "LABKEEP"
+
+// Config is every setting of the session functions. The settings of a
+// package live in that package's own configuration (Policy, Kube, Limits,
+// Reap, Tokens, Alerts), whose defaults are the package's; the rest belong
+// to the binaries. Settings lists the variable that fills each field. The
+// four required settings (env, database URL, JWT secret, scheduler token)
+// have no default; Validate names each one that is missing.
+//
+// A few package fields are not settings of their own but copies of one:
+// Kube.Env and Reap.Env are Env, Kube.MaxLifetime is Policy.MaxLifetime,
+// Kube.GuardianAlertKey is AlertKey() and Kube.WorkspacePod the contents
+// of WorkspacePodFile; Validate and Build fill them (resolve), so a Config
+// built in code sets each setting once.
+type Config struct {
+	Env            string
+	DatabaseURL    string
+	JWTSecret      string
+	SchedulerToken string
+
+	Policy lifetime.Policy
+	Kube   kube.Config
+	Limits session.Limits
+	Reap   reap.Config
+	Tokens httpapi.TokenRules
+	Alerts alerts.Limits
+
+	Kubeconfig       string
+	WorkspacePodFile string
+	LabsFile         string
+	LabsReload       time.Duration
+	HTTPAddr         string
+	MetricsAddr      string
+	RetryAfter       time.Duration
+	DBMaxConns       int
+	ReapDBConns      int
+	AdminStatusRuns  int
+	Portal           bool
+	// SSHAuthorizedKeys is read only to be refused (see Validate).
+	SSHAuthorizedKeys []string
+
+	WarmPool     string
+	WarmPoolTZ   string
+	WarmPoolLead time.Duration
+	WarmPoolTTL  time.Duration
+}
+
+// Defaults of the settings that belong to no package but the binaries.
+const (
+	DefaultLabsFile        = "/etc/labkeep/labs.yaml"
+	DefaultHTTPAddr        = ":8080"
+	DefaultAdminStatusRuns = 20
+	DefaultReapDBConns     = 4
+)
+
+// DefaultConfig is every setting at its default: each package's
+// configuration is that package's default; the required settings are
+// empty.
+func DefaultConfig() Config {
+	return Config{
+		Policy: lifetime.DefaultPolicy(), Kube: kube.DefaultConfig(), Limits: session.DefaultLimits(),
+		Reap: reap.DefaultConfig(), Tokens: httpapi.DefaultTokenRules(), Alerts: alerts.DefaultLimits(),
+		LabsFile: DefaultLabsFile, LabsReload: labs.DefaultReload, HTTPAddr: DefaultHTTPAddr,
+		RetryAfter: httpapi.DefaultRetryAfter, ReapDBConns: DefaultReapDBConns, AdminStatusRuns: DefaultAdminStatusRuns,
+		Portal: portal.DefaultEnabled, WarmPoolLead: session.DefaultPoolLead, WarmPoolTTL: session.DefaultPoolTTL,
+	}
+}
+
+// Settings is c's settings table: every LABKEEP_* variable, bound to the
+// field of c it fills. It is the one place a variable is named: reading
+// the environment (Read), naming a setting in an error (KeyOf, Rename) and
+// the settings reference in functions/README.md (Markdown) all come from
+// it.
+func (c *Config) Settings() setting.Table {
+	k, r, l := &c.Kube, &c.Reap, &c.Limits
+	return setting.Table{Prefix: EnvPrefix, Vars: []setting.Var{
+		setting.String("ENV", "(required) environment name; labels every object (`labkeep.io/env`) and namespaces the advisory locks; "+
+			"the first labkeep to migrate a database records it there (table `environment`), and a labkeep of another environment "+
+			"refuses that database at start, naming both", &c.Env).Feeds(&k.Env, &r.Env),
+		setting.String("DATABASE_URL", "(required) PostgreSQL DSN; one database per environment (a database migrated before it "+
+			"recorded its environment is claimed by the first labkeep that opens it: upgrade each environment against its own database first)",
+			&c.DatabaseURL),
+		setting.String("JWT_SECRET", "(required, ≥ 32 bytes) the portal's shared HS256 secret; workspaces' webhook credentials "+
+			"are derived from it", &c.JWTSecret).Feeds(&k.GuardianAlertKey),
+		setting.String("JWT_AUDIENCE", "when set, every token must carry this `aud` (one of its values)", &c.Tokens.Audience),
+		setting.String("JWT_ISSUER", "when set, every token must carry this `iss`", &c.Tokens.Issuer),
+		setting.Duration("JWT_MAX_LIFETIME", "longest a token may be valid: `exp − iat` (the life its issuer gave it, the same at "+
+			"every check), or for a token without `iat` `exp − now` (no issue time to measure from, so what it has left is bounded)",
+			&c.Tokens.MaxLifetime),
+		setting.Duration("JWT_LEEWAY", "clock skew tolerated in the `exp`, `nbf` and `iat` checks (an `iat` or `nbf` further in the "+
+			"future is refused) and in `exp − now`; `0` to `5m`", &c.Tokens.Leeway),
+		setting.String("SCHEDULER_TOKEN", "(required, ≥ 16 bytes) scheduler's bearer token for `/reapTick`; without it nothing "+
+			"would ever be reaped on schedule", &c.SchedulerToken),
+		setting.String("NAMESPACE", "where session objects live", &k.Namespace),
+		setting.Duration("SESSION_LIFETIME", "session lifetime", &c.Policy.Lifetime),
+		setting.Duration("SESSION_MAX_LIFETIME", "extension cap", &c.Policy.MaxLifetime).Feeds(&k.MaxLifetime),
+		setting.Duration("DEADLINE_GRACE", "anchor deadline = max lifetime + grace", &k.DeadlineGrace),
+		setting.String("ANCHOR_IMAGE", "image of the deadline anchor Job", &k.AnchorImage),
+		setting.Int("ANCHOR_BACKOFF_LIMIT", "real failures of the anchor's Pod it survives (drains, evictions and node loss never count)",
+			&k.AnchorBackoffLimit),
+		setting.Int("ANCHOR_COMPLETIONS", "endings of the anchor's Pod it survives, each replaced", &k.AnchorCompletions),
+		setting.String("GUARDIAN_IMAGE", "the workspace Pod's guardian sidecar", &k.GuardianImage),
+		setting.String("WORKSPACE_POD_FILE", "a workspace Pod definition to use instead of the built-in "+
+			"`infra/guardian/workspace-pod.yaml` (tolerations, node selectors, capabilities a platform's nodes cannot grant)",
+			&c.WorkspacePodFile).Feeds(&k.WorkspacePod),
+		setting.Int("MAX_CONCURRENT_VMS", "live VMs in the namespace, ≥ 1 (keep `infra/resourcequota.yaml` equal)", &l.MaxVMs),
+		setting.Int("MAX_CONCURRENT_PODS", "live workspace Pods (pod labs: every unfinished Pod with a deadline) in the namespace, ≥ 1, "+
+			"counted under the same capacity lock as VMs (keep the `labkeep-workspaces` quota equal)", &l.MaxPods),
+		setting.Duration("QUEUE_IDLE", "how long a waitlist entry nobody polls (`getSession`) keeps its place", &l.QueueIdle),
+		setting.String("WARM_POOL", "warm pool schedule, e.g. `shell=2; linux-vm=20@Mon-Fri 13:50-16:00`: per lab, ready instances "+
+			"an open (or the head of the line) claims instead of provisioning cold; they count against the same capacity; empty: no pool",
+			&c.WarmPool),
+		setting.String("WARM_POOL_TZ", "time zone of the schedule's windows (IANA name; empty: UTC)", &c.WarmPoolTZ),
+		setting.Duration("WARM_POOL_LEAD", "how long before a window its instances are started (0 to 24h)", &c.WarmPoolLead),
+		setting.Duration("WARM_POOL_TTL", "how long an unclaimed instance lives before it is replaced", &c.WarmPoolTTL),
+		setting.Duration("CLEANUP_TIMEOUT", "bound of the rollback after a failed open (runs even if the request was cancelled)",
+			&l.CleanupTimeout),
+		setting.Duration("CAPACITY_WAIT", "longest an open queues for the capacity lock before 503 `no_capacity`; must be below "+
+			"the reaper's provision grace", &l.CapacityWait),
+		setting.Duration("RETRY_AFTER", "the Retry-After sent with 503 `no_capacity`", &c.RetryAfter),
+		setting.String("LABS_FILE", "lab templates", &c.LabsFile),
+		setting.Duration("LABS_RELOAD", "how often the lab templates file is re-read (`0`: only at start); an invalid one is refused "+
+			"(logged, `labkeep_lab_catalog_reload_failures_total`) and the last good catalog stays; running sessions keep the lab "+
+			"they were opened with", &c.LabsReload),
+		setting.String("HTTP_ADDR", "listen address", &c.HTTPAddr),
+		setting.String("METRICS_ADDR", "`labkeep-http` serves `GET /metrics` on this address only, apart from the public handler, "+
+			"which then has none; empty keeps `/metrics` on the public handler (Lambda, Cloud Functions)", &c.MetricsAddr),
+		setting.Bool("REAP_DRY_RUN", "report what would be deleted, delete nothing", &r.DryRun),
+		setting.Duration("REAP_RUN_DEADLINE", "bound of one reaper run (below the 1-minute period)", &r.RunDeadline),
+		setting.Duration("REAP_PROVISION_TIMEOUT", "a session still provisioning after this is a ghost", &r.ProvisionTimeout),
+		setting.Duration("REAP_PROVISION_GRACE", "how long a provisioning session may lack its VM (the row is written before "+
+			"the objects); at most the provision timeout", &r.ProvisionGrace),
+		setting.Int("REAP_WORKERS", "items handled at once in a run", &r.Workers),
+		setting.Int("DB_MAX_CONNS", "the main database pool's size, the connections student calls use; `0` keeps the DSN's "+
+			"`pool_max_conns`, or pgxpool's default (the larger of 4 and the number of CPUs)", &c.DBMaxConns),
+		setting.Int("REAP_DB_CONNS", "the reaper's own database pool (≥ 1): its workers wait for these, never for the connections "+
+			"student calls need", &c.ReapDBConns),
+		setting.Duration("REAP_ABSENT_CONFIRM", "a running session whose VMI or workspace Pod is missing is a ghost only when a "+
+			"later run, at least this long after the first that missed it, still misses it", &r.AbsentConfirm),
+		setting.Duration("REAP_DOWN_GRACE", "a running session whose VM is reported down or whose workspace Pod has ended is a "+
+			"ghost once runs have seen it so this long", &r.DownGrace),
+		setting.Duration("REAP_RETENTION", "reaper run records older than this are deleted by the reaper (≥ 24h)", &r.Retention),
+		setting.Int("REAP_RETENTION_BATCH", "at most this many old run records deleted per run (≥ 1)", &r.RetentionBatch),
+		setting.Int("ADMIN_STATUS_RUNS", "how many recent runs `GET /adminStatus` shows", &c.AdminStatusRuns),
+		setting.Duration("KUBE_TIMEOUT", "bound of every single Kubernetes API call", &k.CallTimeout),
+		setting.Float32("KUBE_QPS", "client-side rate limit towards the API server, requests per second", &k.QPS),
+		setting.Int("KUBE_BURST", "client-side burst towards the API server", &k.Burst),
+		setting.String("KUBECONFIG", "kubeconfig for Lambda / Cloud Functions; empty: in-cluster credentials", &c.Kubeconfig),
+		setting.List("PLATFORM_SSH_KEYS", "comma-separated platform/grader public keys authorized on every node of every session; "+
+			"never for students", &k.PlatformSSHKeys),
+		setting.List("SSH_AUTHORIZED_KEYS", "the old name of the platform keys: refused, so a deployment that still sets it stops "+
+			"with a message instead of silently losing its grader key", &c.SSHAuthorizedKeys),
+		setting.Bool("PORTAL", "serve the student page under `/portal/` beside the functions (`false` where the page is hosted "+
+			"elsewhere)", &c.Portal),
+		setting.List("SSH_SOURCE_CIDRS", "where students' SSH reaches the labs from (the internet, or the range of the SSH ingress "+
+			"in front); the blocked ranges inside these stay blocked", &k.SSHSourceCIDRs),
+		setting.String("GUARDIAN_WEBHOOK_URL", "labkeep's `POST /guardianAlert` as workspace Pods reach it; each new workspace "+
+			"Pod's guardian gets it with its session's credentials (none: the definition's `GUARDIAN_WEBHOOK_URL` stays)",
+			&k.GuardianWebhookURL),
+		setting.Int("GUARDIAN_ALERT_MAX_TEXT", "bytes of each alert text labkeep accepts (keep ≥ guardian's `GUARDIAN_ALERT_MAX_TEXT`)",
+			&c.Alerts.MaxText),
+		setting.Int("GUARDIAN_ALERT_MAX_FIELDS", "fields per alert labkeep accepts (keep ≥ guardian's `GUARDIAN_ALERT_MAX_FIELDS`)",
+			&c.Alerts.MaxFields),
+		setting.Int("GUARDIAN_ALERTS_PER_SESSION", "alerts a session keeps, the newest", &c.Alerts.PerSession),
+		setting.List("EGRESS_BLOCKED_CIDRS", "ranges a lab never reaches (the cluster's Pod, Service and node ranges: add yours if "+
+			"they are public); link-local (`169.254.0.0/16`, the cloud metadata service; `fe80::/10`) is always blocked",
+			&k.EgressBlockedCIDRs),
+		setting.String("PLATFORM_NAMESPACE", "the functions' namespace: its Pods alone may reach guardian's API port of a workspace "+
+			"Pod (the terminal's cleanup button); empty: none may", &k.PlatformNamespace),
+	}}
+}
+
+// FromEnv is DefaultConfig with every variable lookup (os.LookupEnv)
+// finds read over it, as every binary starts; a value that does not parse
+// is an error naming its variable.
+func FromEnv(lookup func(string) (string, bool)) (Config, error) {
+	c := DefaultConfig()
+	t := c.Settings()
+	return c, t.Read(lookup)
+}
+
+// named is err as the setting that fills field (a pointer into c) names it.
+func (c *Config) named(field any, err error) error {
+	return &setting.Error{Field: c.Settings().KeyOf(field), Err: err}
+}
+
+// resolve is c with the package fields that copy a setting filled (see
+// Config), the workspace Pod definition read from WorkspacePodFile when one
+// is named.
+func (c Config) resolve() (Config, error) {
+	c.Kube.Env, c.Reap.Env = c.Env, c.Env
+	c.Kube.MaxLifetime = c.Policy.MaxLifetime
+	c.Kube.GuardianAlertKey = c.AlertKey()
+	if c.WorkspacePodFile != "" {
+		data, err := os.ReadFile(c.WorkspacePodFile)
+		if err != nil {
+			return c, c.named(&c.WorkspacePodFile, err)
+		}
+		c.Kube.WorkspacePod = data
+	}
+	return c, nil
+}
+
+// PoolSchedule is the warm pool's schedule (no rules when WarmPool is
+// empty); warmpool.Parse holds every rule, the lead's included.
+func (c *Config) PoolSchedule() (warmpool.Schedule, error) {
+	loc := time.UTC
+	if c.WarmPoolTZ != "" {
+		l, err := time.LoadLocation(c.WarmPoolTZ)
+		if err != nil {
+			return warmpool.Schedule{}, c.named(&c.WarmPoolTZ, err)
+		}
+		loc = l
+	}
+	if err := warmpool.CheckLead(c.WarmPoolLead); err != nil {
+		return warmpool.Schedule{}, c.named(&c.WarmPoolLead, err)
+	}
+	sched, err := warmpool.Parse(c.WarmPool, loc, c.WarmPoolLead)
+	if err != nil {
+		return sched, c.named(&c.WarmPool, err)
+	}
+	return sched, nil
+}
+
+// AlertKey derives each workspace's webhook credentials from the JWT
+// secret (alerts.Key separates the two uses): no further secret to
+// deploy. Rotating the JWT secret invalidates the credentials live
+// workspaces hold; their alerts are refused until those sessions end.
+func (c Config) AlertKey() alerts.Key { return alerts.Key{Secret: []byte(c.JWTSecret), Env: c.Env} }
+
+// MinSchedulerTokenBytes is the shortest scheduler token accepted: it is
+// the only credential of an endpoint that deletes things.
+const MinSchedulerTokenBytes = 16
+
+// MinJWTSecretBytes is the shortest JWT secret accepted.
+const MinJWTSecretBytes = 32
+
+// Validate checks every setting through the owning package's Validate, plus
+// the rules that span packages; every message names the variable.
+func (c Config) Validate() error {
+	r, rerr := c.resolve()
+	t := r.Settings()
+	key := t.KeyOf
+	var errs []error
+	bad := func(field any, format string, args ...any) {
+		errs = append(errs, r.named(field, fmt.Errorf(format, args...)))
+	}
+	if rerr != nil {
+		errs = append(errs, rerr)
+	} else {
+		errs = append(errs, t.Rename(r.Kube.Validate(), &r.Kube))
+	}
+	errs = append(errs,
+		t.Rename(r.Policy.Validate(), &r.Policy), t.Rename(r.Limits.Validate(), &r.Limits),
+		t.Rename(r.Reap.Validate(), &r.Reap), t.Rename(r.Alerts.Validate(), &r.Alerts),
+		t.Rename(r.Tokens.Validate(), &r.Tokens))
+	if len(r.SSHAuthorizedKeys) > 0 {
+		bad(&r.SSHAuthorizedKeys, "was renamed %s (platform keys, authorized on every session; students get keys of their own)",
+			key(&r.Kube.PlatformSSHKeys))
+	}
+	if _, err := r.PoolSchedule(); err != nil {
+		errs = append(errs, err)
+	}
+	if r.WarmPoolTTL <= 0 {
+		bad(&r.WarmPoolTTL, "must be positive, got %s", r.WarmPoolTTL)
+	}
+	if r.DatabaseURL == "" {
+		bad(&r.DatabaseURL, "is required")
+	}
+	if r.SchedulerToken == "" {
+		bad(&r.SchedulerToken, "is required: without it scheduled reaper runs cannot authenticate and nothing expires")
+	} else if len(r.SchedulerToken) < MinSchedulerTokenBytes {
+		bad(&r.SchedulerToken, "must be at least %d bytes, got %d", MinSchedulerTokenBytes, len(r.SchedulerToken))
+	}
+	if len(r.JWTSecret) < MinJWTSecretBytes {
+		bad(&r.JWTSecret, "must be at least %d bytes, got %d", MinJWTSecretBytes, len(r.JWTSecret))
+	}
+	if r.LabsFile == "" {
+		bad(&r.LabsFile, "is required")
+	}
+	if r.LabsReload < 0 {
+		bad(&r.LabsReload, "must not be negative (0: read only at start), got %s", r.LabsReload)
+	}
+	if r.HTTPAddr == "" {
+		bad(&r.HTTPAddr, "is required")
+	}
+	if r.MetricsAddr != "" && r.MetricsAddr == r.HTTPAddr {
+		bad(&r.MetricsAddr, "must differ from %s %s: /metrics is kept off the public listener", key(&r.HTTPAddr), r.HTTPAddr)
+	}
+	if r.RetryAfter <= 0 {
+		bad(&r.RetryAfter, "must be positive, got %s", r.RetryAfter)
+	}
+	if r.AdminStatusRuns < 1 {
+		bad(&r.AdminStatusRuns, "must be at least 1, got %d", r.AdminStatusRuns)
+	}
+	if r.DBMaxConns < 0 {
+		bad(&r.DBMaxConns, "must not be negative (0: the DSN's or pgxpool's default), got %d", r.DBMaxConns)
+	}
+	if r.ReapDBConns < 1 {
+		bad(&r.ReapDBConns, "must be at least 1, got %d", r.ReapDBConns)
+	}
+	if r.Limits.CapacityWait >= r.Reap.ProvisionGrace {
+		bad(&r.Limits.CapacityWait, "%s must be below %s %s, or the reaper fails opens still queued for capacity",
+			r.Limits.CapacityWait, key(&r.Reap.ProvisionGrace), r.Reap.ProvisionGrace)
+	}
+	return errors.Join(errs...)
+}
