@@ -142,6 +142,15 @@ func headingAnchors(doc []byte) map[string]bool {
 	return anchors
 }
 
+// endsBlock reports whether a table may start right after line: a blank
+// line, a one-line HTML comment (an HTML block that ends on its line, such
+// as a generated table's marker) or a heading; after a paragraph line the
+// rows would continue the paragraph.
+func endsBlock(line string) bool {
+	l := strings.TrimSpace(line)
+	return l == "" || strings.HasPrefix(l, "<!--") && strings.HasSuffix(l, "-->") || headingRE.MatchString(l)
+}
+
 // markdownProblems lists what does not render or resolve in doc, the file
 // name (relative to the repository root); tracked are the repository's
 // files, headings reads a tracked Markdown file's anchors.
@@ -181,7 +190,7 @@ func markdownProblems(name string, doc []byte, tracked map[string]bool, headings
 			prose[i] = lines[i]
 		}
 		switch {
-		case start > 0 && strings.TrimSpace(lines[start-1]) != "":
+		case start > 0 && !endsBlock(lines[start-1]):
 			bad(start+1, "table rows right after a paragraph line render as text: put a blank line before the table (or join the rows to the table above)")
 		case i == start || !isDelimiterRow(lines[start+1]):
 			bad(start+1, "table without a header and a delimiter row (| --- |) renders as text")
@@ -252,6 +261,7 @@ func TestMarkdownProblems(t *testing.T) {
 		{"a good table", "a/b.md", "text\n\n| a | b |\n| --- | ---: |\n| 1 | `x\\|y` |\n", nil},
 		{"rows split off by a paragraph", "a/b.md", "| a | b |\n| --- | --- |\n| 1 | 2 |\nA paragraph.\n| 3 | 4 |\n",
 			[]string{"a/b.md:5: table rows right after a paragraph line render as text: put a blank line before the table (or join the rows to the table above)"}},
+		{"a table after a marker comment or a heading", "a/b.md", "<!-- generated -->\n| a |\n| --- |\n\n## H\n| b |\n| --- |\n", nil},
 		{"no delimiter row", "a/b.md", "\n| a | b |\n| 1 | 2 |\n",
 			[]string{"a/b.md:2: table without a header and a delimiter row (| --- |) renders as text"}},
 		{"delimiter of another width", "a/b.md", "| a | b |\n| --- |\n",
