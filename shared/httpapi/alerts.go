@@ -6,7 +6,6 @@ import (
 
 	"github.com/google/uuid"
 
-	"labkeep/guardian/alert"
 	"labkeep/shared/alerts"
 )
 
@@ -63,13 +62,13 @@ func (a *API) guardianAlert(w http.ResponseWriter, r *http.Request, o AdminOptio
 	}
 	// Exactly what guardian posts: the session is the credentials', and
 	// the arrival time labkeep's, never the sender's to choose.
-	var req alert.Alert
+	var req alerts.Posted
 	if err := decodeBody(w, r, &req, true); err != nil {
 		a.writeError(w, r, err, nil)
 		return
 	}
 	req.First, req.Last = req.First.UTC(), req.Last.UTC()
-	al := alerts.Alert{Session: id, Alert: req, Received: a.now().UTC()}
+	al := alerts.Alert{Session: id, Posted: req, Received: a.now().UTC()}
 	if err := o.Limits.Check(al); err != nil {
 		a.writeError(w, r, err, nil)
 		return
