@@ -19,6 +19,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
+	"labkeep/shared/access"
 	"labkeep/shared/alerts"
 	"labkeep/shared/httpapi"
 	"labkeep/shared/kube"
@@ -72,7 +73,7 @@ type Config struct {
 	// JWTAudience and JWTIssuer, when set, are the aud and iss every
 	// portal token must carry; JWTMaxLifetime bounds how long a token may
 	// be valid and JWTLeeway is the clock skew tolerated (see
-	// httpapi.TokenRules).
+	// access.TokenRules).
 	JWTAudience    string        `split_words:"true"`
 	JWTIssuer      string        `split_words:"true"`
 	JWTMaxLifetime time.Duration `split_words:"true"`
@@ -199,7 +200,7 @@ const (
 // packages' defaults; the required settings are empty.
 func DefaultConfig() Config {
 	k, r, l, p := kube.DefaultConfig(), reap.DefaultConfig(), session.DefaultLimits(), lifetime.DefaultPolicy()
-	tok, al := httpapi.DefaultTokenRules(), alerts.DefaultLimits()
+	tok, al := access.DefaultTokenRules(), alerts.DefaultLimits()
 	return Config{
 		Namespace: k.Namespace, SessionLifetime: p.Lifetime, SessionMaxLifetime: p.MaxLifetime,
 		DeadlineGrace: k.DeadlineGrace, MaxConcurrentVms: l.MaxVMs, MaxConcurrentPods: l.MaxPods, LabsFile: DefaultLabsFile, LabsReload: labs.DefaultReload, HTTPAddr: DefaultHTTPAddr,
@@ -290,8 +291,8 @@ func (c Config) AlertLimits() alerts.Limits {
 }
 
 // Tokens are the rules every portal token is held to.
-func (c Config) Tokens() httpapi.TokenRules {
-	return httpapi.TokenRules{Audience: c.JWTAudience, Issuer: c.JWTIssuer, MaxLifetime: c.JWTMaxLifetime, Leeway: c.JWTLeeway}
+func (c Config) Tokens() access.TokenRules {
+	return access.TokenRules{Audience: c.JWTAudience, Issuer: c.JWTIssuer, MaxLifetime: c.JWTMaxLifetime, Leeway: c.JWTLeeway}
 }
 
 // variables maps each package config's Go field to the variable that
@@ -317,7 +318,7 @@ func variable(field string) string {
 	return ""
 }
 
-// tokenVariables is variables for httpapi.TokenRules, kept apart because
+// tokenVariables is variables for access.TokenRules, kept apart because
 // its field names (MaxLifetime) repeat the session policy's.
 var tokenVariables = map[string]string{
 	"Audience": "JWT_AUDIENCE", "Issuer": "JWT_ISSUER", "MaxLifetime": "JWT_MAX_LIFETIME", "Leeway": "JWT_LEEWAY",
@@ -527,7 +528,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 		},
 	}))
 	// The web terminal and cleanup button (WebSocket: on-prem only).
-	term, err := terminal.New(terminal.Options{Sessions: svc, Auth: auth, API: api, Kube: rc, Namespace: cfg.Namespace, Now: now, Log: log})
+	term, err := terminal.New(terminal.Options{Sessions: svc, Auth: auth, API: api, Kube: rc, Exec: kube.WorkspaceExecutor, Namespace: cfg.Namespace, Now: now, Log: log})
 	if err != nil {
 		return nil, err
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/kelseyhightower/envconfig"
 
 	"labkeep/infra"
+	"labkeep/shared/access"
 	"labkeep/shared/alerts"
 	"labkeep/shared/httpapi"
 	"labkeep/shared/kube"
@@ -234,7 +235,7 @@ func TestDefaultsAreThePackagesDefaults(t *testing.T) {
 		"kube":     cmp.Diff(wantKube, must(c.Kube())),
 		"reap":     cmp.Diff(wantReap, c.Reap()),
 		"session":  cmp.Diff(session.DefaultLimits(), c.Limits()),
-		"tokens":   cmp.Diff(httpapi.DefaultTokenRules(), c.Tokens()),
+		"tokens":   cmp.Diff(access.DefaultTokenRules(), c.Tokens()),
 		"alerts":   cmp.Diff(alerts.DefaultLimits(), c.AlertLimits()),
 	} {
 		if diff != "" {
@@ -301,7 +302,7 @@ func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
 	unchanged(t, "reap.Config", reap.DefaultConfig(), c.Reap())
 	unchanged(t, "session.Limits", session.DefaultLimits(), c.Limits())
 	unchanged(t, "lifetime.Policy", lifetime.DefaultPolicy(), c.Policy())
-	unchanged(t, "httpapi.TokenRules", httpapi.DefaultTokenRules(), c.Tokens())
+	unchanged(t, "access.TokenRules", access.DefaultTokenRules(), c.Tokens())
 	unchanged(t, "alerts.Limits", alerts.DefaultLimits(), c.AlertLimits())
 }
 

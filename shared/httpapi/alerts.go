@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"labkeep/shared/access"
 	"labkeep/shared/alerts"
 )
 
@@ -57,7 +58,7 @@ func (a *API) WithAdmin(o AdminOptions, next http.Handler) http.Handler {
 func (a *API) guardianAlert(w http.ResponseWriter, r *http.Request, o AdminOptions) {
 	id, token, ok := r.BasicAuth()
 	if parsed, err := uuid.Parse(id); !ok || err != nil || parsed.String() != id || !o.Key.Verify(id, token) {
-		a.writeError(w, r, fmt.Errorf("%w: guardianAlert needs a workspace's webhook credentials (HTTP Basic: its session id and token)", ErrUnauthorized), nil)
+		a.writeError(w, r, fmt.Errorf("%w: guardianAlert needs a workspace's webhook credentials (HTTP Basic: its session id and token)", access.ErrUnauthorized), nil)
 		return
 	}
 	// Exactly what guardian posts: the session is the credentials', and
