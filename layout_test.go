@@ -1,7 +1,9 @@
 // Package labkeep_test keeps the package layout honest: domain packages own
-// their types and import no adapter, adapters import the domain, the
-// production tree never depends on local-development code, and guardian's
-// loops depend on no HTTP package. It reads the real import graph with
+// their types and import no adapter, adapters import the domain and never
+// one another, the production tree never depends on local-development
+// code, guardian's loops depend on no HTTP package, and guardian and
+// labkeep (shared/, functions/) share no Go package: they meet only at the
+// wire, described in the OpenAPI document. It reads the real import graph with
 // `go list`, so a new import that breaks a rule fails here.
 package labkeep_test
 
@@ -55,9 +57,17 @@ func under(path string, prefixes ...string) bool {
 
 func TestImportsRunOneWay(t *testing.T) {
 	const m = "labkeep/"
-	domain := []string{m + "shared/session", m + "shared/reap", m + "shared/lifetime", m + "shared/labs", m + "shared/setting", m + "shared/alerts", m + "shared/warmpool"}
+	domain := []string{m + "shared/session", m + "shared/reap", m + "shared/lifetime", m + "shared/labs", m + "shared/setting", m + "shared/alerts", m + "shared/warmpool", m + "shared/access", m + "shared/seating"}
 	adapters := []string{m + "shared/pgstore", m + "shared/kube", m + "shared/httpapi", m + "functions", m + "localrun", m + "test"}
 	production := []string{m + "shared", m + "functions", m + "guardian", m + "infra"}
+	// The edges: each serves or reaches one outside system (PostgreSQL,
+	// the Kubernetes API, HTTP clients, the browser). The entry points
+	// (functions/...) wire them together and may import them all.
+	edges := []string{m + "shared/pgstore", m + "shared/kube", m + "shared/httpapi", m + "shared/terminal", m + "shared/portal"}
+	labkeep := []string{m + "shared", m + "functions"}
+	// depsAndTests is everything p's code depends on and everything its
+	// files, tests included, import.
+	depsAndTests := func(p pkg) []string { return append(slices.Clone(p.deps), p.imports...) }
 	rules := []struct {
 		name   string
 		from   func(p pkg) bool
@@ -84,6 +94,26 @@ func TestImportsRunOneWay(t *testing.T) {
 		{"guardian's loops import no HTTP package",
 			func(p pkg) bool { return p.path == m+"guardian/guard" },
 			func(p pkg) []string { return p.imports }, []string{"net/http", m + "guardian/httpapi"}},
+		{"labkeep (shared/, functions/) never depends on guardian, not even in tests",
+			func(p pkg) bool { return under(p.path, labkeep...) },
+			depsAndTests, []string{m + "guardian"}},
+		{"guardian never depends on labkeep (shared/, functions/), not even in tests",
+			func(p pkg) bool { return under(p.path, m+"guardian") },
+			depsAndTests, labkeep},
+		// Tests may wire real edges together, as the entry points do (the
+		// terminal's refusals are checked through httpapi's table).
+		{"no edge adapter's code depends on another edge adapter",
+			func(p pkg) bool { return under(p.path, edges...) },
+			func(p pkg) []string {
+				return slices.DeleteFunc(slices.Clone(p.deps), func(d string) bool {
+					for _, e := range edges {
+						if under(p.path, e) && under(d, e) {
+							return true // within its own adapter
+						}
+					}
+					return false
+				})
+			}, edges},
 		{"guardian's loops never depend on their HTTP adapter",
 			func(p pkg) bool { return p.path == m+"guardian/guard" },
 			func(p pkg) []string { return p.deps }, []string{m + "guardian/httpapi"}},

@@ -13,6 +13,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"labkeep/infra"
+	"labkeep/shared/access"
 	"labkeep/shared/alerts"
 	"labkeep/shared/httpapi"
 	"labkeep/shared/kube"
@@ -236,7 +237,7 @@ func TestDefaultsAreThePackagesDefaults(t *testing.T) {
 		"kube":     cmp.Diff(wantKube, r.Kube),
 		"reap":     cmp.Diff(wantReap, r.Reap),
 		"session":  cmp.Diff(session.DefaultLimits(), r.Limits),
-		"tokens":   cmp.Diff(httpapi.DefaultTokenRules(), r.Tokens),
+		"tokens":   cmp.Diff(access.DefaultTokenRules(), r.Tokens),
 		"alerts":   cmp.Diff(alerts.DefaultLimits(), r.Alerts),
 	} {
 		if diff != "" {
@@ -305,7 +306,7 @@ func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
 	unchanged(t, "reap.Config", reap.DefaultConfig(), r.Reap)
 	unchanged(t, "session.Limits", session.DefaultLimits(), r.Limits)
 	unchanged(t, "lifetime.Policy", lifetime.DefaultPolicy(), r.Policy)
-	unchanged(t, "httpapi.TokenRules", httpapi.DefaultTokenRules(), r.Tokens)
+	unchanged(t, "access.TokenRules", access.DefaultTokenRules(), r.Tokens)
 	unchanged(t, "alerts.Limits", alerts.DefaultLimits(), r.Alerts)
 	// Every variable of the table is among those set here, the old name
 	// excepted: a new variable is added to this test.

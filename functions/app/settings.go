@@ -6,6 +6,7 @@ import (
 	"os"
 	"time"
 
+	"labkeep/shared/access"
 	"labkeep/shared/alerts"
 	"labkeep/shared/httpapi"
 	"labkeep/shared/kube"
@@ -43,7 +44,7 @@ type Config struct {
 	Kube   kube.Config
 	Limits session.Limits
 	Reap   reap.Config
-	Tokens httpapi.TokenRules
+	Tokens access.TokenRules
 	Alerts alerts.Limits
 
 	Kubeconfig       string
@@ -80,7 +81,7 @@ const (
 func DefaultConfig() Config {
 	return Config{
 		Policy: lifetime.DefaultPolicy(), Kube: kube.DefaultConfig(), Limits: session.DefaultLimits(),
-		Reap: reap.DefaultConfig(), Tokens: httpapi.DefaultTokenRules(), Alerts: alerts.DefaultLimits(),
+		Reap: reap.DefaultConfig(), Tokens: access.DefaultTokenRules(), Alerts: alerts.DefaultLimits(),
 		LabsFile: DefaultLabsFile, LabsReload: labs.DefaultReload, HTTPAddr: DefaultHTTPAddr,
 		RetryAfter: httpapi.DefaultRetryAfter, ReapDBConns: DefaultReapDBConns, AdminStatusRuns: DefaultAdminStatusRuns,
 		Portal: portal.DefaultEnabled, WarmPoolLead: session.DefaultPoolLead, WarmPoolTTL: session.DefaultPoolTTL,

@@ -35,7 +35,7 @@ import (
 	"labkeep/localrun/controlplane"
 	"labkeep/localrun/node"
 	"labkeep/localrun/stack"
-	"labkeep/shared/httpapi"
+	"labkeep/shared/access"
 )
 
 // Server is the running functions.
@@ -144,8 +144,8 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 	}
 	s := &Server{App: a, URL: "http://" + ln.Addr().String(), done: make(chan error, 1), schedulerToken: cfg.SchedulerToken, log: log}
 	rules, now := cfg.Tokens, time.Now()
-	if s.StudentToken, err = rules.Issue([]byte(cfg.JWTSecret), SampleStudent, httpapi.RoleStudent, now); err == nil {
-		s.AdminToken, err = rules.Issue([]byte(cfg.JWTSecret), "admin-1", httpapi.RoleAdmin, now)
+	if s.StudentToken, err = rules.Issue([]byte(cfg.JWTSecret), SampleStudent, access.RoleStudent, now); err == nil {
+		s.AdminToken, err = rules.Issue([]byte(cfg.JWTSecret), "admin-1", access.RoleAdmin, now)
 	}
 	if err != nil {
 		ln.Close()

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"labkeep/shared/httpapi"
+	"labkeep/shared/access"
 )
 
 // Client calls a Deployment's functions over HTTP as the portal, the
@@ -35,7 +35,7 @@ func NewClient(t testing.TB, url string) Client {
 // forward.
 func (c Client) Token(sub, role string) string {
 	c.t.Helper()
-	tok, err := httpapi.DefaultTokenRules().Issue([]byte(JWTSecret), sub, role, c.Now())
+	tok, err := access.DefaultTokenRules().Issue([]byte(JWTSecret), sub, role, c.Now())
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -47,7 +47,7 @@ func (c Client) Token(sub, role string) string {
 // of the functions' clock.
 func (c Client) Sign(sub, role string, exp time.Time) string {
 	c.t.Helper()
-	tok, err := httpapi.Sign([]byte(JWTSecret), sub, role, exp)
+	tok, err := access.Sign([]byte(JWTSecret), sub, role, exp)
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -4,6 +4,14 @@
 // keep to be stored, how many a session keeps, and the per-session
 // credential guardian's webhook authenticates with.
 //
+// guardian and labkeep are two products that share no Go package: they
+// meet at the wire. The alert guardian posts is described once, as the
+// GuardianAlert schema of POST /guardianAlert in labkeep's OpenAPI
+// document (shared/httpapi/openapi.yaml), with an example. Posted is this
+// side's reading of it; guardian's sender and this receiver each test
+// themselves against that description, so either drifting from it fails
+// its own tests.
+//
 // The credential is derived, not stored: Token is an HMAC of the session id
 // under labkeep's key, so it is known only to labkeep and to the one
 // workspace Pod it was put into, a workspace's token is worth nothing for
@@ -23,18 +31,48 @@ import (
 	"unicode"
 	"unicode/utf8"
 
-	"labkeep/guardian/alert"
 	"labkeep/shared/setting"
 )
 
-// Alert is one alert as a workspace's guardian posted it (guardian's own
-// alert.Alert, the webhook's JSON) and labkeep keeps it: with the session
-// it came from, which the sender's credentials say and never its body,
-// and when it arrived.
+// Severity grades an alert, as guardian does.
+type Severity string
+
+// The severities guardian sends; Check refuses any other.
+const (
+	Info     Severity = "info"
+	Warning  Severity = "warning"
+	Critical Severity = "critical"
+)
+
+// Posted is an alert exactly as a workspace's guardian posts it to POST
+// /guardianAlert (the GuardianAlert schema): repeats within guardian's
+// aggregation window are counted in Count between First and Last. It
+// carries no session: that is the sender's credentials', never its body's.
+type Posted struct {
+	// Kind is machine-readable, e.g. "memory-kill".
+	Kind string `json:"kind"`
+	// Subject is what the alert is about (a PID, a path), part of
+	// guardian's aggregation key.
+	Subject  string            `json:"subject"`
+	Severity Severity          `json:"severity"`
+	Message  string            `json:"message"`
+	Fields   map[string]string `json:"fields,omitempty"`
+	// Workspace names the workspace guardian guards.
+	Workspace string    `json:"workspace"`
+	First     time.Time `json:"first"`
+	Last      time.Time `json:"last"`
+	// Count is how many occurrences guardian aggregated into the alert.
+	Count int `json:"count"`
+}
+
+// Alert is one alert as labkeep keeps it: what guardian posted, with the
+// session it came from (its credentials') and when it arrived. Its JSON is
+// the Alert schema: Posted's fields between the id and session and the
+// arrival time.
 type Alert struct {
 	ID      int64  `json:"id"`
 	Session string `json:"session"`
-	alert.Alert
+	Posted
 	Received time.Time `json:"received"`
 }
 
@@ -82,7 +120,7 @@ func (l Limits) Check(a Alert) error {
 		return bad(`"kind" is required`)
 	}
 	switch a.Severity {
-	case alert.Info, alert.Warning, alert.Critical:
+	case Info, Warning, Critical:
 	default:
 		return bad(`"severity" must be info, warning or critical, got %q`, clip(string(a.Severity)))
 	}

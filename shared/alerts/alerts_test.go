@@ -8,13 +8,11 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-
-	"labkeep/guardian/alert"
 )
 
 func valid() Alert {
 	t0 := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
-	return Alert{Alert: alert.Alert{Kind: "memory-kill", Subject: "pid 42", Severity: alert.Critical, Message: "killed python3 (3.9 GiB)",
+	return Alert{Posted: Posted{Kind: "memory-kill", Subject: "pid 42", Severity: Critical, Message: "killed python3 (3.9 GiB)",
 		Fields: map[string]string{"pid": "42"}, Workspace: "ws", First: t0, Last: t0.Add(time.Second), Count: 2}}
 }
 

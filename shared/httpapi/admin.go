@@ -7,6 +7,7 @@ import (
 
 	"github.com/google/uuid"
 
+	"labkeep/shared/access"
 	"labkeep/shared/alerts"
 	"labkeep/shared/reap"
 	"labkeep/shared/session"
@@ -33,7 +34,7 @@ func (a *API) adminSessions(w http.ResponseWriter, r *http.Request, store alerts
 		return
 	}
 	if len(r.URL.Query()) > 0 {
-		a.writeError(w, r, fmt.Errorf("%w: %s takes no query parameters", ErrBadRequest, r.URL.Path), nil)
+		a.writeError(w, r, fmt.Errorf("%w: %s takes no query parameters", access.ErrBadRequest, r.URL.Path), nil)
 		return
 	}
 	live, err := a.svc.Store.ListLive(r.Context())
@@ -50,7 +51,7 @@ func (a *API) adminSessions(w http.ResponseWriter, r *http.Request, store alerts
 		a.writeError(w, r, err, nil)
 		return
 	}
-	p := Principal{Role: RoleAdmin} // a.admin let only admins through
+	p := access.Principal{Role: access.RoleAdmin} // a.admin let only admins through
 	out := struct {
 		Sessions []adminSessionJSON `json:"sessions"`
 	}{Sessions: []adminSessionJSON{}}
@@ -73,19 +74,19 @@ func (a *API) adminAlerts(w http.ResponseWriter, r *http.Request, store alerts.S
 	q := r.URL.Query()
 	for k := range q {
 		if k != "session" && k != "limit" {
-			a.writeError(w, r, fmt.Errorf("%w: unknown query parameter %q (allowed: session, limit)", ErrBadRequest, k), nil)
+			a.writeError(w, r, fmt.Errorf("%w: unknown query parameter %q (allowed: session, limit)", access.ErrBadRequest, k), nil)
 			return
 		}
 	}
 	id, limit := q.Get("session"), DefaultAdminAlerts
 	if _, err := uuid.Parse(id); id != "" && err != nil {
-		a.writeError(w, r, fmt.Errorf("%w: session %q is not a session id", ErrBadRequest, id), nil)
+		a.writeError(w, r, fmt.Errorf("%w: session %q is not a session id", access.ErrBadRequest, id), nil)
 		return
 	}
 	if s := q.Get("limit"); s != "" {
 		n, err := strconv.Atoi(s)
 		if err != nil || n < 1 || n > MaxAdminAlerts {
-			a.writeError(w, r, fmt.Errorf("%w: limit must be a number from 1 to %d, got %q", ErrBadRequest, MaxAdminAlerts, s), nil)
+			a.writeError(w, r, fmt.Errorf("%w: limit must be a number from 1 to %d, got %q", access.ErrBadRequest, MaxAdminAlerts, s), nil)
 			return
 		}
 		limit = n

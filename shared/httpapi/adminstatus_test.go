@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"labkeep/shared/access"
 	"labkeep/shared/labs"
 	"labkeep/shared/reap"
 	"labkeep/shared/session"
@@ -39,7 +40,7 @@ labs:
 	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
 	clock := func() time.Time { return now }
 	secret := []byte("status-test-secret-0123456789abcdef")
-	admin, err := Sign(secret, "ops", RoleAdmin, now.Add(time.Hour))
+	admin, err := access.Sign(secret, "ops", access.RoleAdmin, now.Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +64,7 @@ labs:
 		t.Run(tc.name, func(t *testing.T) {
 			svc := &session.Service{Labs: cat, Waitlist: lineOnly{line: tc.line}, Now: clock,
 				Limits: session.Limits{QueueIdle: session.DefaultQueueIdle}}
-			a := New(Options{Sessions: svc, Auth: NewAuthenticator(secret, clock), Now: clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			a := New(Options{Sessions: svc, Auth: access.NewAuthenticator(secret, clock), Now: clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			h := a.WithReaper(ReaperOptions{Status: func(context.Context) (reap.Status, error) {
 				return reap.Status{LiveSessions: 3, Capacity: reap.Capacity{Used: 2, Limit: 8}}, nil
 			}})

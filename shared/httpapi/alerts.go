@@ -6,7 +6,7 @@ import (
 
 	"github.com/google/uuid"
 
-	"labkeep/guardian/alert"
+	"labkeep/shared/access"
 	"labkeep/shared/alerts"
 )
 
@@ -58,18 +58,18 @@ func (a *API) WithAdmin(o AdminOptions, next http.Handler) http.Handler {
 func (a *API) guardianAlert(w http.ResponseWriter, r *http.Request, o AdminOptions) {
 	id, token, ok := r.BasicAuth()
 	if parsed, err := uuid.Parse(id); !ok || err != nil || parsed.String() != id || !o.Key.Verify(id, token) {
-		a.writeError(w, r, fmt.Errorf("%w: guardianAlert needs a workspace's webhook credentials (HTTP Basic: its session id and token)", ErrUnauthorized), nil)
+		a.writeError(w, r, fmt.Errorf("%w: guardianAlert needs a workspace's webhook credentials (HTTP Basic: its session id and token)", access.ErrUnauthorized), nil)
 		return
 	}
 	// Exactly what guardian posts: the session is the credentials', and
 	// the arrival time labkeep's, never the sender's to choose.
-	var req alert.Alert
+	var req alerts.Posted
 	if err := decodeBody(w, r, &req, true); err != nil {
 		a.writeError(w, r, err, nil)
 		return
 	}
 	req.First, req.Last = req.First.UTC(), req.Last.UTC()
-	al := alerts.Alert{Session: id, Alert: req, Received: a.now().UTC()}
+	al := alerts.Alert{Session: id, Posted: req, Received: a.now().UTC()}
 	if err := o.Limits.Check(al); err != nil {
 		a.writeError(w, r, err, nil)
 		return

@@ -21,6 +21,7 @@ import (
 	"strconv"
 	"time"
 
+	"labkeep/shared/access"
 	"labkeep/shared/labs"
 	"labkeep/shared/lifetime"
 	"labkeep/shared/session"
@@ -32,7 +33,7 @@ const MaxBodyBytes = 64 << 10
 // Options configures an API.
 type Options struct {
 	Sessions *session.Service
-	Auth     *Authenticator
+	Auth     *access.Authenticator
 	// Now is the clock for serverTime and remainingSeconds; it must be the
 	// clock the Service uses.
 	Now func() time.Time
@@ -48,7 +49,7 @@ const DefaultRetryAfter = 30 * time.Second
 // API is the HTTP handler of the session functions.
 type API struct {
 	svc        *session.Service
-	auth       *Authenticator
+	auth       *access.Authenticator
 	now        func() time.Time
 	log        *slog.Logger
 	retryAfter time.Duration
@@ -75,7 +76,7 @@ func (a *API) refuseMethod(table map[string]string, w http.ResponseWriter, r *ht
 		return false
 	}
 	w.Header().Set("Allow", m)
-	a.writeError(w, r, fmt.Errorf("%w: %s %s; use %s", ErrMethodNotAllowed, r.Method, r.URL.Path, m), nil)
+	a.writeError(w, r, fmt.Errorf("%w: %s %s; use %s", access.ErrMethodNotAllowed, r.Method, r.URL.Path, m), nil)
 	return true
 }
 
@@ -100,7 +101,7 @@ func New(o Options) *API {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})
 	a.mux.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
-		a.writeError(w, r, fmt.Errorf("%w: no endpoint %s", ErrNotFound, r.URL.Path), nil)
+		a.writeError(w, r, fmt.Errorf("%w: no endpoint %s", access.ErrNotFound, r.URL.Path), nil)
 	})
 	return a
 }
@@ -116,7 +117,7 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 // Authenticate exposes the API's authentication for other handlers on the
 // same server (e.g. the reaper's admin endpoints) and writes the 401 itself
 // when it fails; ok is false then.
-func (a *API) Authenticate(w http.ResponseWriter, r *http.Request) (p Principal, ok bool) {
+func (a *API) Authenticate(w http.ResponseWriter, r *http.Request) (p access.Principal, ok bool) {
 	p, err := a.auth.Authenticate(r)
 	if err != nil {
 		a.writeError(w, r, err, nil)
@@ -166,7 +167,7 @@ func (a *API) open(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if req.Lab == "" {
-		a.writeErrorFor(w, r, p, fmt.Errorf("%w: \"lab\" is required", ErrBadRequest), nil)
+		a.writeErrorFor(w, r, p, fmt.Errorf("%w: \"lab\" is required", access.ErrBadRequest), nil)
 		return
 	}
 	open, status := a.svc.Open, http.StatusCreated
@@ -182,7 +183,7 @@ func (a *API) open(w http.ResponseWriter, r *http.Request) {
 
 // reply writes sess with status for caller p, or err through the status
 // table together with the session it concerns (none when sess has no id).
-func (a *API) reply(w http.ResponseWriter, r *http.Request, p Principal, status int, sess session.Session, err error) {
+func (a *API) reply(w http.ResponseWriter, r *http.Request, p access.Principal, status int, sess session.Session, err error) {
 	if err != nil {
 		a.writeErrorFor(w, r, p, err, &sess)
 		return
@@ -222,7 +223,7 @@ func (a *API) get(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	for k := range q {
 		if k != "id" && k != "student" {
-			a.writeErrorFor(w, r, p, fmt.Errorf("%w: unknown query parameter %q (allowed: id, student)", ErrBadRequest, k), nil)
+			a.writeErrorFor(w, r, p, fmt.Errorf("%w: unknown query parameter %q (allowed: id, student)", access.ErrBadRequest, k), nil)
 			return
 		}
 	}
@@ -254,7 +255,7 @@ func (a *API) labs(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if len(r.URL.Query()) > 0 {
-		a.writeError(w, r, fmt.Errorf("%w: /labs takes no query parameters", ErrBadRequest), nil)
+		a.writeError(w, r, fmt.Errorf("%w: /labs takes no query parameters", access.ErrBadRequest), nil)
 		return
 	}
 	out := struct {
@@ -269,7 +270,7 @@ func (a *API) labs(w http.ResponseWriter, r *http.Request) {
 
 // sessionRequest authenticates and parses the optional body of extend and
 // close, returning the student acted for.
-func (a *API) sessionRequest(w http.ResponseWriter, r *http.Request) (Principal, string, sessionRequest, bool) {
+func (a *API) sessionRequest(w http.ResponseWriter, r *http.Request) (access.Principal, string, sessionRequest, bool) {
 	var req sessionRequest
 	p, ok := a.Authenticate(w, r)
 	if !ok {
@@ -289,12 +290,12 @@ func (a *API) sessionRequest(w http.ResponseWriter, r *http.Request) (Principal,
 
 // actingFor returns whose session the caller acts on: a student always
 // their own; an admin the named student, or their own subject if none.
-func actingFor(p Principal, student string) (string, error) {
+func actingFor(p access.Principal, student string) (string, error) {
 	if student == "" || student == p.Subject {
 		return p.Subject, nil
 	}
 	if !p.Admin() {
-		return "", fmt.Errorf("%w: students can only act on their own session", ErrForbidden)
+		return "", fmt.Errorf("%w: students can only act on their own session", access.ErrForbidden)
 	}
 	return student, nil
 }
@@ -306,31 +307,31 @@ func decodeBody(w http.ResponseWriter, r *http.Request, v any, required bool) er
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxBodyBytes))
 	var tooBig *http.MaxBytesError
 	if errors.As(err, &tooBig) {
-		return fmt.Errorf("%w: request body exceeds %d bytes", ErrTooLarge, MaxBodyBytes)
+		return fmt.Errorf("%w: request body exceeds %d bytes", access.ErrTooLarge, MaxBodyBytes)
 	}
 	if err != nil {
-		return fmt.Errorf("%w: reading body: %v", ErrBadRequest, err)
+		return fmt.Errorf("%w: reading body: %v", access.ErrBadRequest, err)
 	}
 	if len(bytes.TrimSpace(body)) == 0 {
 		if required {
-			return fmt.Errorf("%w: a JSON body is required", ErrBadRequest)
+			return fmt.Errorf("%w: a JSON body is required", access.ErrBadRequest)
 		}
 		return nil
 	}
 	mt, _, err := mime.ParseMediaType(r.Header.Get("Content-Type"))
 	if err != nil || mt != "application/json" {
-		return fmt.Errorf("%w: Content-Type must be application/json, got %q", ErrUnsupportedMedia, r.Header.Get("Content-Type"))
+		return fmt.Errorf("%w: Content-Type must be application/json, got %q", access.ErrUnsupportedMedia, r.Header.Get("Content-Type"))
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: invalid JSON body: %v", ErrBadRequest, err)
+		return fmt.Errorf("%w: invalid JSON body: %v", access.ErrBadRequest, err)
 	}
 	if dec.More() {
-		return fmt.Errorf("%w: invalid JSON body: data after the object", ErrBadRequest)
+		return fmt.Errorf("%w: invalid JSON body: data after the object", access.ErrBadRequest)
 	}
 	if _, err := dec.Token(); err != io.EOF {
-		return fmt.Errorf("%w: invalid JSON body: data after the object", ErrBadRequest)
+		return fmt.Errorf("%w: invalid JSON body: data after the object", access.ErrBadRequest)
 	}
 	return nil
 }
@@ -430,7 +431,7 @@ const NotReadyToExtend = "the lab can be extended once it is ready"
 // deleted it. failureReason is the end reason's one student sentence for
 // students (never the stored detail, which may quote the cluster) and the
 // full reason for admins.
-func (a *API) view(s session.Session, p Principal) sessionJSON {
+func (a *API) view(s session.Session, p access.Principal) sessionJSON {
 	now := a.now().UTC()
 	v := sessionJSON{
 		ID: s.ID, Student: s.Student, Lab: s.Lab, Kind: string(s.Kind), Status: string(s.StatusAt(now)),

@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"labkeep/shared/access"
 	"labkeep/shared/lifetime"
 	"labkeep/shared/session"
 )
@@ -29,9 +30,9 @@ func TestStatusTable(t *testing.T) {
 		{fmt.Errorf("%w: x", session.ErrNoSession), http.StatusNotFound, "no_session"},
 		{fmt.Errorf("%w: x", session.ErrUnknownLab), http.StatusBadRequest, "unknown_lab"},
 		{fmt.Errorf("%w: x", session.ErrProvisioning), http.StatusBadGateway, "provisioning_failed"},
-		{fmt.Errorf("%w: x", ErrUnauthorized), http.StatusUnauthorized, "unauthorized"},
-		{fmt.Errorf("%w: x", ErrTooLarge), http.StatusRequestEntityTooLarge, "too_large"},
-		{fmt.Errorf("%w: x", ErrUnsupportedMedia), http.StatusUnsupportedMediaType, "unsupported_media_type"},
+		{fmt.Errorf("%w: x", access.ErrUnauthorized), http.StatusUnauthorized, "unauthorized"},
+		{fmt.Errorf("%w: x", access.ErrTooLarge), http.StatusRequestEntityTooLarge, "too_large"},
+		{fmt.Errorf("%w: x", access.ErrUnsupportedMedia), http.StatusUnsupportedMediaType, "unsupported_media_type"},
 		{errors.New("database on fire"), http.StatusInternalServerError, "internal"},
 	}
 	for _, tc := range tests {
@@ -63,7 +64,7 @@ func TestRemainingSecondsAgreesWithExpiry(t *testing.T) {
 	for _, tc := range tests {
 		now := t0.Add(tc.at)
 		a := &API{now: func() time.Time { return now }}
-		v := a.view(s, Principal{})
+		v := a.view(s, access.Principal{})
 		if v.RemainingSeconds != tc.want {
 			t.Errorf("at +%s remainingSeconds = %d, want %d", tc.at, v.RemainingSeconds, tc.want)
 		}
@@ -95,12 +96,12 @@ func TestErrorMessagesHideClusterInternals(t *testing.T) {
 		{"ended while provisioning", fmt.Errorf("%w (it is now closed)", session.ErrEndedWhileProvisioning), 502, "provisioning_failed",
 			"the session was ended (closed, or cleaned up after waiting too long for capacity) while it was being provisioned; open the lab again if you still need it"},
 		{"internal", fmt.Errorf("reading row: %w", policy), 500, "internal", "internal error"},
-		{"own validation text is kept", fmt.Errorf("%w: \"lab\" is required", ErrBadRequest), 400, "bad_request", `bad_request: "lab" is required`},
+		{"own validation text is kept", fmt.Errorf("%w: \"lab\" is required", access.ErrBadRequest), 400, "bad_request", `bad_request: "lab" is required`},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			a := &API{now: time.Now, log: slog.New(slog.NewTextHandler(io.Discard, nil)), retryAfter: 20 * time.Second}
-			for _, p := range []Principal{{Subject: "ann", Role: RoleStudent}, {Subject: "root", Role: RoleAdmin}} {
+			for _, p := range []access.Principal{{Subject: "ann", Role: access.RoleStudent}, {Subject: "root", Role: access.RoleAdmin}} {
 				w := httptest.NewRecorder()
 				kind, ok := session.ErrorKind(tc.err)
 				if !ok {
@@ -160,7 +161,7 @@ func TestViewOfAnExpiredLiveSession(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			now := t0.Add(tc.at)
 			a := &API{now: func() time.Time { return now }}
-			v := a.view(session.Session{ID: "x", Status: tc.stored, Window: w}, Principal{Subject: "ann", Role: RoleStudent})
+			v := a.view(session.Session{ID: "x", Status: tc.stored, Window: w}, access.Principal{Subject: "ann", Role: access.RoleStudent})
 			if v.Status != tc.wantStatus || v.RemainingSeconds != tc.wantLeft || v.Extendable != tc.wantExtend {
 				t.Errorf("view = %s %d %v, want %s %d %v", v.Status, v.RemainingSeconds, v.Extendable, tc.wantStatus, tc.wantLeft, tc.wantExtend)
 			}

@@ -5,23 +5,10 @@ import (
 	"net/http"
 	"time"
 
+	"labkeep/shared/access"
 	"labkeep/shared/alerts"
 	"labkeep/shared/reap"
 	"labkeep/shared/session"
-)
-
-// Errors of the HTTP layer itself; their text is the error code.
-var (
-	ErrUnauthorized     = errors.New("unauthorized")
-	ErrForbidden        = errors.New("forbidden")
-	ErrBadRequest       = errors.New("bad_request")
-	ErrTooLarge         = errors.New("too_large")
-	ErrUnsupportedMedia = errors.New("unsupported_media_type")
-	ErrMethodNotAllowed = errors.New("method_not_allowed")
-	ErrNotFound         = errors.New("not_found")
-	// ErrBadGateway: a component labkeep called on the student's behalf
-	// (a workspace Pod's guardian) refused or failed.
-	ErrBadGateway = errors.New("bad_gateway")
 )
 
 // statusTable is the one place domain and HTTP errors get their status
@@ -31,14 +18,14 @@ var statusTable = []struct {
 	err    error
 	status int
 }{
-	{ErrUnauthorized, http.StatusUnauthorized},
-	{ErrForbidden, http.StatusForbidden},
-	{ErrBadRequest, http.StatusBadRequest},
-	{ErrTooLarge, http.StatusRequestEntityTooLarge},
-	{ErrUnsupportedMedia, http.StatusUnsupportedMediaType},
-	{ErrMethodNotAllowed, http.StatusMethodNotAllowed},
-	{ErrNotFound, http.StatusNotFound},
-	{ErrBadGateway, http.StatusBadGateway},
+	{access.ErrUnauthorized, http.StatusUnauthorized},
+	{access.ErrForbidden, http.StatusForbidden},
+	{access.ErrBadRequest, http.StatusBadRequest},
+	{access.ErrTooLarge, http.StatusRequestEntityTooLarge},
+	{access.ErrUnsupportedMedia, http.StatusUnsupportedMediaType},
+	{access.ErrMethodNotAllowed, http.StatusMethodNotAllowed},
+	{access.ErrNotFound, http.StatusNotFound},
+	{access.ErrBadGateway, http.StatusBadGateway},
 	{session.ErrUnknownLab, http.StatusBadRequest},
 	{session.ErrInvalidKey, http.StatusBadRequest},
 	{session.ErrSessionExists, http.StatusConflict},
@@ -76,6 +63,10 @@ func StatusOf(err error) (status int, code string) {
 	return http.StatusInternalServerError, "internal"
 }
 
+// StatusOf is the package's StatusOf, for handlers served beside the API
+// that answer through its table (the web terminal).
+func (a *API) StatusOf(err error) (status int, code string) { return StatusOf(err) }
+
 type errorBody struct {
 	Error struct {
 		Code    string `json:"code"`
@@ -104,7 +95,7 @@ var studentMessages = []struct {
 }
 
 // messageFor returns what the caller p may read about err with status.
-func (a *API) messageFor(p Principal, err error, status int) string {
+func (a *API) messageFor(p access.Principal, err error, status int) string {
 	if p.Admin() {
 		return err.Error()
 	}
@@ -122,13 +113,13 @@ func (a *API) messageFor(p Principal, err error, status int) string {
 // writeError writes err for a caller not (yet) authenticated, which is
 // shown what a student would be.
 func (a *API) writeError(w http.ResponseWriter, r *http.Request, err error, sess *session.Session) {
-	a.writeErrorFor(w, r, Principal{}, err, sess)
+	a.writeErrorFor(w, r, access.Principal{}, err, sess)
 }
 
 // writeErrorFor writes err as {"error":{"code","message"}} with its status,
 // the message and any session rendered for caller p (see messageFor and
 // view). Errors whose text is withheld from students are logged in full.
-func (a *API) writeErrorFor(w http.ResponseWriter, r *http.Request, p Principal, err error, sess *session.Session) {
+func (a *API) writeErrorFor(w http.ResponseWriter, r *http.Request, p access.Principal, err error, sess *session.Session) {
 	status, code := StatusOf(err)
 	var body errorBody
 	body.Error.Code, body.Error.Message = code, a.messageFor(p, err, status)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"labkeep/shared/access"
 	"labkeep/shared/labs"
 	"labkeep/shared/lifetime"
 	"labkeep/shared/session"
@@ -47,7 +48,7 @@ func TestViewWarningsRefusalAndPhases(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			now := t0.Add(tc.at)
 			a := &API{now: func() time.Time { return now }}
-			v := a.view(session.Session{ID: "x", Status: tc.status, Window: tc.window}, Principal{Subject: "ann", Role: RoleStudent})
+			v := a.view(session.Session{ID: "x", Status: tc.status, Window: tc.window}, access.Principal{Subject: "ann", Role: access.RoleStudent})
 			if diff := cmp.Diff(tc.wantWarn, v.Warnings); diff != "" {
 				t.Errorf("warnings (-want +got):\n%s", diff)
 			}
@@ -100,12 +101,12 @@ labs:
 	}
 	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
 	secret := []byte("portal-test-secret-0123456789abcdef")
-	auth, err := DefaultTokenRules().Authenticator(secret, func() time.Time { return now })
+	auth, err := access.DefaultTokenRules().Authenticator(secret, func() time.Time { return now })
 	if err != nil {
 		t.Fatal(err)
 	}
 	a := New(Options{Sessions: &session.Service{Labs: cat}, Auth: auth, Now: func() time.Time { return now }})
-	tok, err := DefaultTokenRules().Issue(secret, "ann", RoleStudent, now)
+	tok, err := access.DefaultTokenRules().Issue(secret, "ann", access.RoleStudent, now)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -6,6 +6,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"labkeep/shared/access"
 	"labkeep/shared/session"
 )
 
@@ -34,7 +35,7 @@ func TestViewQueuePlace(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			a := &API{now: func() time.Time { return time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC) }}
-			v := a.view(tc.sess, Principal{Subject: "ann", Role: RoleStudent})
+			v := a.view(tc.sess, access.Principal{Subject: "ann", Role: access.RoleStudent})
 			if diff := cmp.Diff(tc.want, place{v.QueuePosition, v.ETASeconds, v.ETALatestSeconds}); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}

@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"labkeep/shared/access"
 	"labkeep/shared/reap"
 )
 
@@ -69,7 +70,7 @@ func (a *API) WithReaper(o ReaperOptions) http.Handler {
 		rr := o.Reaper
 		if opts.DryRun {
 			if rr = o.DryRun; rr == nil {
-				a.writeError(w, r, fmt.Errorf("%w: this server runs no dry reaper", ErrBadRequest), nil)
+				a.writeError(w, r, fmt.Errorf("%w: this server runs no dry reaper", access.ErrBadRequest), nil)
 				return
 			}
 		}
@@ -93,7 +94,7 @@ func (a *API) WithReaper(o ReaperOptions) http.Handler {
 	})
 	mux.HandleFunc("/reapTick", func(w http.ResponseWriter, r *http.Request) {
 		if !schedulerAuthorized(r, o.SchedulerToken) {
-			a.writeError(w, r, fmt.Errorf("%w: reapTick needs the scheduler token", ErrUnauthorized), nil)
+			a.writeError(w, r, fmt.Errorf("%w: reapTick needs the scheduler token", access.ErrUnauthorized), nil)
 			return
 		}
 		// Drain what the scheduler sent (bounded), without interpreting it.
@@ -119,7 +120,7 @@ func (a *API) admin(w http.ResponseWriter, r *http.Request) bool {
 		return false
 	}
 	if !p.Admin() {
-		a.writeError(w, r, fmt.Errorf("%w: %s needs the admin role", ErrForbidden, r.URL.Path), nil)
+		a.writeError(w, r, fmt.Errorf("%w: %s needs the admin role", access.ErrForbidden, r.URL.Path), nil)
 		return false
 	}
 	return true

@@ -14,6 +14,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"labkeep/shared/access"
 	"labkeep/shared/reap"
 )
 
@@ -37,7 +38,7 @@ func (r *runner) RunOnce(_ context.Context, t reap.Trigger) (reap.Report, error)
 func TestReapWhileARunIsGoing(t *testing.T) {
 	secret := []byte("reaper-test-secret-0123456789abcdef")
 	now := func() time.Time { return time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC) }
-	admin, err := Sign(secret, "ops", RoleAdmin, now().Add(time.Hour))
+	admin, err := access.Sign(secret, "ops", access.RoleAdmin, now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -69,7 +70,7 @@ func TestReapWhileARunIsGoing(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			rr := &runner{err: tc.err}
-			a := New(Options{Auth: NewAuthenticator(secret, now), Now: now, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			a := New(Options{Auth: access.NewAuthenticator(secret, now), Now: now, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			h := a.WithReaper(ReaperOptions{Reaper: rr, SchedulerToken: token})
 			req := httptest.NewRequest("POST", tc.path, nil)
 			req.Header.Set("Authorization", "Bearer "+tc.auth)
@@ -104,7 +105,7 @@ func TestReapWhileARunIsGoing(t *testing.T) {
 func TestAdminReapNowDryRun(t *testing.T) {
 	secret := []byte("reaper-test-secret-0123456789abcdef")
 	now := func() time.Time { return time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC) }
-	admin, err := Sign(secret, "ops", RoleAdmin, now().Add(time.Hour))
+	admin, err := access.Sign(secret, "ops", access.RoleAdmin, now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func TestAdminReapNowDryRun(t *testing.T) {
 			if tc.noDryReaper {
 				o.DryRun = nil
 			}
-			a := New(Options{Auth: NewAuthenticator(secret, now), Now: now, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			a := New(Options{Auth: access.NewAuthenticator(secret, now), Now: now, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			req := httptest.NewRequest("POST", "/adminReapNow", strings.NewReader(tc.body))
 			req.Header.Set("Authorization", "Bearer "+admin)
 			if tc.body != "" {

@@ -7,6 +7,8 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
+
+	"labkeep/shared/labs"
 )
 
 // WorkspaceExecutor is a pods/exec call into the workspace container of
@@ -16,7 +18,7 @@ import (
 // proxy on the way cannot upgrade to WebSocket, as kubectl does. opts
 // names the command and which streams it has; its Container is set here.
 func WorkspaceExecutor(rc *rest.Config, client kubernetes.Interface, namespace, pod string, opts corev1.PodExecOptions) (remotecommand.Executor, error) {
-	opts.Container = WorkspaceContainer
+	opts.Container = labs.WorkspaceContainer
 	u := client.CoreV1().RESTClient().Post().Namespace(namespace).Resource("pods").Name(pod).SubResource("exec").
 		VersionedParams(&opts, scheme.ParameterCodec).URL()
 	ws, err := remotecommand.NewWebSocketExecutor(rc, "GET", u.String())

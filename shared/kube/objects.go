@@ -363,7 +363,7 @@ func (b builder) networkPolicy(anchor *batchv1.Job) *networkingv1.NetworkPolicy 
 		},
 	}
 	if b.lab.Kind == labs.KindPod && b.cfg.PlatformNamespace != "" {
-		guardian := intstr.FromString(GuardianAPIPort)
+		guardian := intstr.FromString(labs.GuardianAPIPort)
 		spec.Ingress = append(spec.Ingress, networkingv1.NetworkPolicyIngressRule{
 			From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
 				MatchLabels: map[string]string{corev1.LabelMetadataName: b.cfg.PlatformNamespace}}}},
@@ -380,11 +380,6 @@ func (b builder) networkPolicy(anchor *batchv1.Job) *networkingv1.NetworkPolicy 
 		Spec:       spec,
 	}
 }
-
-// GuardianAPIPort is the name of guardian's API port in the workspace Pod
-// definition; a session's NetworkPolicy opens it to the platform's
-// namespace only, by this name.
-const GuardianAPIPort = "guardian-api"
 
 // everywhere is every IPv4 and IPv6 address.
 var everywhere = []string{"0.0.0.0/0", "::/0"}
@@ -504,13 +499,13 @@ func ParseWorkspacePod(data []byte) (*corev1.Pod, error) {
 		return nil, fmt.Errorf("workspace Pod definition: kind %q, want Pod", pod.Kind)
 	case len(pod.Spec.InitContainers) == 0 || pod.Spec.InitContainers[0].Name != "guardian":
 		return nil, errors.New("workspace Pod definition: the first init container must be guardian")
-	case len(pod.Spec.Containers) != 1 || pod.Spec.Containers[0].Name != WorkspaceContainer:
-		return nil, fmt.Errorf("workspace Pod definition: the one container must be %q", WorkspaceContainer)
+	case len(pod.Spec.Containers) != 1 || pod.Spec.Containers[0].Name != labs.WorkspaceContainer:
+		return nil, fmt.Errorf("workspace Pod definition: the one container must be %q", labs.WorkspaceContainer)
 	case len(pod.Spec.Containers[0].Ports) == 0 || pod.Spec.Containers[0].Ports[0].Name != "ssh":
 		return nil, errors.New("workspace Pod definition: the workspace's first port must be ssh")
 	}
 	if err := confined(pod.Spec.SecurityContext, pod.Spec.Containers[0].SecurityContext); err != nil {
-		return nil, fmt.Errorf("workspace Pod definition: the %s container %w", WorkspaceContainer, err)
+		return nil, fmt.Errorf("workspace Pod definition: the %s container %w", labs.WorkspaceContainer, err)
 	}
 	return &pod, nil
 }
@@ -555,9 +550,5 @@ func confined(pod *corev1.PodSecurityContext, sc *corev1.SecurityContext) error 
 	}
 	return nil
 }
-
-// WorkspaceContainer is the name of the student's container in a
-// workspace Pod; guardian finds its cgroup by this name.
-const WorkspaceContainer = "workspace"
 
 func ptr[T any](v T) *T { return &v }

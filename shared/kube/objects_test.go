@@ -513,12 +513,12 @@ func TestGuardianAPIPortIsGuardians(t *testing.T) {
 	var owners []string
 	for _, c := range append(slices.Clone(pod.Spec.InitContainers), pod.Spec.Containers...) {
 		for _, p := range c.Ports {
-			if p.Name == GuardianAPIPort {
+			if p.Name == labs.GuardianAPIPort {
 				owners = append(owners, c.Name)
 			}
 		}
 	}
 	if diff := cmp.Diff([]string{"guardian"}, owners); diff != "" {
-		t.Errorf("containers with port %q (-want +got):\n%s", GuardianAPIPort, diff)
+		t.Errorf("containers with port %q (-want +got):\n%s", labs.GuardianAPIPort, diff)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
-	"labkeep/guardian/alert"
 	"labkeep/shared/alerts"
 	"labkeep/shared/session"
 )
@@ -89,7 +88,7 @@ func (p *PG) Alerts(ctx context.Context, sessionID string, limit int) ([]alerts.
 			&a.First, &a.Last, &a.Count, &a.Received); err != nil {
 			return a, err
 		}
-		a.Session, a.Severity = formatUUID(id), alert.Severity(sev)
+		a.Session, a.Severity = formatUUID(id), alerts.Severity(sev)
 		a.First, a.Last, a.Received = a.First.UTC(), a.Last.UTC(), a.Received.UTC()
 		if err := json.Unmarshal(fields, &a.Fields); err != nil {
 			return a, err

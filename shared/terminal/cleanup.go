@@ -14,8 +14,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 
-	"labkeep/shared/httpapi"
-	"labkeep/shared/kube"
+	"labkeep/shared/access"
+	"labkeep/shared/labs"
 )
 
 // Where guardian's cleanup token is: the Secret the workspace Pod's
@@ -42,7 +42,7 @@ type Guardian struct {
 
 // Cleanup asks the guardian of Pod pod to kill every unprotected process
 // in the workspace and returns its report. guardian refusing or failing
-// is an httpapi.ErrBadGateway with guardian's own words.
+// is an access.ErrBadGateway with guardian's own words.
 func (g *Guardian) Cleanup(ctx context.Context, pod string) (CleanupReport, error) {
 	ctx, cancel := context.WithTimeout(ctx, g.Timeout)
 	defer cancel()
@@ -61,16 +61,16 @@ func (g *Guardian) Cleanup(ctx context.Context, pod string) (CleanupReport, erro
 	var port int32
 	for _, c := range p.Spec.InitContainers {
 		for _, cp := range c.Ports {
-			if cp.Name == kube.GuardianAPIPort {
+			if cp.Name == labs.GuardianAPIPort {
 				port = cp.ContainerPort
 			}
 		}
 	}
 	switch {
 	case port == 0:
-		return CleanupReport{}, fmt.Errorf("workspace Pod %s has no port %s", pod, kube.GuardianAPIPort)
+		return CleanupReport{}, fmt.Errorf("workspace Pod %s has no port %s", pod, labs.GuardianAPIPort)
 	case p.Status.PodIP == "":
-		return CleanupReport{}, fmt.Errorf("%w: the workspace Pod has no address yet", httpapi.ErrBadGateway)
+		return CleanupReport{}, fmt.Errorf("%w: the workspace Pod has no address yet", access.ErrBadGateway)
 	}
 	u := "http://" + net.JoinHostPort(p.Status.PodIP, strconv.Itoa(int(port))) + "/cleanup"
 	req, err := http.NewRequestWithContext(ctx, http.MethodPost, u, nil)
@@ -80,23 +80,23 @@ func (g *Guardian) Cleanup(ctx context.Context, pod string) (CleanupReport, erro
 	req.Header.Set("Authorization", "Bearer "+token)
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return CleanupReport{}, fmt.Errorf("%w: guardian in the workspace Pod did not answer: %v", httpapi.ErrBadGateway, err)
+		return CleanupReport{}, fmt.Errorf("%w: guardian in the workspace Pod did not answer: %v", access.ErrBadGateway, err)
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
-		return CleanupReport{}, fmt.Errorf("%w: reading guardian's answer: %v", httpapi.ErrBadGateway, err)
+		return CleanupReport{}, fmt.Errorf("%w: reading guardian's answer: %v", access.ErrBadGateway, err)
 	}
 	if resp.StatusCode != http.StatusOK {
 		var e struct {
 			Error string `json:"error"`
 		}
 		_ = json.Unmarshal(body, &e)
-		return CleanupReport{}, fmt.Errorf("%w: guardian answered %d: %s", httpapi.ErrBadGateway, resp.StatusCode, e.Error)
+		return CleanupReport{}, fmt.Errorf("%w: guardian answered %d: %s", access.ErrBadGateway, resp.StatusCode, e.Error)
 	}
 	var r CleanupReport
 	if err := json.Unmarshal(body, &r); err != nil {
-		return CleanupReport{}, fmt.Errorf("%w: guardian's answer is not its cleanup report: %v", httpapi.ErrBadGateway, err)
+		return CleanupReport{}, fmt.Errorf("%w: guardian's answer is not its cleanup report: %v", access.ErrBadGateway, err)
 	}
 	if r.Killed == nil {
 		r.Killed = []int{}

@@ -14,7 +14,7 @@ import (
 	"github.com/coder/websocket"
 	"k8s.io/client-go/tools/remotecommand"
 
-	"labkeep/shared/httpapi"
+	"labkeep/shared/access"
 	"labkeep/shared/labs"
 )
 
@@ -79,7 +79,7 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 	if !preAuthorized {
 		t, err := h.firstMessage(ctx, c, r, id, node)
 		if err != nil {
-			status, code := httpapi.StatusOf(err)
+			status, code := h.o.API.StatusOf(err)
 			msg := err.Error()
 			if status == http.StatusInternalServerError {
 				h.o.Log.Error("terminal refused", "session", id, "err", err)
@@ -100,11 +100,11 @@ func (h *Handler) firstMessage(ctx context.Context, c *websocket.Conn, r *http.R
 	defer cancel()
 	typ, b, err := c.Read(rctx)
 	if err != nil {
-		return Target{}, fmt.Errorf("%w: no token within %s: %v", httpapi.ErrUnauthorized, h.o.AuthTimeout, err)
+		return Target{}, fmt.Errorf("%w: no token within %s: %v", access.ErrUnauthorized, h.o.AuthTimeout, err)
 	}
 	var m control
 	if typ != websocket.MessageText || json.Unmarshal(b, &m) != nil || m.Token == "" {
-		return Target{}, fmt.Errorf("%w: the first message must be {\"token\":\"<JWT>\"}", httpapi.ErrUnauthorized)
+		return Target{}, fmt.Errorf("%w: the first message must be {\"token\":\"<JWT>\"}", access.ErrUnauthorized)
 	}
 	req := r.Clone(ctx)
 	req.Header.Set("Authorization", "Bearer "+m.Token)

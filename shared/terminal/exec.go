@@ -8,8 +8,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/tools/remotecommand"
 	kvcorev1 "kubevirt.io/client-go/kubevirt/typed/core/v1"
-
-	"labkeep/shared/kube"
 )
 
 // TerminalVar marks the processes of one terminal: its shell runs with
@@ -36,10 +34,10 @@ func Hangup(id string) []string {
 }
 
 // execPod runs command in the workspace container of Pod pod through
-// pods/exec (kube.WorkspaceExecutor), with a TTY when sizes is not nil.
+// pods/exec (Options.Exec), with a TTY when sizes is not nil.
 func (h *Handler) execPod(ctx context.Context, pod string, command []string, stdin io.Reader, stdout io.Writer, sizes remotecommand.TerminalSizeQueue) error {
 	tty := sizes != nil
-	exec, err := kube.WorkspaceExecutor(h.o.Kube, h.kube, h.o.Namespace, pod, corev1.PodExecOptions{
+	exec, err := h.o.Exec(h.o.Kube, h.kube, h.o.Namespace, pod, corev1.PodExecOptions{
 		Command: command, Stdin: stdin != nil, Stdout: true, TTY: tty,
 	})
 	if err != nil {

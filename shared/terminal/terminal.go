@@ -53,10 +53,12 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/remotecommand"
 
-	"labkeep/shared/httpapi"
+	"labkeep/shared/access"
 	"labkeep/shared/labs"
 	"labkeep/shared/session"
 )
@@ -76,13 +78,17 @@ type Options struct {
 	// Sessions decides whose session is whose (Service.Get).
 	Sessions *session.Service
 	// Auth verifies the portal's tokens, as the session functions do.
-	Auth *httpapi.Authenticator
-	// API writes errors through the one status table.
-	API *httpapi.API
+	Auth *access.Authenticator
+	// API answers refusals through the session functions' one status
+	// table (*httpapi.API), so the terminal's errors are theirs.
+	API Refusals
 	// Kube is the functions' own credentials (their ServiceAccount): it
 	// needs pods/exec and, for VM labs, virtualmachineinstances/console in
 	// the sessions namespace, and get on the Secret GuardianSecret there.
 	Kube *rest.Config
+	// Exec makes a pods/exec call into a workspace Pod's workspace
+	// container (the Kubernetes adapter's WorkspaceExecutor).
+	Exec Executor
 	// Namespace is the sessions namespace.
 	Namespace string
 	// Now is the clock (the Service's).
@@ -91,6 +97,23 @@ type Options struct {
 	// AuthTimeout and CleanupTimeout default to DefaultAuthTimeout and
 	// DefaultCleanupTimeout.
 	AuthTimeout, CleanupTimeout time.Duration
+}
+
+// Executor makes a pods/exec call into the workspace container of Pod pod
+// in namespace, with rc's credentials; opts names the command and its
+// streams.
+type Executor func(rc *rest.Config, client kubernetes.Interface, namespace, pod string, opts corev1.PodExecOptions) (remotecommand.Executor, error)
+
+// Refusals is how the terminal answers a refused request: the status,
+// error code and JSON body the session functions give the same error. The
+// terminal imports no other adapter; the entry point hands it the session
+// functions' API, which implements this.
+type Refusals interface {
+	// WriteError answers r with err's status and error body.
+	WriteError(w http.ResponseWriter, r *http.Request, err error)
+	// StatusOf is err's status and error code, for a refusal after the
+	// WebSocket upgrade (a close with 4000 + the status).
+	StatusOf(err error) (status int, code string)
 }
 
 // Handler serves the terminal and cleanup endpoints.
@@ -126,7 +149,7 @@ func New(o Options) (*Handler, error) {
 	h.mux.HandleFunc("GET /terminal/connect", h.connect)
 	h.mux.HandleFunc("POST /terminal/cleanup", h.cleanup)
 	h.mux.HandleFunc("/terminal/", func(w http.ResponseWriter, r *http.Request) {
-		h.o.API.WriteError(w, r, fmt.Errorf("%w: no endpoint %s %s (GET /terminal/connect, POST /terminal/cleanup)", httpapi.ErrNotFound, r.Method, r.URL.Path))
+		h.o.API.WriteError(w, r, fmt.Errorf("%w: no endpoint %s %s (GET /terminal/connect, POST /terminal/cleanup)", access.ErrNotFound, r.Method, r.URL.Path))
 	})
 	return h, nil
 }
@@ -158,14 +181,14 @@ type Target struct {
 // student's session id, if it is theirs and running at now. Every other
 // case — no such session, another student's, ended, still provisioning,
 // no such node — is a refusal that says which, wrapped in
-// httpapi.ErrForbidden, ErrBadRequest or session.ErrNotRunning.
+// access.ErrForbidden, ErrBadRequest or session.ErrNotRunning.
 func Reach(ctx context.Context, svc *session.Service, now time.Time, student, id, node string) (Target, error) {
 	if id == "" {
-		return Target{}, fmt.Errorf("%w: the session id is required", httpapi.ErrBadRequest)
+		return Target{}, fmt.Errorf("%w: the session id is required", access.ErrBadRequest)
 	}
 	sess, err := svc.Get(ctx, student, id)
 	if errors.Is(err, session.ErrNoSession) {
-		return Target{}, fmt.Errorf("%w: session %s is not a session of yours", httpapi.ErrForbidden, id)
+		return Target{}, fmt.Errorf("%w: session %s is not a session of yours", access.ErrForbidden, id)
 	}
 	if err != nil {
 		return Target{}, err
@@ -174,7 +197,7 @@ func Reach(ctx context.Context, svc *session.Service, now time.Time, student, id
 	case st == session.StatusQueued:
 		return Target{}, fmt.Errorf("%w: session %s is still waiting in line; its terminal opens once it is running", session.ErrNotRunning, id)
 	case !st.Live():
-		return Target{}, fmt.Errorf("%w: session %s has ended (%s)", httpapi.ErrForbidden, id, st)
+		return Target{}, fmt.Errorf("%w: session %s has ended (%s)", access.ErrForbidden, id, st)
 	case st != session.StatusRunning:
 		return Target{}, fmt.Errorf("%w: session %s is %s; its terminal opens once it is running", session.ErrNotRunning, id, st)
 	}
@@ -183,7 +206,7 @@ func Reach(ctx context.Context, svc *session.Service, now time.Time, student, id
 			return Target{Session: sess, Node: n, Object: session.NodeName(sess.ID, n.Name)}, nil
 		}
 	}
-	return Target{}, fmt.Errorf("%w: session %s has no node %q", httpapi.ErrBadRequest, id, node)
+	return Target{}, fmt.Errorf("%w: session %s has no node %q", access.ErrBadRequest, id, node)
 }
 
 // cleanupRequest is the body of POST /terminal/cleanup.
@@ -217,7 +240,7 @@ func (h *Handler) cleanup(w http.ResponseWriter, r *http.Request) {
 	}
 	t, err := Reach(r.Context(), h.o.Sessions, h.o.Now(), p.Subject, req.Session, "")
 	if err == nil && t.Session.Kind != labs.KindPod {
-		err = fmt.Errorf("%w: cleanup is for workspace Pod labs; session %s is a %s lab, with no guardian", httpapi.ErrBadRequest, t.Session.ID, t.Session.Kind)
+		err = fmt.Errorf("%w: cleanup is for workspace Pod labs; session %s is a %s lab, with no guardian", access.ErrBadRequest, t.Session.ID, t.Session.Kind)
 	}
 	if err != nil {
 		h.o.API.WriteError(w, r, err)
@@ -243,12 +266,12 @@ const maxBody = 4 << 10
 // unknown fields.
 func decode(w http.ResponseWriter, r *http.Request, v any) error {
 	if ct := r.Header.Get("Content-Type"); !strings.HasPrefix(ct, "application/json") {
-		return fmt.Errorf("%w: Content-Type must be application/json, got %q", httpapi.ErrUnsupportedMedia, ct)
+		return fmt.Errorf("%w: Content-Type must be application/json, got %q", access.ErrUnsupportedMedia, ct)
 	}
 	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
 	dec.DisallowUnknownFields()
 	if err := dec.Decode(v); err != nil {
-		return fmt.Errorf("%w: invalid JSON body: %v", httpapi.ErrBadRequest, err)
+		return fmt.Errorf("%w: invalid JSON body: %v", access.ErrBadRequest, err)
 	}
 	return nil
 }
@@ -265,10 +288,10 @@ func checkOrigin(r *http.Request) error {
 	}
 	u, err := url.Parse(origin)
 	if err != nil || u.Host == "" {
-		return fmt.Errorf("%w: Origin %q is not a URL with a host", httpapi.ErrForbidden, origin)
+		return fmt.Errorf("%w: Origin %q is not a URL with a host", access.ErrForbidden, origin)
 	}
 	if !strings.EqualFold(u.Host, r.Host) {
-		return fmt.Errorf("%w: Origin %s is not this server's (%s)", httpapi.ErrForbidden, u.Host, r.Host)
+		return fmt.Errorf("%w: Origin %s is not this server's (%s)", access.ErrForbidden, u.Host, r.Host)
 	}
 	return nil
 }

@@ -12,6 +12,7 @@ import (
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/remotecommand"
 
+	"labkeep/shared/access"
 	"labkeep/shared/httpapi"
 )
 
@@ -22,13 +23,13 @@ import (
 func TestRefusedBeforeTheSession(t *testing.T) {
 	secret := []byte("terminal-test-secret-0123456789abcdef")
 	now := func() time.Time { return time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC) }
-	auth := httpapi.NewAuthenticator(secret, now)
+	auth := access.NewAuthenticator(secret, now)
 	api := httpapi.New(httpapi.Options{Auth: auth, Now: now})
 	h, err := New(Options{Auth: auth, API: api, Kube: &rest.Config{Host: "http://127.0.0.1:1"}, Namespace: "s", Now: now})
 	if err != nil {
 		t.Fatal(err)
 	}
-	token, err := httpapi.DefaultTokenRules().Issue(secret, "tara", httpapi.RoleStudent, now())
+	token, err := access.DefaultTokenRules().Issue(secret, "tara", access.RoleStudent, now())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -341,10 +341,10 @@ func testExec(t *testing.T, admin kubernetes.Interface, from, ns, pod string) {
 	tests := []struct {
 		name, subresource, container, refused string
 	}{
-		{"exec into the workspace container", "exec", kube.WorkspaceContainer, ""},
+		{"exec into the workspace container", "exec", labs.WorkspaceContainer, ""},
 		{"exec into guardian", "exec", "guardian", refusedExec},
 		{"exec without naming a container", "exec", "", refusedExec},
-		{"attach to the workspace container", "attach", kube.WorkspaceContainer, refusedExec},
+		{"attach to the workspace container", "attach", labs.WorkspaceContainer, refusedExec},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

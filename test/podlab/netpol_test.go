@@ -24,6 +24,7 @@ import (
 	"labkeep/localrun/netpolicy"
 	"labkeep/localrun/stacktest"
 	"labkeep/shared/kube"
+	"labkeep/shared/labs"
 	"labkeep/shared/session"
 )
 
@@ -105,7 +106,7 @@ func TestSessionNetworkIsConfined(t *testing.T) {
 			if id == alice.opened.ID {
 				wantRules = 2
 				if len(in) < 2 || len(in[1].From) != 1 || in[1].From[0].NamespaceSelector == nil || in[1].From[0].PodSelector != nil ||
-					len(in[1].Ports) != 1 || in[1].Ports[0].Port.StrVal != kube.GuardianAPIPort {
+					len(in[1].Ports) != 1 || in[1].Ports[0].Port.StrVal != labs.GuardianAPIPort {
 					t.Errorf("policy of %s lets in %+v, want guardian's API from the platform's namespace second", id, in)
 				}
 			}

@@ -9,6 +9,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 
 	"labkeep/localrun/stacktest"
+	"labkeep/shared/access"
 	"labkeep/shared/httpapi"
 )
 
@@ -21,13 +22,13 @@ func TestBadInputChangesNothing(t *testing.T) {
 	e.WaitRunning("victim", 30*time.Second)
 
 	student := e.Token("mallory", "student")
-	expired, _ := httpapi.Sign([]byte(stacktest.JWTSecret), "mallory", "student", time.Now().Add(-time.Minute))
-	wrongKey, _ := httpapi.Sign([]byte("another-secret-0123456789abcdef-xyz"), "mallory", "student", time.Now().Add(time.Hour))
+	expired, _ := access.Sign([]byte(stacktest.JWTSecret), "mallory", "student", time.Now().Add(-time.Minute))
+	wrongKey, _ := access.Sign([]byte("another-secret-0123456789abcdef-xyz"), "mallory", "student", time.Now().Add(time.Hour))
 	noExp, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "mallory", "role": "student"}).SignedString([]byte(stacktest.JWTSecret))
-	noSub, _ := httpapi.Sign([]byte(stacktest.JWTSecret), "", "student", time.Now().Add(time.Hour))
-	badRole, _ := httpapi.Sign([]byte(stacktest.JWTSecret), "mallory", "root", time.Now().Add(time.Hour))
+	noSub, _ := access.Sign([]byte(stacktest.JWTSecret), "", "student", time.Now().Add(time.Hour))
+	badRole, _ := access.Sign([]byte(stacktest.JWTSecret), "mallory", "root", time.Now().Add(time.Hour))
 	hs512, _ := jwt.NewWithClaims(jwt.SigningMethodHS512, jwt.MapClaims{"sub": "mallory", "role": "student", "exp": time.Now().Add(time.Hour).Unix()}).SignedString([]byte(stacktest.JWTSecret))
-	tooLong, _ := httpapi.Sign([]byte(stacktest.JWTSecret), "mallory", "student", time.Now().Add(365*24*time.Hour))
+	tooLong, _ := access.Sign([]byte(stacktest.JWTSecret), "mallory", "student", time.Now().Add(365*24*time.Hour))
 	future, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "mallory", "role": "student", "iat": time.Now().Add(time.Hour).Unix(), "exp": time.Now().Add(2 * time.Hour).Unix()}).SignedString([]byte(stacktest.JWTSecret))
 	none, _ := jwt.NewWithClaims(jwt.SigningMethodNone, jwt.MapClaims{"sub": "mallory", "role": "admin", "exp": time.Now().Add(time.Hour).Unix()}).SignedString(jwt.UnsafeAllowNoneSignatureType)
 	huge := `{"lab":"` + strings.Repeat("x", httpapi.MaxBodyBytes) + `"}`

@@ -1,4 +1,12 @@
-package httpapi
+// Package access is who calls labkeep's API and how a request is refused
+// short of any domain's rule: the caller (Principal, with its role)
+// authenticated from the portal's HS256 token (Authenticator, under
+// TokenRules), and the refusals every API endpoint shares (ErrUnauthorized,
+// ErrForbidden, ErrBadRequest, ...). The HTTP adapters — the session
+// functions (httpapi) and the web terminal (terminal) — both authenticate
+// and refuse through it, so neither imports the other; httpapi's error
+// table stays the one place that gives each refusal its status.
+package access
 
 import (
 	"errors"
@@ -11,6 +19,21 @@ import (
 
 	"labkeep/shared/session"
 	"labkeep/shared/setting"
+)
+
+// Refusals of a request that are no domain's own; their text is the
+// API's error code.
+var (
+	ErrUnauthorized     = errors.New("unauthorized")
+	ErrForbidden        = errors.New("forbidden")
+	ErrBadRequest       = errors.New("bad_request")
+	ErrTooLarge         = errors.New("too_large")
+	ErrUnsupportedMedia = errors.New("unsupported_media_type")
+	ErrMethodNotAllowed = errors.New("method_not_allowed")
+	ErrNotFound         = errors.New("not_found")
+	// ErrBadGateway: a component labkeep called on the student's behalf
+	// (a workspace Pod's guardian) refused or failed.
+	ErrBadGateway = errors.New("bad_gateway")
 )
 
 // Roles a token may carry.
