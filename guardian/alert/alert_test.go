@@ -3,6 +3,7 @@ package alert
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
@@ -13,6 +14,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/google/go-cmp/cmp"
+
+	"labkeep/guardian/internal/poll"
 )
 
 type clock struct{ t time.Time }
@@ -81,17 +84,12 @@ func (h *hook) count() int {
 
 func waitStats(t *testing.T, a *Aggregator, cond func(Stats) bool) Stats {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		s := a.Stats()
-		if cond(s) {
-			return s
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("stats never reached the expected state: %+v", s)
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	var s Stats
+	poll.Eventually(t, 5*time.Second, func() (bool, string) {
+		s = a.Stats()
+		return cond(s), fmt.Sprintf("stats never reached the expected state: %+v", s)
+	})
+	return s
 }
 
 func TestWebhookRetriesAndRateLimit(t *testing.T) {

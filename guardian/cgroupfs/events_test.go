@@ -3,6 +3,7 @@ package cgroupfs
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -12,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"labkeep/guardian/internal/poll"
 	"labkeep/guardian/internal/testcgroup"
 )
 
@@ -53,13 +55,10 @@ func TestV1PidsEventsNotNotifiedReal(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { cmd.Process.Kill(); cmd.Wait() })
-	deadline := time.Now().Add(5 * time.Second)
-	for n, _ := c.PidsRefused(); n == before; n, _ = c.PidsRefused() {
-		if time.Now().After(deadline) {
-			t.Fatalf("no fork refused at pids.max 4 (pids.events max stays %d)", n)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Eventually(t, 5*time.Second, func() (bool, string) {
+		n, _ := c.PidsRefused()
+		return n != before, fmt.Sprintf("no fork refused at pids.max 4 (pids.events max stays %d)", n)
+	})
 	pfd := []unix.PollFd{{Fd: int32(in), Events: unix.POLLIN}}
 	n, err := unix.Poll(pfd, 300)
 	for errors.Is(err, unix.EINTR) {

@@ -375,16 +375,15 @@ func start(t testing.TB, cmd *exec.Cmd) *proc {
 // identity waits until pid has exec'd exe and returns its identity.
 func (ws *workspace) identity(pid int, exe string) victim.Identity {
 	ws.t.Helper()
-	deadline := time.Now().Add(scaled(10 * time.Second))
-	for time.Now().Before(deadline) {
+	var id victim.Identity
+	if !eventually(10*time.Second, func() bool {
 		p, err := ws.fs.Process(pid)
-		if err == nil && p.Exe == exe {
-			return p.Identity
-		}
-		time.Sleep(5 * time.Millisecond)
+		id = p.Identity
+		return err == nil && p.Exe == exe
+	}) {
+		ws.t.Fatalf("pid %d never became %s", pid, exe)
 	}
-	ws.t.Fatalf("pid %d never became %s", pid, exe)
-	return victim.Identity{}
+	return id
 }
 
 // stillSame reports whether the process with this identity is alive.
@@ -395,12 +394,8 @@ func (ws *workspace) stillSame(id victim.Identity) bool {
 
 func (ws *workspace) waitSSH() {
 	ws.t.Helper()
-	deadline := time.Now().Add(scaled(15 * time.Second))
-	for time.Now().Before(deadline) {
-		if _, err := ws.login(2 * time.Second); err == nil {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+	if eventually(15*time.Second, func() bool { _, err := ws.login(2 * time.Second); return err == nil }) {
+		return
 	}
 	_, err := ws.login(2 * time.Second)
 	ws.t.Fatalf("sshd never accepted a login: %v\nsshd stderr: %s", err, ws.sshd.stderr.String())
@@ -592,15 +587,13 @@ func (g *guardian) start() {
 			g.t.Logf("guardian log:\n%s", g.logs.String())
 		}
 	})
-	deadline := time.Now().Add(scaled(20 * time.Second))
-	for time.Now().Before(deadline) {
+	if eventually(20*time.Second, func() bool {
 		if !g.p.alive() {
 			g.t.Fatalf("guardian exited at start: %v\n%s", g.p.state, g.logs.String())
 		}
-		if g.status(g.started) == 200 {
-			return
-		}
-		time.Sleep(50 * time.Millisecond)
+		return g.status(g.started) == 200
+	}) {
+		return
 	}
 	g.t.Fatalf("guardian never answered %s with 200\n%s", g.started, g.logs.String())
 }

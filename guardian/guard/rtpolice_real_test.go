@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"labkeep/guardian/alert"
+	"labkeep/guardian/internal/poll"
 	"labkeep/guardian/procfs"
 	"labkeep/guardian/sched"
 )
@@ -55,13 +56,10 @@ func TestRTPoliceDemotesASpinnerOnTheRealKernel(t *testing.T) {
 
 	granted := time.Now()
 	var a sched.Attr
-	deadline := granted.Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if a, err = sched.Get(p.PID); err == nil && a.Policy == unix.SCHED_NORMAL {
-			break
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	poll.Until(5*time.Second, func() bool {
+		a, err = sched.Get(p.PID)
+		return err == nil && a.Policy == unix.SCHED_NORMAL
+	})
 	if a.Policy != unix.SCHED_NORMAL || a.Nice != 0 {
 		t.Fatalf("spinner = %+v 5s after SCHED_RR; want demoted to SCHED_OTHER nice 0", a)
 	}

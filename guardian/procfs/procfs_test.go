@@ -2,6 +2,7 @@ package procfs
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -13,6 +14,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"golang.org/x/sys/unix"
 
+	"labkeep/guardian/internal/poll"
 	"labkeep/guardian/victim"
 )
 
@@ -89,12 +91,12 @@ func TestProcessReadsRealProcesses(t *testing.T) {
 	if err := zombie.Start(); err != nil {
 		t.Fatal(err)
 	}
-	for i := 0; i < 200; i++ { // exited but not reaped yet: a zombie
-		if b, _ := os.ReadFile("/proc/" + strconv.Itoa(zombie.Process.Pid) + "/stat"); strings.Contains(string(b), ") Z ") {
-			break
-		}
-		time.Sleep(5 * time.Millisecond)
-	}
+	// Exited but not reaped yet: a zombie. If it never is, the check below
+	// fails.
+	poll.Until(time.Second, func() bool {
+		b, _ := os.ReadFile("/proc/" + strconv.Itoa(zombie.Process.Pid) + "/stat")
+		return strings.Contains(string(b), ") Z ")
+	})
 	if _, err := fs.Process(zombie.Process.Pid); !errors.Is(err, ErrGone) {
 		t.Errorf("Process(zombie) error = %v; want ErrGone", err)
 	}
@@ -128,15 +130,13 @@ func TestProcessReadsRealProcesses(t *testing.T) {
 
 func waitComm(t *testing.T, fs *FS, pid int, comm string) victim.Process {
 	t.Helper()
-	for i := 0; i < 200; i++ {
-		p, err := fs.Process(pid)
-		if err == nil && p.Comm == comm {
-			return p
-		}
-		exec.Command("/bin/sleep", "0.01").Run()
-	}
-	t.Fatalf("process %d never got comm %q", pid, comm)
-	return victim.Process{}
+	var p victim.Process
+	poll.Eventually(t, 3*time.Second, func() (bool, string) {
+		var err error
+		p, err = fs.Process(pid)
+		return err == nil && p.Comm == comm, fmt.Sprintf("process %d never got comm %q (%+v, %v)", pid, comm, p, err)
+	})
+	return p
 }
 
 func TestListenerOwner(t *testing.T) {

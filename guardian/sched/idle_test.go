@@ -1,6 +1,7 @@
 package sched
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,8 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"labkeep/guardian/internal/poll"
 )
 
 // Demotion reaches every thread of a process, and restoring takes every
@@ -44,13 +47,10 @@ func TestSetIdleProcessEveryThread(t *testing.T) {
 		}
 		return out
 	}
-	deadline := time.Now().Add(10 * time.Second)
-	for len(threads()) < 2 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the helper process has threads %v; want at least 2", threads())
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
+	poll.Eventually(t, 10*time.Second, func() (bool, string) {
+		tids := threads()
+		return len(tids) >= 2, fmt.Sprintf("the helper process has threads %v; want at least 2", tids)
+	})
 	if err := SetIdleProcess(pid); err != nil {
 		t.Fatal(err)
 	}

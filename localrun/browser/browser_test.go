@@ -2,6 +2,7 @@ package browser
 
 import (
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"github.com/chromedp/chromedp"
+
+	"labkeep/localrun/poll"
 )
 
 // page serves one HTML page under a strict Content-Security-Policy, with
@@ -60,13 +63,10 @@ func TestTabRunsPagesAndSavesScreenshots(t *testing.T) {
 	// The inline script's refusal is in the console as a security entry,
 	// which is what fails a page test when its tab ends; it is taken out
 	// here because this page breaks its policy on purpose.
-	deadline := time.Now().Add(10 * time.Second)
-	for !hasSecurityEntry(tab.Console()) {
-		if time.Now().After(deadline) {
-			t.Fatalf("no security entry for the blocked inline script; console: %v", tab.Console())
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	poll.Eventually(t, 10*time.Second, func() (bool, string) {
+		console := tab.Console()
+		return hasSecurityEntry(console), fmt.Sprintf("no security entry for the blocked inline script; console: %v", console)
+	})
 	tab.mu.Lock()
 	tab.msgs = nil
 	tab.mu.Unlock()

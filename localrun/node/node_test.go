@@ -23,6 +23,7 @@ import (
 
 	"labkeep/localrun/childproc"
 	"labkeep/localrun/controlplane"
+	"labkeep/localrun/poll"
 )
 
 // footprint is what a node has on the host while it runs.
@@ -153,8 +154,10 @@ func waitRunning(t *testing.T, cs kubernetes.Interface, n *Node, name string) *c
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	for {
-		p, err := cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
+	var p *corev1.Pod
+	err := poll.Until(ctx, func() (bool, string) {
+		var err error
+		p, err = cs.CoreV1().Pods("default").Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("pod %s: %v", name, err)
 		}
@@ -166,19 +169,19 @@ func waitRunning(t *testing.T, cs kubernetes.Interface, n *Node, name string) *c
 		if p.Status.Phase == corev1.PodRunning {
 			for _, c := range p.Status.Conditions {
 				if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-					return p
+					return true, ""
 				}
 			}
 		}
 		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
 			t.Fatalf("pod %s ended: %+v", name, p.Status)
 		}
-		select {
-		case <-ctx.Done():
-			t.Fatalf("pod %s not running: %+v\nkubelet log:\n%s\ncontainerd log:\n%s", name, p.Status, n.LogTail("kubelet", 4000), n.LogTail("containerd", 4000))
-		case <-time.After(100 * time.Millisecond):
-		}
+		return false, "pod " + name + " not running"
+	})
+	if err != nil {
+		t.Fatalf("pod %s not running: %+v\nkubelet log:\n%s\ncontainerd log:\n%s", name, p.Status, n.LogTail("kubelet", 4000), n.LogTail("containerd", 4000))
 	}
+	return p
 }
 
 // The node registers and is Ready; every image it provides runs as a Pod
@@ -279,23 +282,17 @@ func TestNodeRunsPodsAndLeavesNothing(t *testing.T) {
 // connections are retried until then.
 func assertSSHBanner(t *testing.T, ip string) {
 	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		c, err := net.DialTimeout("tcp", net.JoinHostPort(ip, "22"), 5*time.Second)
-		if err != nil {
-			if time.Now().After(deadline) {
-				t.Fatalf("ssh to the workspace Pod: %v", err)
-			}
-			time.Sleep(100 * time.Millisecond)
-			continue
-		}
-		defer c.Close()
-		c.SetReadDeadline(time.Now().Add(10 * time.Second))
-		line, err := bufio.NewReader(c).ReadString('\n')
-		if err != nil || !strings.HasPrefix(line, "SSH-2.0-OpenSSH") {
-			t.Fatalf("workspace greeting %q, %v", line, err)
-		}
-		return
+	var c net.Conn
+	poll.Eventually(t, 30*time.Second, func() (bool, string) {
+		var err error
+		c, err = net.DialTimeout("tcp", net.JoinHostPort(ip, "22"), 5*time.Second)
+		return err == nil, fmt.Sprintf("ssh to the workspace Pod: %v", err)
+	})
+	defer c.Close()
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil || !strings.HasPrefix(line, "SSH-2.0-OpenSSH") {
+		t.Fatalf("workspace greeting %q, %v", line, err)
 	}
 }
 
@@ -327,13 +324,11 @@ func TestOwnerKilledLeavesNothing(t *testing.T) {
 	cmd.Wait()
 
 	// Processes die with their owner: wait until the kernel has reaped them.
-	deadline := time.Now().Add(30 * time.Second)
-	for len(processesNaming(fp.Dir)) > 0 || len(cgroupProcs(fp.CgroupRoot)) > 0 || groupsAlive(fp.Pids) {
-		if time.Now().After(deadline) {
-			t.Fatalf("processes outlive their owner: naming the dir %v, in the cgroups %v", processesNaming(fp.Dir), cgroupProcs(fp.CgroupRoot))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	poll.Eventually(t, 30*time.Second, func() (bool, string) {
+		naming, inCgroups := processesNaming(fp.Dir), cgroupProcs(fp.CgroupRoot)
+		return len(naming) == 0 && len(inCgroups) == 0 && !groupsAlive(fp.Pids),
+			fmt.Sprintf("processes outlive their owner: naming the dir %v, in the cgroups %v", naming, inCgroups)
+	})
 	sweepStale(root)
 	assertGone(t, fp)
 }

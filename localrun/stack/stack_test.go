@@ -18,6 +18,7 @@ import (
 	"labkeep/localrun/childproc"
 	"labkeep/localrun/controlplane"
 	"labkeep/localrun/node"
+	"labkeep/localrun/poll"
 )
 
 // footprint is everything a running stack owns on the machine.
@@ -53,15 +54,14 @@ var nodeOpts = node.Options{NoWorkspaceImage: true}
 // left, no port accepts connections and no dir exists.
 func assertGone(t *testing.T, what string, fp footprint, wait time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(wait)
-	for _, pid := range fp.Pids {
-		for syscall.Kill(-pid, 0) == nil { // the whole group: postgres backends too
-			if time.Now().After(deadline) {
-				t.Fatalf("%s: process group %d still has processes", what, pid)
+	poll.Eventually(t, wait, func() (bool, string) {
+		for _, pid := range fp.Pids {
+			if syscall.Kill(-pid, 0) == nil { // the whole group: postgres backends too
+				return false, fmt.Sprintf("%s: process group %d still has processes", what, pid)
 			}
-			time.Sleep(50 * time.Millisecond)
 		}
-	}
+		return true, ""
+	})
 	for _, port := range fp.Ports {
 		if c, err := net.DialTimeout("tcp", "127.0.0.1:"+strconv.Itoa(port), time.Second); err == nil {
 			c.Close()

@@ -87,12 +87,7 @@ func (e *env) get(gvr any, name string) (*unstructured.Unstructured, error) {
 func (e *env) eventually(what string, cond func() bool) time.Duration {
 	e.t.Helper()
 	start := time.Now()
-	for !cond() {
-		if time.Since(start) > 30*time.Second {
-			e.t.Fatalf("%s: not within 30s", what)
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	stacktest.Eventually(e.t, 30*time.Second, func() (bool, string) { return cond(), what })
 	return time.Since(start)
 }
 

@@ -78,18 +78,14 @@ func (a admin) state() consoleState {
 // hang) it fails with a screenshot and the last state.
 func (a admin) wait(what string, timeout time.Duration, cond func(consoleState) bool) consoleState {
 	a.t.Helper()
-	deadline := time.Now().Add(timeout)
-	for {
-		s := a.state()
-		if cond(s) {
-			return s
-		}
-		if time.Now().After(deadline) {
-			a.tab.Screenshot("timeout")
-			a.t.Fatalf("the console never showed %s within %s; last: %+v", what, timeout, s)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var s consoleState
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if stacktest.Until(ctx, func() (bool, string) { s = a.state(); return cond(s), what }) != nil {
+		a.tab.Screenshot("timeout")
+		a.t.Fatalf("the console never showed %s within %s; last: %+v", what, timeout, s)
 	}
+	return s
 }
 
 func (a admin) click(sel string) {

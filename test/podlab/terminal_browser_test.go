@@ -126,21 +126,21 @@ func typeKeys(s string) chromedp.Action[chromedp.Void] {
 func waitTerminal(t *testing.T, tab *browser.Tab, what string, cond func(terminalView) bool) terminalView {
 	t.Helper()
 	var last terminalView
-	deadline := time.Now().Add(time.Minute)
-	for {
+	var err error
+	wait, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	if stacktest.Until(wait, func() (bool, string) {
 		ctx, cancel := context.WithTimeout(tab.Ctx, 10*time.Second)
-		v, err := chromedp.Run(ctx, chromedp.Evaluate[terminalView](readTerminal))
-		cancel()
-		if err == nil {
-			last = v
-			if cond(v) {
-				return v
-			}
+		defer cancel()
+		var v terminalView
+		if v, err = chromedp.Run(ctx, chromedp.Evaluate[terminalView](readTerminal)); err != nil {
+			return false, err.Error()
 		}
-		if time.Now().After(deadline) {
-			tab.Screenshot("timeout")
-			t.Fatalf("the terminal page never showed %s; last: %+v (%v)", what, last, err)
-		}
-		time.Sleep(200 * time.Millisecond)
+		last = v
+		return cond(v), what
+	}) != nil {
+		tab.Screenshot("timeout")
+		t.Fatalf("the terminal page never showed %s; last: %+v (%v)", what, last, err)
 	}
+	return last
 }

@@ -118,18 +118,13 @@ func evaluate[T any](s *student, js string) T {
 func (s *student) waitPage(what string, timeout time.Duration, cond func(pageState) bool) pageState {
 	s.t.Helper()
 	var last pageState
-	deadline := time.Now().Add(timeout)
-	for {
-		last = s.state()
-		if cond(last) {
-			return last
-		}
-		if time.Now().After(deadline) {
-			s.tab.Screenshot("timeout")
-			s.t.Fatalf("the page never showed %s within %s; last: %+v", what, timeout, last)
-		}
-		time.Sleep(100 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if stacktest.Until(ctx, func() (bool, string) { last = s.state(); return cond(last), what }) != nil {
+		s.tab.Screenshot("timeout")
+		s.t.Fatalf("the page never showed %s within %s; last: %+v", what, timeout, last)
 	}
+	return last
 }
 
 func (s *student) click(sel string) {
