@@ -5,6 +5,11 @@
 // and liveness) and GET /metrics (Prometheus). It is an adapter over the loops
 // of package guard: it uses guard's types and errors, and guard knows
 // nothing of HTTP.
+//
+// openapi.yaml beside this file describes the API once: requests, status
+// codes and bodies, errors included. Its tests check every answer against
+// it, and labkeep's cleanup client (which shares no Go package with
+// guardian) checks its requests and parsing against the same file.
 package httpapi
 
 import (

@@ -5,6 +5,11 @@
 // cleanup that asks the workspace Pod's guardian to kill every unprotected
 // process (its POST /cleanup).
 //
+// guardian's POST /cleanup (method, bearer token, answers and errors) is
+// described once, in guardian's own API description,
+// guardian/httpapi/openapi.yaml; Guardian.Cleanup's tests check its
+// request and its reading of every described answer against that file.
+//
 // The rule of both: a student reaches only their own running session.
 // Ownership is session.Service.Get's (a session id of another student's is
 // no session of theirs); anything that is not the caller's running session
