@@ -31,8 +31,7 @@ type setting struct {
 }
 
 // unprefixed makes s also read under its bare name, when the prefixed one
-// is not set: the Pod's downward API hands guardian POD_UID, POD_NAME and
-// CONTAINER_NAME so.
+// is not set: the Pod's downward API hands guardian the Pod's identity so.
 func (s setting) unprefixed() setting {
 	s.alias = s.name
 	return s
@@ -198,9 +197,9 @@ func (t settingsTable) markdown() string {
 // settings is o's settings table: every GUARDIAN_* variable, bound to the
 // option of o it fills. It is the one place a variable is named: reading
 // the environment (read), naming a setting in an error (keyOf) and the
-// settings reference in README.md (markdown) all come from it. Only
-// POD_UID, POD_NAME and CONTAINER_NAME are also read without the prefix;
-// every other variable is read under its GUARDIAN_ name only.
+// settings reference in README.md (markdown) all come from it. Only the
+// Pod's identity (the settings marked unprefixed) is also read without the
+// prefix; every other variable is read under its GUARDIAN_ name only.
 func (o *options) settings() settingsTable {
 	g, h, a, w := &o.Guard, &o.Guard.Hang, &o.Alert, &o.HTTP
 	return settingsTable{
