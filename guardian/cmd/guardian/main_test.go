@@ -14,6 +14,7 @@ import (
 
 	"labkeep/guardian/alert"
 	"labkeep/guardian/guard"
+	"labkeep/guardian/httpapi"
 )
 
 func TestParseBytes(t *testing.T) {
@@ -39,14 +40,17 @@ func TestParseBytes(t *testing.T) {
 	}
 }
 
-// envKeys lists the environment variables guardian reads.
+// envKeys lists the environment variables guardian reads: every
+// variable's full name, and the unprefixed aliases.
 func envKeys() map[string]bool {
 	keys := map[string]bool{}
-	ty := reflect.TypeOf(variables{})
-	for i := 0; i < ty.NumField(); i++ {
-		tag := ty.Field(i).Tag.Get("envconfig")
-		keys["GUARDIAN_"+tag] = true
-		keys[tag] = true // envconfig falls back to the unprefixed name
+	o := defaultOptions()
+	t := o.settings()
+	for _, s := range t {
+		keys[t.key(s)] = true
+		if s.alias != "" {
+			keys[s.alias] = true
+		}
 	}
 	return keys
 }
@@ -75,11 +79,15 @@ func TestDefaultsComeFromThePackages(t *testing.T) {
 	if diff := cmp.Diff(alert.Defaults(), got.Alert); diff != "" {
 		t.Errorf("alert config with no variables set (-package default +got):\n%s", diff)
 	}
-	ty := reflect.TypeOf(variables{})
-	for i := 0; i < ty.NumField(); i++ {
-		if d, ok := ty.Field(i).Tag.Lookup("default"); ok {
-			t.Errorf("variable %s declares its own default %q; defaults belong to the packages", ty.Field(i).Tag.Get("envconfig"), d)
-		}
+	if diff := cmp.Diff(httpapi.Defaults(), got.HTTP); diff != "" {
+		t.Errorf("HTTP config with no variables set (-package default +got):\n%s", diff)
+	}
+	// No variable carries a default of its own: reading an empty
+	// environment leaves every option as defaultOptions composes it.
+	want := defaultOptions()
+	want.Guard.SSHPort = got.Guard.SSHPort // derived from SSHAddr
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("options with no variables set (-defaultOptions +got):\n%s", diff)
 	}
 }
 
@@ -111,13 +119,14 @@ var nonDefault = map[string]string{
 // a field added to the config without a variable fails here.
 func TestEveryConfigFieldIsReadFromAVariable(t *testing.T) {
 	clearEnv(t)
-	for k := range envKeys() {
-		if _, ok := nonDefault[k]; !ok && !strings.HasPrefix(k, "GUARDIAN_") {
-			t.Errorf("nonDefault has no value for %s", k)
+	o := defaultOptions()
+	for _, s := range o.settings() {
+		if _, ok := nonDefault[s.name]; !ok {
+			t.Errorf("nonDefault has no value for %s", s.name)
 		}
 	}
 	for k, v := range nonDefault {
-		if !envKeys()[k] {
+		if !envKeys()["GUARDIAN_"+k] {
 			t.Errorf("nonDefault sets %s, which guardian does not read", k)
 		}
 		t.Setenv("GUARDIAN_"+k, v)
@@ -160,10 +169,17 @@ func TestBadValuesStopGuardian(t *testing.T) {
 	tests := []struct {
 		name, key, value, wantErr string
 	}{
-		{"unparsable byte count", "GUARDIAN_MEMORY_LIMIT", "1.5Gi", "MEMORY_LIMIT"},
+		{"unparsable byte count", "GUARDIAN_MEMORY_LIMIT", "1.5Gi", "GUARDIAN_MEMORY_LIMIT"},
 		{"SSH address without a port", "GUARDIAN_SSH_ADDR", "127.0.0.1", "GUARDIAN_SSH_ADDR"},
 		{"fraction out of range", "GUARDIAN_MEMORY_KILL_FRACTION", "1.5", "kill fraction"},
 		{"zero interval", "GUARDIAN_PROBE_EVERY", "0s", "probe interval"},
+		{"unparsable duration", "GUARDIAN_KILL_GRACE", "soon", "GUARDIAN_KILL_GRACE"},
+		{"empty number", "GUARDIAN_PIDS_MAX", "", "GUARDIAN_PIDS_MAX"},
+		{"SSH port not a number", "GUARDIAN_SSH_ADDR", "127.0.0.1:ssh", "GUARDIAN_SSH_ADDR"},
+		{"state file bound too small", "GUARDIAN_STATE_MAX_BYTES", "1Ki", "GUARDIAN_STATE_MAX_BYTES"},
+		{"alert text too short", "GUARDIAN_ALERT_MAX_TEXT", "10", "GUARDIAN_ALERT_MAX_TEXT"},
+		{"no alert fields", "GUARDIAN_ALERT_MAX_FIELDS", "0", "GUARDIAN_ALERT_MAX_FIELDS"},
+		{"unknown log level", "GUARDIAN_LOG_LEVEL", "LOUD", "GUARDIAN_LOG_LEVEL"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -255,5 +271,38 @@ func TestWorkspacePodSpec(t *testing.T) {
 		if strings.HasPrefix(string(c), "SYS_") && c != "SYS_CHROOT" {
 			t.Errorf("the workspace must not get %s", c)
 		}
+	}
+}
+
+// POD_UID, POD_NAME and CONTAINER_NAME, which the downward API sets, are
+// read with or without the prefix, the prefixed name winning; every other
+// variable is read under its GUARDIAN_ name only.
+func TestUnprefixedNames(t *testing.T) {
+	tests := []struct {
+		name string
+		env  map[string]string
+		want func(options) string
+		is   string
+	}{
+		{"pod UID without the prefix", map[string]string{"POD_UID": "u1"}, func(o options) string { return o.PodUID }, "u1"},
+		{"prefixed pod UID wins", map[string]string{"POD_UID": "u1", "GUARDIAN_POD_UID": "u2"}, func(o options) string { return o.PodUID }, "u2"},
+		{"pod name without the prefix", map[string]string{"POD_NAME": "ws"}, func(o options) string { return o.PodName }, "ws"},
+		{"container name without the prefix", map[string]string{"CONTAINER_NAME": "main"}, func(o options) string { return o.ContainerName }, "main"},
+		{"other settings need the prefix", map[string]string{"LISTEN": ":1"}, func(o options) string { return o.Listen }, defaultOptions().Listen},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			clearEnv(t)
+			for k, v := range tt.env {
+				t.Setenv(k, v)
+			}
+			got, err := loadOptions()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.is, tt.want(got)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
 	}
 }
