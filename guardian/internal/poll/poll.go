@@ -14,7 +14,7 @@ import (
 )
 
 // Interval is how often Until and Eventually ask again.
-const Interval = 5 * time.Millisecond
+const Interval = 10 * time.Millisecond
 
 // Until calls cond every Interval until it holds, and reports whether it
 // did within d. cond is always called at least once.
