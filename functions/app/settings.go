@@ -125,7 +125,7 @@ func (c *Config) Settings() setting.Table {
 		setting.String("WORKSPACE_POD_FILE", "a workspace Pod definition to use instead of the built-in "+
 			"`infra/guardian/workspace-pod.yaml` (tolerations, node selectors, capabilities a platform's nodes cannot grant)",
 			&c.WorkspacePodFile).Feeds(&k.WorkspacePod),
-		setting.Int("MAX_CONCURRENT_VMS", "live VMs in the namespace, ≥ 1 (keep `infra/resourcequota.yaml` equal)", &l.MaxVMs),
+		setting.Int("MAX_CONCURRENT_VMS", "live VMs in the namespace, ≥ 1 (keep `infra/base/resourcequota.yaml` equal)", &l.MaxVMs),
 		setting.Int("MAX_CONCURRENT_PODS", "live workspace Pods (pod labs: every unfinished Pod with a deadline) in the namespace, ≥ 1, "+
 			"counted under the same capacity lock as VMs (keep the `labkeep-workspaces` quota equal)", &l.MaxPods),
 		setting.Duration("QUEUE_IDLE", "how long a waitlist entry nobody polls (`getSession`) keeps its place", &l.QueueIdle),

@@ -57,9 +57,9 @@ type Options struct {
 	// App.Config.DatabaseURL), as a misconfigured environment would. Empty:
 	// a database of its own.
 	DatabaseURL string
-	// Quota applies infra/resourcequota.yaml to the sessions namespace.
+	// Quota applies infra/base/resourcequota.yaml to the sessions namespace.
 	Quota bool
-	// LabsYAML is the lab catalog; empty means infra/labs.yaml.
+	// LabsYAML is the lab catalog; empty means infra/base/labs.yaml.
 	LabsYAML string
 	// MaxVMs is LABKEEP_MAX_CONCURRENT_VMS.
 	MaxVMs int

@@ -93,7 +93,7 @@ func SSHKeysSecret(cfg Config, s session.Session, n labs.Node, anchor *batchv1.J
 // ReplaceSSHKeys makes keys the authorized keys of every node of s, a VM
 // session provisioned with live keys, while its VMs run: each node's keys
 // Secret is replaced by one holding keys. The functions may neither read
-// nor update Secrets (infra/rbac.yaml), so a replacement is a delete by
+// nor update Secrets (infra/base/rbac.yaml), so a replacement is a delete by
 // name and a create, the new Secret again owned by the session's anchor,
 // which is read and checked (this environment's, this session's) first;
 // the name carries the session's id, so no other session's Secret is ever

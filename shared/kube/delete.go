@@ -26,7 +26,7 @@ const deleteAttempts = 5
 // count as deleted; every delete is tried even if an earlier one failed.
 //
 // Cloud-init Secrets are never deleted by name: the functions may not read
-// Secrets (infra/rbac.yaml), so a Secret's labels cannot be checked, and a
+// Secrets (infra/base/rbac.yaml), so a Secret's labels cannot be checked, and a
 // blind delete by name could take another environment's. Each is owned by
 // its session's anchor, so the garbage collector removes it when the
 // anchor (checked) goes.

@@ -515,7 +515,7 @@ func ParseWorkspacePod(data []byte) (*corev1.Pod, error) {
 // infra/guardian/workspace-pod.yaml). A definition may ask for fewer
 // (a platform whose nodes cannot grant one), never for more; a lab adds
 // only labs.OptInCapabilities. The sessions namespace's admission policy
-// (infra/admission-policy.yaml) admits the same set.
+// (infra/base/admission-policy.yaml) admits the same set.
 var WorkspaceCapabilities = []corev1.Capability{
 	"AUDIT_WRITE", "CHOWN", "DAC_OVERRIDE", "FOWNER", "FSETID", "KILL", "NET_BIND_SERVICE", "SETGID", "SETUID", "SYS_CHROOT",
 }

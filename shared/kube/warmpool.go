@@ -75,7 +75,7 @@ func (b builder) keepClaimedKeys(pod *corev1.Pod) {
 // environment (a claim keeps the instance's id, so its anchor, Secrets,
 // NetworkPolicy and nodes are the session's as they are), and LabelPool.
 // They never carry the student's hash: the functions may not patch or
-// update any object (infra/rbac.yaml), and the row is the truth about who
+// update any object (infra/base/rbac.yaml), and the row is the truth about who
 // holds the session.
 //
 // A workspace Pod gets the keys written to WorkspaceKeysFile in its

@@ -70,7 +70,7 @@ type Lab struct {
 // sockets let root forge packets (ARP and DNS spoofing on the Pod network)
 // and it is only needed for ping-like tools; a lab that teaches them opts
 // in. The sessions namespace's admission policy
-// (infra/admission-policy.yaml) admits the workspace set plus these.
+// (infra/base/admission-policy.yaml) admits the workspace set plus these.
 var OptInCapabilities = []string{"NET_RAW"}
 
 // Node is one machine of a lab.

@@ -66,7 +66,7 @@ func TestAdmissionLimitsAccessCredentials(t *testing.T) {
 
 	lab, ok := sampleLabs(t).Get("linux-vm")
 	if !ok {
-		t.Fatal("infra/labs.yaml has no linux-vm lab")
+		t.Fatal("infra/base/labs.yaml has no linux-vm lab")
 	}
 	node := lab.Nodes[0]
 	// Pool instances: no student key, so their VMs take their keys live.

@@ -35,7 +35,7 @@ const (
 // token in guardian's environment; and no persistentVolumeClaim (a VM
 // session's disk).
 //   - every workspace Pod labkeep's builder makes, for every Pod lab of
-//     infra/labs.yaml and one opting in to NET_RAW, for a student's
+//     infra/base/labs.yaml and one opting in to NET_RAW, for a student's
 //     session and a pool instance, with and without guardian's webhook,
 //     is created for real by Provision;
 //   - a copy of labkeep's own Pod changed in one way is refused with the
@@ -83,7 +83,7 @@ func TestAdmissionLimitsPodSecrets(t *testing.T) {
 		}
 	}
 	if len(podLabs) == 0 {
-		t.Fatal("infra/labs.yaml has no Pod lab")
+		t.Fatal("infra/base/labs.yaml has no Pod lab")
 	}
 	netLab := podLabs[0]
 	netLab.Name, netLab.Capabilities = netLab.Name+"-net", []string{"NET_RAW"}
@@ -268,7 +268,7 @@ func TestAdmissionLimitsPodSecrets(t *testing.T) {
 func testKernelBootImage(t *testing.T, cluster *kube.Cluster, fnDyn dynamic.Interface, ns string) {
 	vmLab, ok := sampleLabs(t).Get("linux-vm")
 	if !ok {
-		t.Fatal("infra/labs.yaml has no linux-vm lab")
+		t.Fatal("infra/base/labs.yaml has no linux-vm lab")
 	}
 	s := provisionOwn(t, cluster, studentSession(vmLab), vmLab)
 	vm := stored(t, vmGVR, ns, session.NodeName(s.ID, vmLab.Nodes[0].Name))

@@ -729,7 +729,7 @@ func dryRunCreate(ctx context.Context, c dynamic.Interface, gvr schema.GroupVers
 	return err
 }
 
-// sampleLabs is infra/labs.yaml.
+// sampleLabs is infra/base/labs.yaml.
 func sampleLabs(t *testing.T) *labs.Catalog {
 	t.Helper()
 	data, err := infra.File("labs.yaml")

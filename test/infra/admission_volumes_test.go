@@ -22,7 +22,7 @@ const refusedVMVolumes = "a VirtualMachine's volumes may only be a containerDisk
 // the guest, so only labkeep's own volumes pass: a containerDisk, the
 // node's root DataVolume (cloned from a golden PVC) and cloud-init from
 // the node's own cloud-init Secret, in the node's own VM.
-//   - every VM labkeep's builder makes, for every VM lab of infra/labs.yaml
+//   - every VM labkeep's builder makes, for every VM lab of infra/base/labs.yaml
 //     and the golden-PVC labs, for a student's session and a pool
 //     instance (accessCredentials), is created for real by Provision;
 //   - a copy of labkeep's own VM (containerDisk, golden PVC) changed in one

@@ -31,7 +31,7 @@ var (
 )
 
 // goldenLabs are the sample labs whose disks are cloned from a golden PVC
-// (infra/labs.yaml has only containerDisk labs): the only labs with
+// (infra/base/labs.yaml has only containerDisk labs): the only labs with
 // DataVolume templates.
 const goldenLabs = `labs:
 - name: golden-vm
@@ -88,7 +88,7 @@ func kubeVirtNamespace(t *testing.T) string {
 }
 
 // Every VirtualMachine labkeep's builder makes, for every VM lab of
-// infra/labs.yaml and the golden-PVC samples, is created through
+// infra/base/labs.yaml and the golden-PVC samples, is created through
 // kube.Cluster.Provision without a single unknown-field warning (the
 // server's default field validation drops an unknown field with one), and
 // each DataVolume its templates stand for, made as KubeVirt's VM

@@ -24,11 +24,11 @@ import (
 
 // A warm-pool VM takes root's SSH keys live from its keys Secret
 // (KubeVirt accessCredentials through the guest agent), against the real
-// API server serving KubeVirt's own CRDs and infra/rbac.yaml, with
+// API server serving KubeVirt's own CRDs and infra/base/rbac.yaml, with
 // labkeep's own code acting as the functions' ServiceAccount:
 //   - Provision of a session without a student key yet (an unclaimed pool
 //     instance) creates, for every VM lab of
-//     infra/labs.yaml, VMs whose accessCredentials the server keeps whole
+//     infra/base/labs.yaml, VMs whose accessCredentials the server keeps whole
 //     (no field dropped, a strict server-side apply of the stored VM
 //     passes), and each node's keys Secret holding the platform's keys,
 //     owned by the anchor;
@@ -75,7 +75,7 @@ func TestPoolVMsTakeSSHKeysLive(t *testing.T) {
 		}
 	}
 	if len(vmLabs) == 0 {
-		t.Fatal("infra/labs.yaml has no VM lab")
+		t.Fatal("infra/base/labs.yaml has no VM lab")
 	}
 	for _, lab := range vmLabs {
 		t.Run(lab.Name, func(t *testing.T) {

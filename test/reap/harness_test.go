@@ -1,6 +1,6 @@
 // Package reap_test runs the reaper on the real local stack: each test
 // deploys the functions as production wires them (stacktest.Deploy, the
-// ServiceAccount bound by infra/rbac.yaml), opens sessions through
+// ServiceAccount bound by infra/base/rbac.yaml), opens sessions through
 // session.Service, injects faults in the transport to the real API server
 // or as server-side refusals, and reads every assertion from the real
 // cluster and database.

@@ -2,7 +2,7 @@
 // local stack (kube-apiserver + etcd + kube-controller-manager, virtsim,
 // PostgreSQL): HTTP requests in, real objects and rows out. The functions
 // are wired as in production (stacktest.Deploy) and always run as the
-// ServiceAccount bound by infra/rbac.yaml, never admin.
+// ServiceAccount bound by infra/base/rbac.yaml, never admin.
 package session_test
 
 import (

@@ -80,7 +80,7 @@ func TestThirtyShellOpensWithFivePodSlots(t *testing.T) {
 	}
 }
 
-// The labkeep-workspaces quota of infra/resourcequota.yaml (here with 2
+// The labkeep-workspaces quota of infra/base/resourcequota.yaml (here with 2
 // pods) is the backstop for workspace Pods only: with labkeep's own caps
 // set high, the third shell is refused by the quota, while VM labs — whose
 // anchor Pods and virt-launcher Pods have no deadline — still open.
@@ -99,7 +99,7 @@ func TestWorkspaceQuotaCountsWorkspacePodsOnly(t *testing.T) {
 		}
 	}
 	if quota.Name == "" {
-		t.Fatalf("infra/resourcequota.yaml has no %s", infra.PodQuota)
+		t.Fatalf("infra/base/resourcequota.yaml has no %s", infra.PodQuota)
 	}
 	quota.Spec.Hard[corev1.ResourcePods] = *resource.NewQuantity(2, resource.DecimalSI)
 	ctx := context.Background()

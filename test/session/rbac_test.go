@@ -15,7 +15,7 @@ import (
 )
 
 // The functions run as the ServiceAccount bound by
-// infra/rbac.yaml — not admin — and that account can do exactly what the
+// infra/base/rbac.yaml — not admin — and that account can do exactly what the
 // functions need: create, read and delete, but never update or patch
 // (in particular not Secrets), and nothing outside the sessions namespace.
 func TestFunctionsRunUnderShippedRBAC(t *testing.T) {
