@@ -9,12 +9,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"labkeep/shared/seating"
 	"labkeep/shared/session"
 )
 
-var _ session.PoolStore = (*PG)(nil)
+var _ seating.PoolStore = (*PG)(nil)
 
-// ClaimPooled implements session.PoolStore. The instance is picked with FOR
+// ClaimPooled implements seating.PoolStore. The instance is picked with FOR
 // UPDATE SKIP LOCKED, so concurrent claims each take a different instance
 // (or none) and never wait for one another, and an End in progress on an
 // instance (the reaper retiring it) keeps it out of reach. The replaced

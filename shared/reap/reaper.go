@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"labkeep/shared/lifetime"
+	"labkeep/shared/seating"
 	"labkeep/shared/session"
 	"labkeep/shared/setting"
 )
@@ -147,24 +148,21 @@ type Reaper struct {
 	Log     *slog.Logger
 	// Metrics, if set, is updated after every run.
 	Metrics *Metrics
-	// Waitlist, if set, is served after every run that deletes (not a dry
-	// run): the backstop that hands capacity freed by anything (an expiry,
-	// a ghost, a crash mid-close) to the students waiting for it.
-	Waitlist Waitlist
-	// Pools, if set, keeps the warm pool at its schedule's target after
-	// every run that deletes (not a dry run), after the line was served.
-	Pools Pools
+	// Backstop, if set, is handed on to after every run that deletes (not
+	// a dry run): it serves the line, which hands capacity freed by
+	// anything (an expiry, a ghost, a crash mid-close) to the students
+	// waiting for it, then keeps the warm pool at its schedule's target.
+	Backstop Backstop
 }
 
-// Pools is the warm pool's maintenance (session.Service.MaintainPools).
-type Pools interface {
-	MaintainPools(ctx context.Context) (session.PoolReport, error)
-}
-
-// Waitlist is the line of students waiting for capacity
-// (session.Service.ServeWaitlist).
-type Waitlist interface {
+// Backstop is what a run hands on to once it has deleted (seating.Usher):
+// the reaper is the backstop of the line and of the warm pool, whatever
+// else frees capacity or misses a pool's target.
+type Backstop interface {
+	// ServeWaitlist provisions the heads of the line that now fit.
 	ServeWaitlist(ctx context.Context) (served int, err error)
+	// MaintainPools keeps every lab's warm pool at its target.
+	MaintainPools(ctx context.Context) (seating.PoolReport, error)
 }
 
 // RunOnce is reapTick and adminReapNow: it takes the reaper lock (ErrBusy if
@@ -265,15 +263,13 @@ func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (Report, error) {
 	} else {
 		report.PrunedRuns = n
 	}
-	if r.Waitlist != nil && !cfg.DryRun {
-		if n, err := r.Waitlist.ServeWaitlist(runCtx); err != nil {
+	if r.Backstop != nil && !cfg.DryRun {
+		if n, err := r.Backstop.ServeWaitlist(runCtx); err != nil {
 			log.Warn("cannot serve the waitlist", "served", n, "err", err)
 		} else if n > 0 {
 			log.Info("served the waitlist", "served", n)
 		}
-	}
-	if r.Pools != nil && !cfg.DryRun {
-		if p, err := r.Pools.MaintainPools(runCtx); err != nil {
+		if p, err := r.Backstop.MaintainPools(runCtx); err != nil {
 			log.Warn("cannot keep the warm pool at its target", "err", err)
 			report.Failures = append(report.Failures, Failure{Kind: FailedPool, Error: err.Error()})
 		} else if p.Created > 0 || len(p.Deleted) > 0 {

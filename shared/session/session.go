@@ -28,6 +28,10 @@ const (
 	StatusExpired      Status = "expired"
 	StatusFailed       Status = "failed"
 	StatusClosed       Status = "closed"
+	// StatusQueued is a student waiting in the seating package's line. It
+	// is never stored in a session row: a queued Session is the view of a
+	// waitlist entry, with its Place.
+	StatusQueued Status = "queued"
 )
 
 // Live reports whether the status holds cluster resources and counts for
@@ -78,6 +82,34 @@ type Session struct {
 	// that id names this session too.
 	ClaimedFor string
 }
+
+// Place is where a queued session stands; zero for any other session.
+type Place struct {
+	// Position is 1 for the head of the line.
+	Position int
+	// ETA is the likely wait until the session starts provisioning;
+	// ETALatest the longest it can take.
+	ETA, ETALatest time.Duration
+}
+
+// PoolState marks the rows of warm-pool instances (kept by the seating
+// package): an instance is stored as a session row so that it counts
+// against the same capacity and the reaper sees its objects as a live
+// session's, never as orphans.
+type PoolState string
+
+// The pool states of a session row.
+const (
+	// PoolIdle: an unclaimed warm-pool instance, owned by PoolStudent.
+	PoolIdle PoolState = "idle"
+	// PoolClaimed: a student's session that came from the warm pool.
+	PoolClaimed PoolState = "claimed"
+)
+
+// PoolStudent is the student of every unclaimed warm-pool instance.
+// Student reads (LiveFor, Latest) never return an idle instance, whoever
+// asks.
+const PoolStudent = "labkeep:pool"
 
 // Node is one machine of a session.
 type Node struct {
