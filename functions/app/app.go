@@ -123,11 +123,11 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 		return nil, cfg.named(&cfg.DatabaseURL, err)
 	}
 	opened = append(opened, store.Close)
-	reapStore, err := store.WithPool(ctx, cfg.ReapDBConns)
+	reapStore, err := store.WithConns(ctx, cfg.ReapDBConns)
 	if err != nil {
 		return nil, cfg.named(&cfg.ReapDBConns, err)
 	}
-	opened = append(opened, reapStore.ClosePool)
+	opened = append(opened, reapStore.CloseConns)
 	var pool *seating.WarmPool
 	if sched, _ := cfg.PoolSchedule(); len(sched.Rules) > 0 {
 		if err := sched.Check(func(lab string) bool { _, ok := catalog.Get(lab); return ok }); err != nil {
@@ -201,7 +201,7 @@ func (a *App) Close() {
 	if a.stop != nil {
 		a.stop()
 	}
-	a.ReapStore.ClosePool()
+	a.ReapStore.CloseConns()
 	a.Store.Close()
 }
 

@@ -22,7 +22,7 @@ const entryColumns = `id, seq, student, lab, student_key, enqueued_at, polled_at
 // and the entry comes in one transaction; seq (the arrival order) is the
 // database's.
 func (p *PG) Enqueue(ctx context.Context, e seating.Entry) (out seating.Entry, err error) {
-	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, p.conns, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM sessions WHERE id = $1 AND status = 'provisioning'`, e.ID); err != nil {
 			return err
 		}
@@ -41,7 +41,7 @@ func (p *PG) Enqueue(ctx context.Context, e seating.Entry) (out seating.Entry, e
 	if errors.Is(err, session.ErrSessionExists) {
 		// The provisioning row is still deleted: the student keeps the
 		// place they had.
-		if _, derr := p.pool.Exec(ctx, `DELETE FROM sessions WHERE id = $1 AND status = 'provisioning'`, e.ID); derr != nil {
+		if _, derr := p.conns.Exec(ctx, `DELETE FROM sessions WHERE id = $1 AND status = 'provisioning'`, e.ID); derr != nil {
 			return out, derr
 		}
 	}
@@ -50,7 +50,7 @@ func (p *PG) Enqueue(ctx context.Context, e seating.Entry) (out seating.Entry, e
 
 // Line implements seating.Waitlist.
 func (p *PG) Line(ctx context.Context) ([]seating.Entry, error) {
-	rows, err := p.pool.Query(ctx, `SELECT `+entryColumns+` FROM waitlist ORDER BY seq`)
+	rows, err := p.conns.Query(ctx, `SELECT `+entryColumns+` FROM waitlist ORDER BY seq`)
 	if err != nil {
 		return nil, err
 	}
@@ -59,18 +59,18 @@ func (p *PG) Line(ctx context.Context) ([]seating.Entry, error) {
 
 // Touch implements seating.Waitlist. A poll never moves polled_at back.
 func (p *PG) Touch(ctx context.Context, student string, at time.Time) (seating.Entry, error) {
-	return oneEntry(p.pool.Query(ctx, `UPDATE waitlist SET polled_at = greatest(polled_at, $2)
+	return oneEntry(p.conns.Query(ctx, `UPDATE waitlist SET polled_at = greatest(polled_at, $2)
 		WHERE student = $1 RETURNING `+entryColumns, student, at))
 }
 
 // Leave implements seating.Waitlist.
 func (p *PG) Leave(ctx context.Context, student string) (seating.Entry, error) {
-	return oneEntry(p.pool.Query(ctx, `DELETE FROM waitlist WHERE student = $1 RETURNING `+entryColumns, student))
+	return oneEntry(p.conns.Query(ctx, `DELETE FROM waitlist WHERE student = $1 RETURNING `+entryColumns, student))
 }
 
 // DropIdle implements seating.Waitlist.
 func (p *PG) DropIdle(ctx context.Context, before time.Time) ([]seating.Entry, error) {
-	rows, err := p.pool.Query(ctx, `DELETE FROM waitlist WHERE polled_at < $1 RETURNING `+entryColumns, before)
+	rows, err := p.conns.Query(ctx, `DELETE FROM waitlist WHERE polled_at < $1 RETURNING `+entryColumns, before)
 	if err != nil {
 		return nil, err
 	}
@@ -84,7 +84,7 @@ func (p *PG) Promote(ctx context.Context, s session.Session) error {
 	if err != nil {
 		return err
 	}
-	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, p.conns, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `DELETE FROM waitlist WHERE id = $1`, s.ID)
 		if err != nil {
 			return err
@@ -104,7 +104,7 @@ func (p *PG) Promote(ctx context.Context, s session.Session) error {
 
 // RecentlyEnded implements seating.Waitlist.
 func (p *PG) RecentlyEnded(ctx context.Context, since time.Time, limit int) ([]session.Session, error) {
-	rows, err := p.pool.Query(ctx, `SELECT `+columns+` FROM sessions
+	rows, err := p.conns.Query(ctx, `SELECT `+columns+` FROM sessions
 		WHERE finished_at > $1 AND status NOT IN `+liveStatuses+` ORDER BY finished_at DESC LIMIT $2`, since, limit)
 	if err != nil {
 		return nil, err

@@ -25,7 +25,7 @@ var _ seating.PoolStore = (*PG)(nil)
 // rolls everything back. An instance whose TTL has passed is never
 // claimed: its anchor's deadline covers a claim within the TTL only.
 func (p *PG) ClaimPooled(ctx context.Context, lab, replaces string, at time.Time, claim func(session.Session) (session.Session, error)) (inst session.Session, err error) {
-	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, p.conns, func(tx pgx.Tx) error {
 		inst, err = one(tx.Query(ctx, `SELECT `+columns+` FROM sessions
 			WHERE pool = 'idle' AND lab = $1 AND status = 'running' AND expires_at > $2
 			ORDER BY started_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`, lab, at))

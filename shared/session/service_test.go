@@ -452,3 +452,55 @@ func TestEnd(t *testing.T) {
 		})
 	}
 }
+
+// taker takes every row it is asked about unless refuse; it counts takes.
+type taker struct {
+	store  *memStore
+	refuse bool
+	took   int
+}
+
+func (k *taker) Take(ctx context.Context, id string, due func(Session) bool) (Session, bool, error) {
+	cur, err := k.store.Get(ctx, id)
+	if err != nil || k.refuse || !cur.Status.Live() || !due(cur) {
+		return cur, false, err
+	}
+	k.took++
+	return cur, true, nil
+}
+
+// An unlocked End takes the row first and tears down once, outside the
+// row lock, then marks under it; a row it cannot take is neither torn
+// down nor marked.
+func TestEndUnlocked(t *testing.T) {
+	at := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	reason := EndReason{Kind: EndExpired, Actor: ActorReaper, Detail: "expired"}
+	for _, tc := range []struct {
+		name          string
+		refuse        bool
+		teardownErr   error
+		wantEnded     bool
+		wantErr       error
+		wantTeardowns int
+		wantStatus    Status
+	}{
+		{name: "taken, deleted, marked", wantEnded: true, wantTeardowns: 1, wantStatus: StatusExpired},
+		{name: "not taken: nothing deleted, row live", refuse: true, wantStatus: StatusRunning},
+		{name: "delete fails: row stays live for a retry", teardownErr: errors.New("api down"),
+			wantErr: ErrTeardown, wantTeardowns: 1, wantStatus: StatusRunning},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &memStore{rows: map[string]Session{"s1": {ID: "s1", Student: "ann", Status: StatusRunning, Nodes: []Node{{Name: "vm"}}}}}
+			c := &fakeCluster{teardownErr: tc.teardownErr}
+			k := &taker{store: st, refuse: tc.refuse}
+			got, ended, err := End(context.Background(), st, c, "s1", Ending{Reason: reason, Unlocked: k}, at)
+			if ended != tc.wantEnded || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+				t.Fatalf("End = ended %v, err %v; want ended %v, err %v", ended, err, tc.wantEnded, tc.wantErr)
+			}
+			if len(c.tornDown) != tc.wantTeardowns || got.Status != tc.wantStatus || st.rows["s1"].Status != tc.wantStatus {
+				t.Errorf("torn down %v, status returned %s stored %s; want %d teardowns, %s",
+					c.tornDown, got.Status, st.rows["s1"].Status, tc.wantTeardowns, tc.wantStatus)
+			}
+		})
+	}
+}
