@@ -418,7 +418,7 @@ type sessionJSON struct {
 	Warnings []warningJSON `json:"warnings,omitempty"`
 	// QueuePosition (1: next), ETASeconds (likely wait) and
 	// ETALatestSeconds (the longest wait) are a queued session's place in
-	// the waitlist (session.QueueETAs).
+	// the waitlist (seating.QueueETAs).
 	QueuePosition    *int   `json:"queuePosition,omitempty"`
 	ETASeconds       *int64 `json:"etaSeconds,omitempty"`
 	ETALatestSeconds *int64 `json:"etaLatestSeconds,omitempty"`

@@ -55,7 +55,4 @@ func TestCapacityOfIsKeyedByKind(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("CapacityOf (-want +got):\n%s", diff)
 	}
-	if Label(labs.KindVM) != "VMs" || Label(labs.KindPod) != "workspace Pods" {
-		t.Errorf("labels %q, %q", Label(labs.KindVM), Label(labs.KindPod))
-	}
 }

@@ -76,7 +76,7 @@ const (
 // claim gives the open's row sess (or a waitlist entry with sess.ID)
 // a ready pool instance of lab; ok is false when none could be claimed,
 // and the open provisions cold. Called under the capacity lock, only when
-// nobody waits ahead of the student in their pool's line.
+// nobody waits ahead of the student in their bucket's line.
 func (u *Usher) claim(ctx context.Context, sess session.Session, lab labs.Lab) (claimed session.Session, ok bool) {
 	p := u.pool
 	if p == nil {

@@ -1,11 +1,19 @@
-// Package session is the domain of labkeep's student-facing half: what a lab
-// session is, the rules for opening, extending, reading and closing one, and
-// the two ports it needs — a Store (the database, the source of truth for
-// who has which session) and a Cluster (where the session's VMs or Pod run).
-// Service orchestrates them, including the rollback that guarantees a failed
-// open leaves nothing behind. Adapters live in pgstore and kube; the HTTP
-// layer in httpapi. The reaper (package reap) reuses Store, Cluster and the
+// Package session keeps the life of one lab session: what a session is,
+// the rules for opening, extending, reading, closing and ending one (End is
+// the one way a session ends, whoever ends it), and the ports it needs — a
+// Store (the database, the source of truth for who has which session), a
+// Cluster (where the session's VMs or Pod run) and Seating (whether an open
+// may take shared capacity now, wait in line or take a warm instance:
+// package seating implements it, so capacity rules live in one place).
+// Starter builds, starts and unwinds rows, including the rollback that
+// guarantees a failed open leaves nothing behind; Service answers the
+// student's calls. Adapters live in pgstore and kube; the HTTP layer in
+// httpapi. The reaper (package reap) reuses Store, Cluster, End and the
 // lifetime package so both halves agree on every rule.
+//
+// Metrics still records Prometheus series directly (NewMetrics): moving
+// them behind an interface with the implementation in functions/app is
+// not done yet; nothing else of the package depends on Prometheus.
 package session
 
 import (
