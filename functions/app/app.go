@@ -24,6 +24,7 @@ import (
 	"labkeep/shared/pgstore"
 	"labkeep/shared/portal"
 	"labkeep/shared/reap"
+	"labkeep/shared/seating"
 	"labkeep/shared/session"
 	"labkeep/shared/terminal"
 )
@@ -35,6 +36,9 @@ type App struct {
 	Cluster  *kube.Cluster
 	Labs     *labs.Live
 	Sessions *session.Service
+	// Seating admits opens to capacity and keeps the line and the warm
+	// pool.
+	Seating *seating.Usher
 	// API serves the session endpoints; mount more routes in front of it.
 	API *httpapi.API
 	// Reaper is reapTick and adminReapNow.
@@ -119,37 +123,41 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 		return nil, cfg.named(&cfg.DatabaseURL, err)
 	}
 	opened = append(opened, store.Close)
-	reapStore, err := store.WithPool(ctx, cfg.ReapDBConns)
+	reapStore, err := store.WithConns(ctx, cfg.ReapDBConns)
 	if err != nil {
 		return nil, cfg.named(&cfg.ReapDBConns, err)
 	}
-	opened = append(opened, reapStore.ClosePool)
-	svc := &session.Service{
-		Store: store, Cluster: cluster, Labs: catalog, Policy: cfg.Policy,
-		Limits: cfg.Limits, Waitlist: store, Now: now, Log: log,
+	opened = append(opened, reapStore.CloseConns)
+	var pool *seating.WarmPool
+	if sched, _ := cfg.PoolSchedule(); len(sched.Rules) > 0 {
+		if err := sched.Check(func(lab string) bool { _, ok := catalog.Get(lab); return ok }); err != nil {
+			return nil, cfg.named(&cfg.WarmPool, err)
+		}
+		pool = &seating.WarmPool{Schedule: sched, TTL: cfg.WarmPoolTTL, Store: store, Cluster: cluster}
 	}
+	rows := &session.Starter{
+		Store: store, Cluster: cluster, Policy: cfg.Policy, CleanupTimeout: cfg.Limits.CleanupTimeout,
+		Now: now, Log: log, Metrics: session.NewMetrics(reg, store),
+	}
+	usher := seating.NewUsher(seating.Config{
+		Rows: rows, Store: store, Cluster: cluster, Labs: catalog, Limits: cfg.Limits,
+		Waitlist: store, Pool: pool, Now: now, Log: log, Metrics: newSeatingMetrics(reg),
+	})
+	reg.MustRegister(seatsCollector{usher})
+	svc := &session.Service{Starter: rows, Labs: catalog, Seating: usher}
 	api := httpapi.New(httpapi.Options{
-		Sessions: svc, Auth: auth,
+		Sessions: svc, Seats: usher, Auth: auth,
 		Now: now, Log: log, RetryAfter: cfg.RetryAfter,
 	})
-	svc.Metrics = session.NewMetrics(reg, store)
-	reg.MustRegister(svc.QueueCollector(), svc.PoolCollector())
 	var public prometheus.Gatherer = reg
 	if cfg.MetricsAddr != "" {
 		public = nil // served on its own address only
 	}
 	reaper := &reap.Reaper{
 		Store: reapStore, Cluster: cluster, Now: now, Log: log, Metrics: reap.NewMetrics(reg),
-		Config: cfg.Reap, Waitlist: svc,
+		Config: cfg.Reap, Backstop: usher,
 	}
-	if sched, _ := cfg.PoolSchedule(); len(sched.Rules) > 0 {
-		if err := sched.Check(func(lab string) bool { _, ok := catalog.Get(lab); return ok }); err != nil {
-			return nil, cfg.named(&cfg.WarmPool, err)
-		}
-		svc.Pool = &session.WarmPool{Schedule: sched, TTL: cfg.WarmPoolTTL, Store: store, Cluster: cluster}
-		reaper.Pools = svc
-	}
-	a := &App{Config: cfg, Store: store, Cluster: cluster, Labs: catalog, Sessions: svc, API: api, Kube: rc, Reaper: reaper, Metrics: reg, ReapStore: reapStore}
+	a := &App{Config: cfg, Store: store, Cluster: cluster, Labs: catalog, Sessions: svc, Seating: usher, API: api, Kube: rc, Reaper: reaper, Metrics: reg, ReapStore: reapStore}
 	// The preview is the same reaper deleting nothing; its run is
 	// recorded as a dry run.
 	preview := *reaper
@@ -193,7 +201,7 @@ func (a *App) Close() {
 	if a.stop != nil {
 		a.stop()
 	}
-	a.ReapStore.ClosePool()
+	a.ReapStore.CloseConns()
 	a.Store.Close()
 }
 

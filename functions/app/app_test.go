@@ -19,7 +19,7 @@ import (
 	"labkeep/shared/kube"
 	"labkeep/shared/lifetime"
 	"labkeep/shared/reap"
-	"labkeep/shared/session"
+	"labkeep/shared/seating"
 )
 
 func setValid(t *testing.T) {
@@ -236,7 +236,7 @@ func TestDefaultsAreThePackagesDefaults(t *testing.T) {
 		"lifetime": cmp.Diff(lifetime.DefaultPolicy(), r.Policy),
 		"kube":     cmp.Diff(wantKube, r.Kube),
 		"reap":     cmp.Diff(wantReap, r.Reap),
-		"session":  cmp.Diff(session.DefaultLimits(), r.Limits),
+		"seating":  cmp.Diff(seating.DefaultLimits(), r.Limits),
 		"tokens":   cmp.Diff(access.DefaultTokenRules(), r.Tokens),
 		"alerts":   cmp.Diff(alerts.DefaultLimits(), r.Alerts),
 	} {
@@ -304,7 +304,7 @@ func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
 	r := must(c.resolve())
 	unchanged(t, "kube.Config", kube.DefaultConfig(), r.Kube)
 	unchanged(t, "reap.Config", reap.DefaultConfig(), r.Reap)
-	unchanged(t, "session.Limits", session.DefaultLimits(), r.Limits)
+	unchanged(t, "seating.Limits", seating.DefaultLimits(), r.Limits)
 	unchanged(t, "lifetime.Policy", lifetime.DefaultPolicy(), r.Policy)
 	unchanged(t, "access.TokenRules", access.DefaultTokenRules(), r.Tokens)
 	unchanged(t, "alerts.Limits", alerts.DefaultLimits(), r.Alerts)

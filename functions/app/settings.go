@@ -14,7 +14,7 @@ import (
 	"labkeep/shared/lifetime"
 	"labkeep/shared/portal"
 	"labkeep/shared/reap"
-	"labkeep/shared/session"
+	"labkeep/shared/seating"
 	"labkeep/shared/setting"
 	"labkeep/shared/warmpool"
 )
@@ -42,7 +42,7 @@ type Config struct {
 
 	Policy lifetime.Policy
 	Kube   kube.Config
-	Limits session.Limits
+	Limits seating.Limits
 	Reap   reap.Config
 	Tokens access.TokenRules
 	Alerts alerts.Limits
@@ -80,11 +80,11 @@ const (
 // empty.
 func DefaultConfig() Config {
 	return Config{
-		Policy: lifetime.DefaultPolicy(), Kube: kube.DefaultConfig(), Limits: session.DefaultLimits(),
+		Policy: lifetime.DefaultPolicy(), Kube: kube.DefaultConfig(), Limits: seating.DefaultLimits(),
 		Reap: reap.DefaultConfig(), Tokens: access.DefaultTokenRules(), Alerts: alerts.DefaultLimits(),
 		LabsFile: DefaultLabsFile, LabsReload: labs.DefaultReload, HTTPAddr: DefaultHTTPAddr,
 		RetryAfter: httpapi.DefaultRetryAfter, ReapDBConns: DefaultReapDBConns, AdminStatusRuns: DefaultAdminStatusRuns,
-		Portal: portal.DefaultEnabled, WarmPoolLead: session.DefaultPoolLead, WarmPoolTTL: session.DefaultPoolTTL,
+		Portal: portal.DefaultEnabled, WarmPoolLead: seating.DefaultPoolLead, WarmPoolTTL: seating.DefaultPoolTTL,
 	}
 }
 

@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"labkeep/shared/access"
 	"labkeep/shared/alerts"
 	"labkeep/shared/reap"
+	"labkeep/shared/seating"
 	"labkeep/shared/session"
 )
 
@@ -109,12 +111,12 @@ func (a *API) adminAlerts(w http.ResponseWriter, r *http.Request, store alerts.S
 type adminStatusJSON struct {
 	reap.Status
 	Queues []queueJSON `json:"queues"`
-	// Pools is every lab's warm pool (session.Service.Pools): its
+	// Pools is every lab's warm pool (seating.Usher.Pools): its
 	// target now, idle (ready), starting and claimed instances.
-	Pools []session.PoolStatus `json:"pools"`
+	Pools []seating.PoolStatus `json:"pools"`
 }
 
-// queueJSON is one lab's line (session.QueueStat): how many students
+// queueJSON is one lab's line (seating.QueueStat): how many students
 // wait and how long the earliest has waited, in whole seconds rounded up.
 type queueJSON struct {
 	Lab               string `json:"lab"`
@@ -122,13 +124,23 @@ type queueJSON struct {
 	OldestWaitSeconds int64  `json:"oldestWaitSeconds"`
 }
 
-// adminStatus is st with every lab's line (session.Service.QueueStats).
+// Seats is the line and the warm pool as adminStatus reads them
+// (seating.Usher).
+type Seats interface {
+	QueueStats(ctx context.Context) ([]seating.QueueStat, error)
+	Pools(ctx context.Context) ([]seating.PoolStatus, error)
+}
+
+// adminStatus is st with every lab's line and warm pool (Seats).
 func (a *API) adminStatus(r *http.Request, st reap.Status) (adminStatusJSON, error) {
-	stats, err := a.svc.QueueStats(r.Context())
+	if a.seats == nil {
+		return adminStatusJSON{Status: st, Queues: []queueJSON{}, Pools: []seating.PoolStatus{}}, nil
+	}
+	stats, err := a.seats.QueueStats(r.Context())
 	if err != nil {
 		return adminStatusJSON{}, fmt.Errorf("waitlist: %w", err)
 	}
-	pools, err := a.svc.Pools(r.Context())
+	pools, err := a.seats.Pools(r.Context())
 	if err != nil {
 		return adminStatusJSON{}, fmt.Errorf("warm pool: %w", err)
 	}
@@ -136,7 +148,7 @@ func (a *API) adminStatus(r *http.Request, st reap.Status) (adminStatusJSON, err
 }
 
 // queuesJSON renders stats, never null.
-func queuesJSON(stats []session.QueueStat) []queueJSON {
+func queuesJSON(stats []seating.QueueStat) []queueJSON {
 	out := []queueJSON{}
 	for _, q := range stats {
 		out = append(out, queueJSON{Lab: q.Lab, Length: q.Length, OldestWaitSeconds: ceilSeconds(q.OldestWait)})

@@ -14,16 +14,17 @@ import (
 	"labkeep/shared/access"
 	"labkeep/shared/labs"
 	"labkeep/shared/reap"
+	"labkeep/shared/seating"
 	"labkeep/shared/session"
 )
 
 // lineOnly is a waitlist whose Line answers line (all QueueStats reads).
 type lineOnly struct {
-	session.Waitlist
-	line []session.Entry
+	seating.Waitlist
+	line []seating.Entry
 }
 
-func (l lineOnly) Line(context.Context) ([]session.Entry, error) { return l.line, nil }
+func (l lineOnly) Line(context.Context) ([]seating.Entry, error) { return l.line, nil }
 
 // GET /adminStatus is the reaper's status with every lab's line beside
 // it: length and the earliest joiner's wait in whole seconds rounded up;
@@ -51,20 +52,20 @@ labs:
 	}
 	tests := []struct {
 		name string
-		line []session.Entry
+		line []seating.Entry
 		want []queue
 	}{
 		{"nobody waits", nil, []queue{{Lab: "linux-vm"}, {Lab: "shell"}}},
-		{"two wait for the VM lab", []session.Entry{
+		{"two wait for the VM lab", []seating.Entry{
 			{Lab: "linux-vm", EnqueuedAt: now.Add(-90*time.Second - time.Millisecond), PolledAt: now},
 			{Lab: "linux-vm", EnqueuedAt: now.Add(-time.Second), PolledAt: now},
 		}, []queue{{Lab: "linux-vm", Length: 2, OldestWaitSeconds: 91}, {Lab: "shell"}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			svc := &session.Service{Labs: cat, Waitlist: lineOnly{line: tc.line}, Now: clock,
-				Limits: session.Limits{QueueIdle: session.DefaultQueueIdle}}
-			a := New(Options{Sessions: svc, Auth: access.NewAuthenticator(secret, clock), Now: clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			seats := seating.NewUsher(seating.Config{Labs: cat, Waitlist: lineOnly{line: tc.line}, Now: clock,
+				Limits: seating.Limits{QueueIdle: seating.DefaultQueueIdle}})
+			a := New(Options{Sessions: &session.Service{Labs: cat}, Seats: seats, Auth: access.NewAuthenticator(secret, clock), Now: clock, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 			h := a.WithReaper(ReaperOptions{Status: func(context.Context) (reap.Status, error) {
 				return reap.Status{LiveSessions: 3, Capacity: reap.Capacity{Used: 2, Limit: 8}}, nil
 			}})

@@ -33,7 +33,10 @@ const MaxBodyBytes = 64 << 10
 // Options configures an API.
 type Options struct {
 	Sessions *session.Service
-	Auth     *access.Authenticator
+	// Seats is the line and the warm pool as adminStatus reports them;
+	// nil reports every lab's line empty and no warm pool.
+	Seats Seats
+	Auth  *access.Authenticator
 	// Now is the clock for serverTime and remainingSeconds; it must be the
 	// clock the Service uses.
 	Now func() time.Time
@@ -49,6 +52,7 @@ const DefaultRetryAfter = 30 * time.Second
 // API is the HTTP handler of the session functions.
 type API struct {
 	svc        *session.Service
+	seats      Seats
 	auth       *access.Authenticator
 	now        func() time.Time
 	log        *slog.Logger
@@ -83,7 +87,7 @@ func (a *API) refuseMethod(table map[string]string, w http.ResponseWriter, r *ht
 // New returns the API. Register more routes (e.g. the reaper's) on a mux
 // in front of it; everything else falls through to a JSON 404.
 func New(o Options) *API {
-	a := &API{svc: o.Sessions, auth: o.Auth, now: o.Now, log: o.Log, retryAfter: o.RetryAfter}
+	a := &API{svc: o.Sessions, seats: o.Seats, auth: o.Auth, now: o.Now, log: o.Log, retryAfter: o.RetryAfter}
 	if a.log == nil {
 		a.log = slog.Default()
 	}
@@ -414,7 +418,7 @@ type sessionJSON struct {
 	Warnings []warningJSON `json:"warnings,omitempty"`
 	// QueuePosition (1: next), ETASeconds (likely wait) and
 	// ETALatestSeconds (the longest wait) are a queued session's place in
-	// the waitlist (session.QueueETAs).
+	// the waitlist (seating.QueueETAs).
 	QueuePosition    *int   `json:"queuePosition,omitempty"`
 	ETASeconds       *int64 `json:"etaSeconds,omitempty"`
 	ETALatestSeconds *int64 `json:"etaLatestSeconds,omitempty"`

@@ -13,6 +13,7 @@ import (
 	"k8s.io/client-go/tools/remotecommand"
 
 	"labkeep/shared/labs"
+	"labkeep/shared/seating"
 	"labkeep/shared/session"
 )
 
@@ -24,7 +25,7 @@ const (
 	PoolWarm  = "warm"
 )
 
-var _ session.PoolCluster = (*Cluster)(nil)
+var _ seating.PoolCluster = (*Cluster)(nil)
 
 // authorizedKeys are the keys a session's nodes authorize: the student's
 // (none for an unclaimed pool instance) and the platform's.
@@ -68,7 +69,7 @@ func (b builder) keepClaimedKeys(pod *corev1.Pod) {
 	w.VolumeMounts = append(w.VolumeMounts, corev1.VolumeMount{Name: PoolKeysVolume, MountPath: RootSSHDir})
 }
 
-// Claim implements session.PoolCluster: the student's keys (with the
+// Claim implements seating.PoolCluster: the student's keys (with the
 // platform's) are delivered to the running instance.
 //
 // The objects keep their labels: they already carry the session's id and

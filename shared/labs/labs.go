@@ -2,6 +2,10 @@
 // ConfigMap in the cluster) that says what a student gets when they open a
 // lab. Every template is validated when the file is loaded, so a typo fails
 // the deployment at start instead of a student's session at open time.
+//
+// The live catalog's Metrics still records Prometheus series directly
+// (NewMetrics): moving them behind an interface implemented in
+// functions/app is not done yet.
 package labs
 
 import (

@@ -29,7 +29,7 @@ func (p *PG) AddAlert(ctx context.Context, a alerts.Alert, keep int) (alerts.Ale
 	if err != nil {
 		return a, err
 	}
-	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, p.conns, func(tx pgx.Tx) error {
 		// One writer per session at a time (a transaction-scoped lock in
 		// the two-key space, apart from lockKey's): two concurrent trims
 		// would each miss the other's row and leave keep+1.
@@ -56,7 +56,7 @@ func (p *PG) AddAlert(ctx context.Context, a alerts.Alert, keep int) (alerts.Ale
 
 // Counts implements alerts.Store.
 func (p *PG) Counts(ctx context.Context, sessions []string) (map[string]int, error) {
-	rows, err := p.pool.Query(ctx, `SELECT session_id::text, count(*) FROM guardian_alerts
+	rows, err := p.conns.Query(ctx, `SELECT session_id::text, count(*) FROM guardian_alerts
 		WHERE session_id::text = ANY($1) GROUP BY session_id`, sessions)
 	if err != nil {
 		return nil, err
@@ -73,7 +73,7 @@ func (p *PG) Counts(ctx context.Context, sessions []string) (map[string]int, err
 
 // Alerts implements alerts.Store.
 func (p *PG) Alerts(ctx context.Context, sessionID string, limit int) ([]alerts.Alert, error) {
-	rows, err := p.pool.Query(ctx, `SELECT id, session_id, kind, subject, severity, message, fields, workspace,
+	rows, err := p.conns.Query(ctx, `SELECT id, session_id, kind, subject, severity, message, fields, workspace,
 		first_at, last_at, count, received FROM guardian_alerts
 		WHERE $1 = '' OR session_id::text = $1 ORDER BY id DESC LIMIT $2`, sessionID, limit)
 	if err != nil {

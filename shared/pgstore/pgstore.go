@@ -29,8 +29,8 @@ import (
 type PG struct {
 	// env is the environment the database belongs to (LABKEEP_ENV); it
 	// namespaces the advisory locks.
-	env  string
-	pool *pgxpool.Pool
+	env   string
+	conns *pgxpool.Pool
 	// locks holds the connections that hold or wait for advisory locks, a
 	// pool of its own so a queue of opens waiting for the capacity lock can
 	// never take every connection from reads like getSession.
@@ -99,18 +99,19 @@ func Open(ctx context.Context, dsn, env string, opts ...Option) (*PG, error) {
 		locks.Close()
 		return nil, err
 	}
-	return &PG{env: env, pool: pool, locks: locks, tryLocks: tryLocks}, nil
+	return &PG{env: env, conns: pool, locks: locks, tryLocks: tryLocks}, nil
 }
 
 // Close closes both pools.
 func (p *PG) Close() {
-	p.pool.Close()
+	p.conns.Close()
 	p.locks.Close()
 	p.tryLocks.Close()
 }
 
-// Pool exposes the pool for tests and admin reads that need plain SQL.
-func (p *PG) Pool() *pgxpool.Pool { return p.pool }
+// Conns exposes the main connections for tests and admin reads that
+// need plain SQL.
+func (p *PG) Conns() *pgxpool.Pool { return p.conns }
 
 const columns = `id, student, lab, kind, status, started_at, expires_at, max_expires_at,
 	ready_at, finished_at, nodes, failure_reason, grading_token, end_kind, end_actor, student_key, host_key,
@@ -124,7 +125,7 @@ func (p *PG) Create(ctx context.Context, s session.Session) error {
 	if err != nil {
 		return err
 	}
-	_, err = p.pool.Exec(ctx, insertSession, insertArgs(s, nodes)...)
+	_, err = p.conns.Exec(ctx, insertSession, insertArgs(s, nodes)...)
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) && pgErr.Code == "23505" && pgErr.ConstraintName == "sessions_one_live_per_student" {
 		return fmt.Errorf("%w: student %q already has a live session", session.ErrSessionExists, s.Student)
@@ -179,7 +180,7 @@ func (p *PG) Latest(ctx context.Context, student string) (session.Session, error
 // ListLive implements session.Store. One query however many rows, so the
 // reaper's database load does not grow with calls per row.
 func (p *PG) ListLive(ctx context.Context) ([]session.Session, error) {
-	rows, err := p.pool.Query(ctx, `SELECT `+columns+` FROM sessions WHERE status IN `+liveStatuses+` ORDER BY started_at, id`)
+	rows, err := p.conns.Query(ctx, `SELECT `+columns+` FROM sessions WHERE status IN `+liveStatuses+` ORDER BY started_at, id`)
 	if err != nil {
 		return nil, err
 	}
@@ -230,7 +231,7 @@ func (p *PG) Extend(ctx context.Context, id string, from, to time.Time) (session
 // ErrNoSession if there is no such row.
 func (p *PG) FinishIf(ctx context.Context, id string, due func(session.Session) bool,
 	act func(session.Session) (session.EndReason, error), at time.Time) (s session.Session, ok bool, err error) {
-	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, p.conns, func(tx pgx.Tx) error {
 		if s, err = lockRow(ctx, tx, id, "FOR UPDATE"); err != nil {
 			return err
 		}
@@ -262,7 +263,7 @@ func (p *PG) FinishIf(ctx context.Context, id string, due func(session.Session) 
 // GetSettled implements session.Store: SELECT … FOR SHARE waits for any
 // FinishIf holding the row lock, and the transaction ends at once.
 func (p *PG) GetSettled(ctx context.Context, id string) (s session.Session, err error) {
-	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, p.conns, func(tx pgx.Tx) error {
 		s, err = lockRow(ctx, tx, id, "FOR SHARE")
 		return err
 	})
@@ -381,7 +382,7 @@ func lockKey(env, name string) int64 {
 }
 
 func (p *PG) queryOne(ctx context.Context, sql string, args ...any) (session.Session, error) {
-	return one(p.pool.Query(ctx, sql, args...))
+	return one(p.conns.Query(ctx, sql, args...))
 }
 
 func scanSession(row pgx.CollectableRow) (session.Session, error) {

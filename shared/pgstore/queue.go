@@ -10,18 +10,19 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 
+	"labkeep/shared/seating"
 	"labkeep/shared/session"
 )
 
-var _ session.Waitlist = (*PG)(nil)
+var _ seating.Waitlist = (*PG)(nil)
 
 const entryColumns = `id, seq, student, lab, student_key, enqueued_at, polled_at`
 
-// Enqueue implements session.Waitlist: the open's provisioning row goes
+// Enqueue implements seating.Waitlist: the open's provisioning row goes
 // and the entry comes in one transaction; seq (the arrival order) is the
 // database's.
-func (p *PG) Enqueue(ctx context.Context, e session.Entry) (out session.Entry, err error) {
-	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+func (p *PG) Enqueue(ctx context.Context, e seating.Entry) (out seating.Entry, err error) {
+	err = pgx.BeginFunc(ctx, p.conns, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM sessions WHERE id = $1 AND status = 'provisioning'`, e.ID); err != nil {
 			return err
 		}
@@ -40,50 +41,50 @@ func (p *PG) Enqueue(ctx context.Context, e session.Entry) (out session.Entry, e
 	if errors.Is(err, session.ErrSessionExists) {
 		// The provisioning row is still deleted: the student keeps the
 		// place they had.
-		if _, derr := p.pool.Exec(ctx, `DELETE FROM sessions WHERE id = $1 AND status = 'provisioning'`, e.ID); derr != nil {
+		if _, derr := p.conns.Exec(ctx, `DELETE FROM sessions WHERE id = $1 AND status = 'provisioning'`, e.ID); derr != nil {
 			return out, derr
 		}
 	}
 	return out, err
 }
 
-// Line implements session.Waitlist.
-func (p *PG) Line(ctx context.Context) ([]session.Entry, error) {
-	rows, err := p.pool.Query(ctx, `SELECT `+entryColumns+` FROM waitlist ORDER BY seq`)
+// Line implements seating.Waitlist.
+func (p *PG) Line(ctx context.Context) ([]seating.Entry, error) {
+	rows, err := p.conns.Query(ctx, `SELECT `+entryColumns+` FROM waitlist ORDER BY seq`)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, scanEntry)
 }
 
-// Touch implements session.Waitlist. A poll never moves polled_at back.
-func (p *PG) Touch(ctx context.Context, student string, at time.Time) (session.Entry, error) {
-	return oneEntry(p.pool.Query(ctx, `UPDATE waitlist SET polled_at = greatest(polled_at, $2)
+// Touch implements seating.Waitlist. A poll never moves polled_at back.
+func (p *PG) Touch(ctx context.Context, student string, at time.Time) (seating.Entry, error) {
+	return oneEntry(p.conns.Query(ctx, `UPDATE waitlist SET polled_at = greatest(polled_at, $2)
 		WHERE student = $1 RETURNING `+entryColumns, student, at))
 }
 
-// Leave implements session.Waitlist.
-func (p *PG) Leave(ctx context.Context, student string) (session.Entry, error) {
-	return oneEntry(p.pool.Query(ctx, `DELETE FROM waitlist WHERE student = $1 RETURNING `+entryColumns, student))
+// Leave implements seating.Waitlist.
+func (p *PG) Leave(ctx context.Context, student string) (seating.Entry, error) {
+	return oneEntry(p.conns.Query(ctx, `DELETE FROM waitlist WHERE student = $1 RETURNING `+entryColumns, student))
 }
 
-// DropIdle implements session.Waitlist.
-func (p *PG) DropIdle(ctx context.Context, before time.Time) ([]session.Entry, error) {
-	rows, err := p.pool.Query(ctx, `DELETE FROM waitlist WHERE polled_at < $1 RETURNING `+entryColumns, before)
+// DropIdle implements seating.Waitlist.
+func (p *PG) DropIdle(ctx context.Context, before time.Time) ([]seating.Entry, error) {
+	rows, err := p.conns.Query(ctx, `DELETE FROM waitlist WHERE polled_at < $1 RETURNING `+entryColumns, before)
 	if err != nil {
 		return nil, err
 	}
 	return pgx.CollectRows(rows, scanEntry)
 }
 
-// Promote implements session.Waitlist: the entry's delete and the row's
+// Promote implements seating.Waitlist: the entry's delete and the row's
 // insert commit together or not at all.
 func (p *PG) Promote(ctx context.Context, s session.Session) error {
 	nodes, err := json.Marshal(nonNil(s.Nodes))
 	if err != nil {
 		return err
 	}
-	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, p.conns, func(tx pgx.Tx) error {
 		tag, err := tx.Exec(ctx, `DELETE FROM waitlist WHERE id = $1`, s.ID)
 		if err != nil {
 			return err
@@ -101,9 +102,9 @@ func (p *PG) Promote(ctx context.Context, s session.Session) error {
 	return err
 }
 
-// RecentlyEnded implements session.Waitlist.
+// RecentlyEnded implements seating.Waitlist.
 func (p *PG) RecentlyEnded(ctx context.Context, since time.Time, limit int) ([]session.Session, error) {
-	rows, err := p.pool.Query(ctx, `SELECT `+columns+` FROM sessions
+	rows, err := p.conns.Query(ctx, `SELECT `+columns+` FROM sessions
 		WHERE finished_at > $1 AND status NOT IN `+liveStatuses+` ORDER BY finished_at DESC LIMIT $2`, since, limit)
 	if err != nil {
 		return nil, err
@@ -112,9 +113,9 @@ func (p *PG) RecentlyEnded(ctx context.Context, since time.Time, limit int) ([]s
 }
 
 // oneEntry collects exactly one entry; ErrNoSession if there is none.
-func oneEntry(rows pgx.Rows, err error) (session.Entry, error) {
+func oneEntry(rows pgx.Rows, err error) (seating.Entry, error) {
 	if err != nil {
-		return session.Entry{}, err
+		return seating.Entry{}, err
 	}
 	e, err := pgx.CollectExactlyOneRow(rows, scanEntry)
 	if errors.Is(err, pgx.ErrNoRows) {
@@ -123,8 +124,8 @@ func oneEntry(rows pgx.Rows, err error) (session.Entry, error) {
 	return e, err
 }
 
-func scanEntry(row pgx.CollectableRow) (session.Entry, error) {
-	var e session.Entry
+func scanEntry(row pgx.CollectableRow) (seating.Entry, error) {
+	var e seating.Entry
 	var id [16]byte
 	err := row.Scan(&id, &e.Seq, &e.Student, &e.Lab, &e.StudentKey, &e.EnqueuedAt, &e.PolledAt)
 	e.ID = formatUUID(id)

@@ -36,7 +36,7 @@ func (p *PG) RecordRun(ctx context.Context, r reap.Report) (int64, error) {
 		return 0, err
 	}
 	var id int64
-	err = p.pool.QueryRow(ctx, `INSERT INTO reap_runs (trigger, started_at, finished_at, dry_run, counts, failures, items)
+	err = p.conns.QueryRow(ctx, `INSERT INTO reap_runs (trigger, started_at, finished_at, dry_run, counts, failures, items)
 		VALUES ($1, $2, $3, $4, $5, $6, $7) RETURNING id`,
 		r.Trigger, r.StartedAt, r.FinishedAt, r.DryRun, counts, failures, items).Scan(&id)
 	return id, err
@@ -44,7 +44,7 @@ func (p *PG) RecordRun(ctx context.Context, r reap.Report) (int64, error) {
 
 // RecentRuns implements reap.StatusSource: the latest limit runs, newest first.
 func (p *PG) RecentRuns(ctx context.Context, limit int) ([]reap.Report, error) {
-	rows, err := p.pool.Query(ctx, `SELECT id, trigger, started_at, finished_at, dry_run, counts, failures, items
+	rows, err := p.conns.Query(ctx, `SELECT id, trigger, started_at, finished_at, dry_run, counts, failures, items
 		FROM reap_runs ORDER BY started_at DESC, id DESC LIMIT $1`, limit)
 	if err != nil {
 		return nil, err
@@ -70,7 +70,7 @@ func (p *PG) RecentRuns(ctx context.Context, limit int) ([]reap.Report, error) {
 // started before before, oldest first, in one short statement (the
 // reap_runs_recent index finds them), and returns how many it deleted.
 func (p *PG) PruneRuns(ctx context.Context, before time.Time, limit int) (int, error) {
-	tag, err := p.pool.Exec(ctx, `DELETE FROM reap_runs WHERE id IN (
+	tag, err := p.conns.Exec(ctx, `DELETE FROM reap_runs WHERE id IN (
 		SELECT id FROM reap_runs WHERE started_at < $1 ORDER BY started_at, id LIMIT $2)`, before, limit)
 	if err != nil {
 		return 0, fmt.Errorf("deleting old reaper runs: %w", err)
@@ -80,7 +80,7 @@ func (p *PG) PruneRuns(ctx context.Context, before time.Time, limit int) (int, e
 
 // Suspects implements reap.Store: the suspects the last run handed on.
 func (p *PG) Suspects(ctx context.Context) ([]reap.Suspect, error) {
-	rows, err := p.pool.Query(ctx, `SELECT session_id, object, trouble, detail, since FROM reap_suspects`)
+	rows, err := p.conns.Query(ctx, `SELECT session_id, object, trouble, detail, since FROM reap_suspects`)
 	if err != nil {
 		return nil, fmt.Errorf("reading reaper suspects: %w", err)
 	}
@@ -99,7 +99,7 @@ func (p *PG) SaveSuspects(ctx context.Context, s []reap.Suspect) error {
 	for i, x := range s {
 		ids[i], objects[i], troubles[i], details[i], since[i] = x.Session, x.Object, string(x.Trouble), x.Detail, x.Since
 	}
-	err := pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err := pgx.BeginFunc(ctx, p.conns, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `DELETE FROM reap_suspects`); err != nil {
 			return err
 		}
@@ -114,14 +114,14 @@ func (p *PG) SaveSuspects(ctx context.Context, s []reap.Suspect) error {
 	return nil
 }
 
-// Claim implements reap.Store: in one short transaction it re-reads the
+// Take implements reap.Store: in one short transaction it re-reads the
 // row FOR UPDATE and, if it is live and due, moves expires_at back by one
 // microsecond (PostgreSQL's resolution). Extend's compare-and-set on the
 // expiry it read then fails, and the Service re-reads a session that is
 // over. The expiry moves earlier, never later: an expired row stays
 // expired, and a row that was not due is not touched.
-func (p *PG) Claim(ctx context.Context, id string, due func(session.Session) bool) (s session.Session, ok bool, err error) {
-	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+func (p *PG) Take(ctx context.Context, id string, due func(session.Session) bool) (s session.Session, ok bool, err error) {
+	err = pgx.BeginFunc(ctx, p.conns, func(tx pgx.Tx) error {
 		if s, err = lockRow(ctx, tx, id, "FOR UPDATE"); err != nil {
 			return err
 		}

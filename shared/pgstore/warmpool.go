@@ -9,12 +9,13 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"labkeep/shared/seating"
 	"labkeep/shared/session"
 )
 
-var _ session.PoolStore = (*PG)(nil)
+var _ seating.PoolStore = (*PG)(nil)
 
-// ClaimPooled implements session.PoolStore. The instance is picked with FOR
+// ClaimPooled implements seating.PoolStore. The instance is picked with FOR
 // UPDATE SKIP LOCKED, so concurrent claims each take a different instance
 // (or none) and never wait for one another, and an End in progress on an
 // instance (the reaper retiring it) keeps it out of reach. The replaced
@@ -24,7 +25,7 @@ var _ session.PoolStore = (*PG)(nil)
 // rolls everything back. An instance whose TTL has passed is never
 // claimed: its anchor's deadline covers a claim within the TTL only.
 func (p *PG) ClaimPooled(ctx context.Context, lab, replaces string, at time.Time, claim func(session.Session) (session.Session, error)) (inst session.Session, err error) {
-	err = pgx.BeginFunc(ctx, p.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, p.conns, func(tx pgx.Tx) error {
 		inst, err = one(tx.Query(ctx, `SELECT `+columns+` FROM sessions
 			WHERE pool = 'idle' AND lab = $1 AND status = 'running' AND expires_at > $2
 			ORDER BY started_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`, lab, at))

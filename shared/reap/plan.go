@@ -6,7 +6,11 @@
 // (the incident behind this design).
 //
 // Plan is the pure decision (no I/O, clock passed in); Reaper executes a
-// plan against the Store and Cluster ports.
+// plan against the Store and Cluster ports, then hands on to the Backstop
+// (seating: the line and the warm pool).
+//
+// Metrics still records Prometheus series directly (NewMetrics): moving
+// them behind an interface implemented in functions/app is not done yet.
 package reap
 
 import (

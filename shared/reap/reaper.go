@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"labkeep/shared/lifetime"
+	"labkeep/shared/seating"
 	"labkeep/shared/session"
 	"labkeep/shared/setting"
 )
@@ -40,12 +41,12 @@ type Store interface {
 	Get(ctx context.Context, id string) (session.Session, error)
 	// RowFinisher is the row lock session.End ends sessions under.
 	session.RowFinisher
-	// Claim re-reads the row under its row lock, in a transaction of its
-	// own, and if it is still live and due(row) claims it for ending: its
-	// expiry moves back by the clock's smallest step, so an extension
+	// Taker takes a row for ending (session.Ending.Unlocked): under the
+	// row lock, in a transaction of its own, a row still live and due has
+	// its expiry moved back by the clock's smallest step, so an extension
 	// computed from the row as it was fails its compare-and-set, re-reads
-	// and finds the session over. ok reports whether it claimed the row.
-	Claim(ctx context.Context, id string, due func(session.Session) bool) (s session.Session, ok bool, err error)
+	// and finds the session over.
+	session.Taker
 	// TryLock takes the named advisory lock if free (ok=false if not).
 	TryLock(ctx context.Context, name string) (unlock func(), ok bool, err error)
 	// RecordRun stores a finished run's report and returns its id.
@@ -147,24 +148,21 @@ type Reaper struct {
 	Log     *slog.Logger
 	// Metrics, if set, is updated after every run.
 	Metrics *Metrics
-	// Waitlist, if set, is served after every run that deletes (not a dry
-	// run): the backstop that hands capacity freed by anything (an expiry,
-	// a ghost, a crash mid-close) to the students waiting for it.
-	Waitlist Waitlist
-	// Pools, if set, keeps the warm pool at its schedule's target after
-	// every run that deletes (not a dry run), after the line was served.
-	Pools Pools
+	// Backstop, if set, is handed on to after every run that deletes (not
+	// a dry run): it serves the line, which hands capacity freed by
+	// anything (an expiry, a ghost, a crash mid-close) to the students
+	// waiting for it, then keeps the warm pool at its schedule's target.
+	Backstop Backstop
 }
 
-// Pools is the warm pool's maintenance (session.Service.MaintainPools).
-type Pools interface {
-	MaintainPools(ctx context.Context) (session.PoolReport, error)
-}
-
-// Waitlist is the line of students waiting for capacity
-// (session.Service.ServeWaitlist).
-type Waitlist interface {
+// Backstop is what a run hands on to once it has deleted (seating.Usher):
+// the reaper is the backstop of the line and of the warm pool, whatever
+// else frees capacity or misses a pool's target.
+type Backstop interface {
+	// ServeWaitlist provisions the heads of the line that now fit.
 	ServeWaitlist(ctx context.Context) (served int, err error)
+	// MaintainPools keeps every lab's warm pool at its target.
+	MaintainPools(ctx context.Context) (seating.PoolReport, error)
 }
 
 // RunOnce is reapTick and adminReapNow: it takes the reaper lock (ErrBusy if
@@ -265,15 +263,13 @@ func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (Report, error) {
 	} else {
 		report.PrunedRuns = n
 	}
-	if r.Waitlist != nil && !cfg.DryRun {
-		if n, err := r.Waitlist.ServeWaitlist(runCtx); err != nil {
+	if r.Backstop != nil && !cfg.DryRun {
+		if n, err := r.Backstop.ServeWaitlist(runCtx); err != nil {
 			log.Warn("cannot serve the waitlist", "served", n, "err", err)
 		} else if n > 0 {
 			log.Info("served the waitlist", "served", n)
 		}
-	}
-	if r.Pools != nil && !cfg.DryRun {
-		if p, err := r.Pools.MaintainPools(runCtx); err != nil {
+		if p, err := r.Backstop.MaintainPools(runCtx); err != nil {
 			log.Warn("cannot keep the warm pool at its target", "err", err)
 			report.Failures = append(report.Failures, Failure{Kind: FailedPool, Error: err.Error()})
 		} else if p.Created > 0 || len(p.Deleted) > 0 {
@@ -326,8 +322,8 @@ func (r *Reaper) handle(ctx context.Context, log *slog.Logger, it Item, dryRun b
 // (an extension may have landed since the plan), deletes, and marks the row
 // only once the deletes succeeded — a row marked final is never looked at
 // again, so marking first would leak the VM forever. Where it can (see
-// lockFree) the re-check claims the row in a short transaction of its own
-// and the deletes run before End, which then only re-checks and marks. A ghost is marked
+// lockFree) End takes the row in a short transaction of its own and runs
+// the deletes with no row lock held (session.Ending.Unlocked). A ghost is marked
 // failed even if some leftover refuses to go: the student must not be
 // locked out; the leftover becomes an orphan for the next run.
 func (r *Reaper) endSession(ctx context.Context, log *slog.Logger, it Item, dryRun bool, fail func(string, error)) bool {
@@ -350,25 +346,15 @@ func (r *Reaper) endSession(ctx context.Context, log *slog.Logger, it Item, dryR
 		log.Info("would reap", "reason", it.Reason)
 		return true
 	}
-	var teardown session.Teardowner = r.Cluster
 	if lockFree(it) {
-		// Claimed in one short transaction, deleted with no lock and no
+		// Taken in one short transaction, deleted with no lock and no
 		// connection held, finished in another: however slow the API
 		// server, a run never holds a row lock (which extend, close and
 		// getSession's MarkRunning wait for) or a connection across a
 		// delete.
-		cur, claimed, err := r.Store.Claim(ctx, it.SessionID, e.Due)
-		switch {
-		case err != nil:
-			fail("", err)
-			return false
-		case !claimed:
-			log.Info("not reaped after all: the row changed since the plan (extended, closed or became ready)")
-			return false
-		}
-		teardown = tornDown{err: r.Cluster.Teardown(ctx, cur)}
+		e.Unlocked = r.Store
 	}
-	_, ended, err := session.End(ctx, r.Store, teardown, it.SessionID, e, r.Now().UTC())
+	_, ended, err := session.End(ctx, r.Store, r.Cluster, it.SessionID, e, r.Now().UTC())
 	switch {
 	case err != nil:
 		fail("", err)
@@ -383,7 +369,7 @@ func (r *Reaper) endSession(ctx context.Context, log *slog.Logger, it Item, dryR
 
 // lockFree reports whether the deletes of it may run outside the row lock: an
 // expired session (nothing but the reaper and its student's close still
-// ends it, and a claimed row can no longer be extended) or a running
+// ends it, and a taken row can no longer be extended) or a running
 // ghost. A provisioning ghost is torn down under the lock, as every other
 // ending is: its Open may still be creating objects, and must find the row
 // final when it re-checks, so that it deletes what it created after these
@@ -391,12 +377,6 @@ func (r *Reaper) endSession(ctx context.Context, log *slog.Logger, it Item, dryR
 func lockFree(it Item) bool {
 	return it.Kind == Expired || it.Session.Status == session.StatusRunning
 }
-
-// tornDown is a Teardowner whose deletes already ran: End finishes the row
-// with their outcome and calls the cluster no more.
-type tornDown struct{ err error }
-
-func (t tornDown) Teardown(context.Context, session.Session) error { return t.err }
 
 // sweepOrphan deletes an orphan's objects after checking again, right
 // before deleting, that its session has no live row: a session whose row

@@ -129,6 +129,24 @@ type Ending struct {
 	// finds as an orphan. Otherwise a failed delete leaves the row live, so
 	// the next attempt (the reaper's, the student's) retries everything.
 	EvenIfTeardownFails bool
+	// Unlocked, if set, runs the deletes with no row lock held: the row is
+	// first taken for ending in a short transaction of its own
+	// (Taker.Take: re-checked live and due, and changed so that no
+	// extension computed before can land), then torn down, and only then
+	// re-checked and marked under the row lock, without calling the
+	// cluster again. However slow the deletes, no row lock (which extend,
+	// close and getSession wait for) and no connection is held across
+	// them. Only for endings no open can still be creating objects for
+	// (the reaper's expired sessions and running ghosts).
+	Unlocked Taker
+}
+
+// Taker takes a row for ending in a transaction of its own (the
+// reaper's store): see Ending.Unlocked.
+type Taker interface {
+	// Take re-reads the row under its row lock and, if it is still live
+	// and due(row), takes it for ending; ok reports whether it did.
+	Take(ctx context.Context, id string, due func(Session) bool) (s Session, ok bool, err error)
 }
 
 // ErrTeardown marks an End whose deletes did not all succeed; the row was
@@ -145,7 +163,8 @@ var ErrTeardown = errors.New("deleting session resources")
 var ErrNotOurs = errors.New("refused to delete")
 
 // End is the one way a session ends, used by a close, an open reclaiming an
-// expired session or rolling back a failed one, and the reaper. Under the
+// expired session or rolling back a failed one, a warm-pool instance
+// retired, and the reaper (with Ending.Unlocked where it may). Under the
 // row lock it re-reads the row; if it is still live and due, it deletes
 // the session's objects (Cluster.Teardown, in the one delete order: what
 // runs first, the anchor last) and only then marks the row final with the
@@ -162,10 +181,19 @@ func End(ctx context.Context, store RowFinisher, cluster Teardowner, id string, 
 	if due == nil {
 		due = func(Session) bool { return true }
 	}
+	teardown := func(cur Session) error { return cluster.Teardown(ctx, cur) }
+	if e.Unlocked != nil {
+		cur, taken, err := e.Unlocked.Take(ctx, id, due)
+		if err != nil || !taken {
+			return cur, false, err
+		}
+		done := cluster.Teardown(ctx, cur)
+		teardown = func(Session) error { return done }
+	}
 	var teardownErr error
 	act := func(cur Session) (EndReason, error) {
 		reason := e.Reason
-		teardownErr = cluster.Teardown(ctx, cur)
+		teardownErr = teardown(cur)
 		if teardownErr != nil && e.EvenIfTeardownFails && !errors.Is(teardownErr, ErrNotOurs) {
 			reason.Detail += "; cleanup incomplete, left for the reaper: " + teardownErr.Error()
 			return reason, nil

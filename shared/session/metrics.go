@@ -19,8 +19,6 @@ type Metrics struct {
 	timeToReady *prometheus.HistogramVec
 	extensions  *prometheus.CounterVec
 	ends        *prometheus.CounterVec
-	waitlist    *prometheus.CounterVec
-	poolClaims  *prometheus.CounterVec
 }
 
 // results are the sentinel errors an open or extend is counted by: the
@@ -64,14 +62,8 @@ func NewMetrics(reg prometheus.Registerer, live Store) *Metrics {
 		ends: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "labkeep_session_ends_total", Help: "Sessions the functions ended, by reason (closed, expired, no_capacity, provisioning_failed) and actor (student, admin, open); the reaper's are labkeep_reaped_items_total.",
 		}, []string{"reason", "actor"}),
-		waitlist: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "labkeep_waitlist_events_total", Help: "Waitlist entries by lab and event: joined, served (became a provisioning session), dropped (nobody polled it, or its lab left the catalog), left (closed while queued).",
-		}, []string{"lab", "event"}),
-		poolClaims: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "labkeep_pool_claims_total", Help: "Opens and waitlist heads that tried the warm pool, by lab and result (ok, empty: no ready instance, failed: the cluster step failed and the open provisioned cold).",
-		}, []string{"lab", "result"}),
 	}
-	reg.MustRegister(m.opens, m.timeToReady, m.extensions, m.ends, m.waitlist, m.poolClaims)
+	reg.MustRegister(m.opens, m.timeToReady, m.extensions, m.ends)
 	// The endings alerts watch exist at 0 from the start: a counter's
 	// first increase is only seen against an earlier sample, so a series
 	// born at 1 would hide the first refused or failed open.
@@ -115,20 +107,6 @@ func (m *Metrics) ended(r EndReason) {
 		return
 	}
 	m.ends.WithLabelValues(string(r.Kind), string(r.Actor)).Inc()
-}
-
-func (m *Metrics) poolClaimed(lab, result string) {
-	if m == nil {
-		return
-	}
-	m.poolClaims.WithLabelValues(lab, result).Inc()
-}
-
-func (m *Metrics) queueEvent(lab string, ev QueueEvent) {
-	if m == nil {
-		return
-	}
-	m.waitlist.WithLabelValues(lab, string(ev)).Inc()
 }
 
 var liveDesc = prometheus.NewDesc("labkeep_sessions", "Live students' sessions by lab and status (provisioning, running), read from the database at scrape; unclaimed warm-pool instances are labkeep_pool_instances.", []string{"lab", "status"}, nil)

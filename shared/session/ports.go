@@ -37,11 +37,6 @@ type Store interface {
 	// row lock to commit, so a Close or reaper part-way through is seen
 	// finished, never still live. Returns ErrNoSession if there is none.
 	GetSettled(ctx context.Context, id string) (Session, error)
-	// LockCapacity blocks until this caller holds the capacity lock shared
-	// by every labkeep instance using the database, so counting VMs and
-	// creating new ones is one atomic step. unlock must be called; the lock
-	// is also released if the process dies.
-	LockCapacity(ctx context.Context) (unlock func(), err error)
 }
 
 // RowFinisher is the row lock End ends a session under.
@@ -84,14 +79,6 @@ type NodeState struct {
 // session's labels and an ownerReference to the session's deadline anchor,
 // and is named after the session id, so Teardown can find it by name.
 type Cluster interface {
-	// CountVMs counts every VirtualMachine in the namespace — labkeep's or
-	// not, any environment — because they all use the same hardware.
-	CountVMs(ctx context.Context) (int, error)
-	// CountWorkspacePods counts every Pod in the namespace that has a
-	// deadline (spec.activeDeadlineSeconds) and has not finished —
-	// labkeep's workspace Pods and anyone else's — exactly what the
-	// namespace's Terminating-scoped ResourceQuota counts.
-	CountWorkspacePods(ctx context.Context) (int, error)
 	// Provision creates the session's objects in order: deadline anchor,
 	// per-node cloud-init Secrets, the session's NetworkPolicy, VMs (plus a
 	// Service for multi-node labs) or the workspace Pod. It stops at the first error,
@@ -101,4 +88,31 @@ type Cluster interface {
 	// Observe returns the state of each node of s, in s.Nodes order.
 	Observe(ctx context.Context, s Session) ([]NodeState, error)
 	Teardowner
+}
+
+// Seating admits opens to the capacity every session shares (package
+// seating implements it: the capacity lock, the waitlist, the warm pool).
+// Service declares what it needs here, so session never depends on
+// seating; the entry points wire the one in.
+type Seating interface {
+	// Seat admits sess, an open's provisioning row already written, to
+	// lab's capacity under the capacity lock, and either creates its
+	// objects (started true), hands the student a ready warm-pool
+	// instance (started false, placed is the claimed session, Pool
+	// PoolClaimed), puts the student in the line if wait (started false,
+	// placed is their queued session), or refuses with ErrNoCapacity
+	// (started false: nothing was created). A row finished meanwhile
+	// yields ErrEndedWhileProvisioning before anything is created; a
+	// create the cluster refuses yields its error with started true.
+	Seat(ctx context.Context, sess Session, lab labs.Lab, wait bool) (started bool, placed Session, err error)
+	// Queued is the student's place in the line as a queued session,
+	// after a sign of life; ErrNoSession if they do not wait.
+	Queued(ctx context.Context, student string) (Session, error)
+	// Leave takes the student out of the line (a close while queued); id,
+	// if non-empty, must be their entry's. ErrNoSession if they do not
+	// wait.
+	Leave(ctx context.Context, student, id string, actor Actor, by string) (Session, error)
+	// Freed hands capacity a session just gave back to the line, on a
+	// context that outlives the caller's request.
+	Freed(ctx context.Context)
 }

@@ -11,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	"labkeep/shared/labs"
 	"labkeep/shared/lifetime"
 )
@@ -23,10 +21,6 @@ type memStore struct {
 	mu       sync.Mutex
 	rows     map[string]Session
 	conflict int // Extend calls to fail with ErrConflict first
-	// onLock runs when LockCapacity is called (before it returns); a
-	// blocked lock waits for ctx instead of returning.
-	onLock  func()
-	blocked bool
 }
 
 func (m *memStore) Create(_ context.Context, s Session) error {
@@ -120,17 +114,6 @@ func (m *memStore) FinishIf(_ context.Context, id string, due func(Session) bool
 	return s, true, nil
 }
 
-func (m *memStore) LockCapacity(ctx context.Context) (func(), error) {
-	if m.onLock != nil {
-		m.onLock()
-	}
-	if m.blocked {
-		<-ctx.Done()
-		return nil, ctx.Err()
-	}
-	return func() {}, nil
-}
-
 // finishLive finishes the one live row, as the reaper or a close would.
 func (m *memStore) finishLive(reason EndReason) {
 	m.mu.Lock()
@@ -145,8 +128,6 @@ func (m *memStore) finishLive(reason EndReason) {
 
 // fakeCluster records calls and fails where told.
 type fakeCluster struct {
-	vms          int
-	countErr     error
 	provisionErr error
 	teardownErr  error
 	ready        bool
@@ -156,16 +137,10 @@ type fakeCluster struct {
 	onProvision func()
 }
 
-func (f *fakeCluster) CountVMs(context.Context) (int, error)           { return f.vms, f.countErr }
-func (f *fakeCluster) CountWorkspacePods(context.Context) (int, error) { return 0, f.countErr }
-
 func (f *fakeCluster) Provision(_ context.Context, s Session, lab labs.Lab) error {
 	f.provisioned = append(f.provisioned, s.ID)
 	if f.onProvision != nil {
 		f.onProvision()
-	}
-	if f.provisionErr == nil {
-		f.vms += lab.VMCount()
 	}
 	return f.provisionErr
 }
@@ -197,57 +172,38 @@ func newService(t *testing.T, c *fakeCluster, now *time.Time) (*Service, *memSto
 	}
 	st := &memStore{rows: map[string]Session{}}
 	return &Service{
-		Store: st, Cluster: c, Labs: cat, Limits: Limits{MaxVMs: 4, MaxPods: 4, CapacityWait: time.Minute, CleanupTimeout: time.Second},
-		Policy: lifetime.Policy{Lifetime: time.Hour, MaxLifetime: 3 * time.Hour},
-		Now:    func() time.Time { return *now },
-		Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Starter: &Starter{
+			Store: st, Cluster: c, CleanupTimeout: time.Second,
+			Policy: lifetime.Policy{Lifetime: time.Hour, MaxLifetime: 3 * time.Hour},
+			Now:    func() time.Time { return *now },
+			Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+		},
+		Labs: cat, Seating: unlimited{c},
 	}, st
 }
 
-func TestOpenDecisions(t *testing.T) {
-	t0 := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
-	tests := []struct {
-		name         string
-		cluster      fakeCluster
-		lab          string
-		wantErr      error
-		wantStatus   Status
-		wantTeardown bool
-		wantReason   string
-	}{
-		{"fits", fakeCluster{vms: 1}, "three", nil, StatusProvisioning, false, ""},
-		{"one VM too many is refused before creating anything", fakeCluster{vms: 2}, "three", ErrNoCapacity, StatusFailed, false, "2 of 4 VMs"},
-		{"pod labs need no VM capacity", fakeCluster{vms: 4}, "shell", nil, StatusProvisioning, false, ""},
-		{"count failure falls back to the quota", fakeCluster{vms: 99, countErr: errors.New("forbidden")}, "one", nil, StatusProvisioning, false, ""},
-		{"quota refusal is no_capacity and rolled back", fakeCluster{provisionErr: errors.Join(ErrNoCapacity, errors.New("exceeded quota"))}, "one", ErrNoCapacity, StatusFailed, true, "exceeded quota"},
-		{"other failure is rolled back", fakeCluster{provisionErr: errors.New("boom")}, "three", ErrProvisioning, StatusFailed, true, "boom"},
-		{"failed rollback still frees the student", fakeCluster{provisionErr: errors.New("boom"), teardownErr: errors.New("api down")}, "one", ErrProvisioning, StatusFailed, true, "cleanup incomplete, left for the reaper: api down"},
+// unlimited is a Seating with room for every open and nobody waiting:
+// the session's own life, without the capacity rules (package seating
+// tests those, with this package's Service).
+type unlimited struct{ c Cluster }
+
+func (u unlimited) Seat(ctx context.Context, sess Session, lab labs.Lab, _ bool) (bool, Session, error) {
+	if err := u.c.Provision(ctx, sess, lab); err != nil {
+		if errors.Is(err, ErrNoCapacity) {
+			return true, Session{}, err
+		}
+		return true, Session{}, fmt.Errorf("%w: %w", ErrProvisioning, err)
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			now := t0
-			c := tc.cluster
-			svc, store := newService(t, &c, &now)
-			s, err := svc.Open(context.Background(), "ann", tc.lab, "")
-			if !errors.Is(err, tc.wantErr) {
-				t.Fatalf("Open error = %v, want %v", err, tc.wantErr)
-			}
-			row, _ := store.Get(context.Background(), s.ID)
-			if row.Status != tc.wantStatus || !strings.Contains(row.End.Detail, tc.wantReason) {
-				t.Errorf("row = %s %q, want %s containing %q", row.Status, row.End, tc.wantStatus, tc.wantReason)
-			}
-			if got := len(c.tornDown) > 0; got != tc.wantTeardown {
-				t.Errorf("teardown called = %v, want %v", got, tc.wantTeardown)
-			}
-			if tc.wantStatus == StatusFailed {
-				c.provisionErr, c.countErr, c.vms = nil, nil, 0
-				if _, err := svc.Open(context.Background(), "ann", tc.lab, ""); err != nil {
-					t.Errorf("retry after failure = %v", err)
-				}
-			}
-		})
-	}
+	return true, Session{}, nil
 }
+
+func (unlimited) Queued(context.Context, string) (Session, error) { return Session{}, ErrNoSession }
+
+func (unlimited) Leave(context.Context, string, string, Actor, string) (Session, error) {
+	return Session{}, ErrNoSession
+}
+
+func (unlimited) Freed(context.Context) {}
 
 func TestOpenUnknownLabListsValidOnes(t *testing.T) {
 	now := time.Now()
@@ -355,84 +311,6 @@ func TestOpenReclaimsAnExpiredSession(t *testing.T) {
 	}
 	if row, _ := store.Get(context.Background(), old.ID); row.Status != StatusExpired || !row.FinishedAt.Equal(now) {
 		t.Errorf("old session = %s at %s, want expired now", row.Status, row.FinishedAt)
-	}
-}
-
-// An open whose row is finished by someone else (the reaper's ghost rule,
-// a close) while it queues for capacity or creates objects never reports
-// success: it creates nothing (or deletes what it created), leaves the
-// finisher's status on the row, and returns ErrEndedWhileProvisioning.
-func TestOpenOfAnEndedRow(t *testing.T) {
-	ghost := EndReason{Kind: EndGhost, Actor: ActorReaper, Detail: "never became ready"}
-	closed := EndReason{Kind: EndClosed, Actor: ActorStudent, Detail: "closed by student ann"}
-	tests := []struct {
-		name          string
-		lab           string
-		during        string // "lock" or "provision"
-		finisher      EndReason
-		wantProvision bool
-		wantTeardown  bool
-	}{
-		{"reaper fails the row while queued for capacity", "one", "lock", ghost, false, false},
-		{"student closes while queued for capacity", "three", "lock", closed, false, false},
-		{"reaper fails the row while VMs are created", "one", "provision", ghost, true, true},
-		{"student closes while VMs are created", "three", "provision", closed, true, true},
-		{"student closes while the workspace Pod is created", "shell", "provision", closed, true, true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
-			c := &fakeCluster{}
-			svc, store := newService(t, c, &now)
-			finish := func() { store.finishLive(tc.finisher) }
-			if tc.during == "lock" {
-				store.onLock = finish
-			} else {
-				c.onProvision = finish
-			}
-			s, err := svc.Open(context.Background(), "ann", tc.lab, "")
-			if !errors.Is(err, ErrEndedWhileProvisioning) || !errors.Is(err, ErrProvisioning) {
-				t.Fatalf("Open = %v, want ErrEndedWhileProvisioning (an ErrProvisioning)", err)
-			}
-			if diff := cmp.Diff(tc.finisher, s.End); diff != "" || s.Status != tc.finisher.Status() {
-				t.Errorf("returned row %s: want the finisher's reason (-want +got):\n%s", s.Status, diff)
-			}
-			if row, _ := store.Get(context.Background(), s.ID); row.Status != tc.finisher.Status() {
-				t.Errorf("stored row = %s, want %s", row.Status, tc.finisher.Status())
-			}
-			if got := len(c.provisioned) > 0; got != tc.wantProvision {
-				t.Errorf("provisioned = %v, want %v", got, tc.wantProvision)
-			}
-			if got := len(c.tornDown) > 0; got != tc.wantTeardown {
-				t.Errorf("torn down = %v, want %v", got, tc.wantTeardown)
-			}
-		})
-	}
-}
-
-// The capacity-lock wait is bounded: past CapacityWait the open is
-// no_capacity (retry later), the row is failed and nothing was created. A
-// caller that went away is not reported as no_capacity.
-func TestCapacityWaitIsBounded(t *testing.T) {
-	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
-	c := &fakeCluster{}
-	svc, store := newService(t, c, &now)
-	svc.Limits.CapacityWait = 20 * time.Millisecond
-	store.blocked = true
-	s, err := svc.Open(context.Background(), "ann", "one", "")
-	if !errors.Is(err, ErrNoCapacity) || !strings.Contains(err.Error(), "waited 20ms for the capacity lock") {
-		t.Fatalf("Open with the lock held = %v, want ErrNoCapacity after the wait", err)
-	}
-	if row, _ := store.Get(context.Background(), s.ID); row.Status != StatusFailed || len(c.provisioned) > 0 {
-		t.Errorf("row = %s, provisioned %v; want failed and nothing created", row.Status, c.provisioned)
-	}
-
-	svc.Limits.CapacityWait = time.Minute
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
-	defer cancel()
-	_, err = svc.Open(ctx, "bob", "one", "")
-	if err == nil || errors.Is(err, ErrNoCapacity) {
-		t.Errorf("Open whose caller went away = %v, want a non-capacity error", err)
 	}
 }
 
@@ -570,6 +448,58 @@ func TestEnd(t *testing.T) {
 			}
 			if tc.wantEnded && (stored.End.Detail != tc.wantDetail || !stored.FinishedAt.Equal(at)) {
 				t.Errorf("stored reason %q at %s, want %q at %s", stored.End.Detail, stored.FinishedAt, tc.wantDetail, at)
+			}
+		})
+	}
+}
+
+// taker takes every row it is asked about unless refuse; it counts takes.
+type taker struct {
+	store  *memStore
+	refuse bool
+	took   int
+}
+
+func (k *taker) Take(ctx context.Context, id string, due func(Session) bool) (Session, bool, error) {
+	cur, err := k.store.Get(ctx, id)
+	if err != nil || k.refuse || !cur.Status.Live() || !due(cur) {
+		return cur, false, err
+	}
+	k.took++
+	return cur, true, nil
+}
+
+// An unlocked End takes the row first and tears down once, outside the
+// row lock, then marks under it; a row it cannot take is neither torn
+// down nor marked.
+func TestEndUnlocked(t *testing.T) {
+	at := time.Date(2026, 1, 1, 10, 0, 0, 0, time.UTC)
+	reason := EndReason{Kind: EndExpired, Actor: ActorReaper, Detail: "expired"}
+	for _, tc := range []struct {
+		name          string
+		refuse        bool
+		teardownErr   error
+		wantEnded     bool
+		wantErr       error
+		wantTeardowns int
+		wantStatus    Status
+	}{
+		{name: "taken, deleted, marked", wantEnded: true, wantTeardowns: 1, wantStatus: StatusExpired},
+		{name: "not taken: nothing deleted, row live", refuse: true, wantStatus: StatusRunning},
+		{name: "delete fails: row stays live for a retry", teardownErr: errors.New("api down"),
+			wantErr: ErrTeardown, wantTeardowns: 1, wantStatus: StatusRunning},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st := &memStore{rows: map[string]Session{"s1": {ID: "s1", Student: "ann", Status: StatusRunning, Nodes: []Node{{Name: "vm"}}}}}
+			c := &fakeCluster{teardownErr: tc.teardownErr}
+			k := &taker{store: st, refuse: tc.refuse}
+			got, ended, err := End(context.Background(), st, c, "s1", Ending{Reason: reason, Unlocked: k}, at)
+			if ended != tc.wantEnded || !errors.Is(err, tc.wantErr) || (tc.wantErr == nil && err != nil) {
+				t.Fatalf("End = ended %v, err %v; want ended %v, err %v", ended, err, tc.wantEnded, tc.wantErr)
+			}
+			if len(c.tornDown) != tc.wantTeardowns || got.Status != tc.wantStatus || st.rows["s1"].Status != tc.wantStatus {
+				t.Errorf("torn down %v, status returned %s stored %s; want %d teardowns, %s",
+					c.tornDown, got.Status, st.rows["s1"].Status, tc.wantTeardowns, tc.wantStatus)
 			}
 		})
 	}

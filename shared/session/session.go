@@ -1,11 +1,19 @@
-// Package session is the domain of labkeep's student-facing half: what a lab
-// session is, the rules for opening, extending, reading and closing one, and
-// the two ports it needs — a Store (the database, the source of truth for
-// who has which session) and a Cluster (where the session's VMs or Pod run).
-// Service orchestrates them, including the rollback that guarantees a failed
-// open leaves nothing behind. Adapters live in pgstore and kube; the HTTP
-// layer in httpapi. The reaper (package reap) reuses Store, Cluster and the
+// Package session keeps the life of one lab session: what a session is,
+// the rules for opening, extending, reading, closing and ending one (End is
+// the one way a session ends, whoever ends it), and the ports it needs — a
+// Store (the database, the source of truth for who has which session), a
+// Cluster (where the session's VMs or Pod run) and Seating (whether an open
+// may take shared capacity now, wait in line or take a warm instance:
+// package seating implements it, so capacity rules live in one place).
+// Starter builds, starts and unwinds rows, including the rollback that
+// guarantees a failed open leaves nothing behind; Service answers the
+// student's calls. Adapters live in pgstore and kube; the HTTP layer in
+// httpapi. The reaper (package reap) reuses Store, Cluster, End and the
 // lifetime package so both halves agree on every rule.
+//
+// Metrics still records Prometheus series directly (NewMetrics): moving
+// them behind an interface with the implementation in functions/app is
+// not done yet; nothing else of the package depends on Prometheus.
 package session
 
 import (
@@ -28,6 +36,10 @@ const (
 	StatusExpired      Status = "expired"
 	StatusFailed       Status = "failed"
 	StatusClosed       Status = "closed"
+	// StatusQueued is a student waiting in the seating package's line. It
+	// is never stored in a session row: a queued Session is the view of a
+	// waitlist entry, with its Place.
+	StatusQueued Status = "queued"
 )
 
 // Live reports whether the status holds cluster resources and counts for
@@ -78,6 +90,34 @@ type Session struct {
 	// that id names this session too.
 	ClaimedFor string
 }
+
+// Place is where a queued session stands; zero for any other session.
+type Place struct {
+	// Position is 1 for the head of the line.
+	Position int
+	// ETA is the likely wait until the session starts provisioning;
+	// ETALatest the longest it can take.
+	ETA, ETALatest time.Duration
+}
+
+// PoolState marks the rows of warm-pool instances (kept by the seating
+// package): an instance is stored as a session row so that it counts
+// against the same capacity and the reaper sees its objects as a live
+// session's, never as orphans.
+type PoolState string
+
+// The pool states of a session row.
+const (
+	// PoolIdle: an unclaimed warm-pool instance, owned by PoolStudent.
+	PoolIdle PoolState = "idle"
+	// PoolClaimed: a student's session that came from the warm pool.
+	PoolClaimed PoolState = "claimed"
+)
+
+// PoolStudent is the student of every unclaimed warm-pool instance.
+// Student reads (LiveFor, Latest) never return an idle instance, whoever
+// asks.
+const PoolStudent = "labkeep:pool"
 
 // Node is one machine of a session.
 type Node struct {

@@ -163,7 +163,7 @@ func TestLockSerialisesAndSurvivesManyWaiters(t *testing.T) {
 	var inside, maxInside atomic.Int32
 	var wg sync.WaitGroup
 	var reads atomic.Int32
-	for range 3 * (int(pg.Pool().Config().MaxConns) + pgstore.LockConns) {
+	for range 3 * (int(pg.Conns().Config().MaxConns) + pgstore.LockConns) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -191,7 +191,7 @@ func TestLockSerialisesAndSurvivesManyWaiters(t *testing.T) {
 	if maxInside.Load() != 1 {
 		t.Errorf("%d holders at once, want 1", maxInside.Load())
 	}
-	if int(reads.Load()) != 3*(int(pg.Pool().Config().MaxConns)+pgstore.LockConns) {
+	if int(reads.Load()) != 3*(int(pg.Conns().Config().MaxConns)+pgstore.LockConns) {
 		t.Errorf("only %d reads while holding the lock succeeded", reads.Load())
 	}
 	unlock, ok, err := pg.TryLock(ctx, "reap")
@@ -269,7 +269,7 @@ func TestSessionKeysStoredWithoutSecrets(t *testing.T) {
 		t.Errorf("read back student key %q host key %q issued %+v", got.StudentKey, got.HostKey, got.Issued)
 	}
 	var n int
-	if err := pg.Pool().QueryRow(ctx, `SELECT count(*) FROM sessions WHERE sessions::text LIKE '%PRIVATE KEY%'`).Scan(&n); err != nil {
+	if err := pg.Conns().QueryRow(ctx, `SELECT count(*) FROM sessions WHERE sessions::text LIKE '%PRIVATE KEY%'`).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	if n != 0 {

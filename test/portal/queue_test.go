@@ -117,7 +117,7 @@ func TestPageWaitsInLine(t *testing.T) {
 
 	// Past the idle time by the functions' clock, in steps the page's
 	// polls fall between: the place is kept.
-	idle := d.App.Sessions.Limits.QueueIdle
+	idle := d.App.Config.Limits.QueueIdle
 	step := idle / 3
 	for moved := time.Duration(0); moved <= idle; moved += step {
 		d.Clock.Advance(step)

@@ -101,11 +101,11 @@ func TestClaimDefeatsAnExtensionInFlight(t *testing.T) {
 	s := b.open("s-claim", "linux-vm")
 	store := b.App.ReapStore
 
-	cur, ok, err := store.Claim(ctx, s.ID, func(session.Session) bool { return false })
+	cur, ok, err := store.Take(ctx, s.ID, func(session.Session) bool { return false })
 	if err != nil || ok || !cur.ExpiresAt.Equal(s.ExpiresAt) {
 		t.Fatalf("claim of a row not due: ok=%v err=%v expires %s (was %s)", ok, err, cur.ExpiresAt, s.ExpiresAt)
 	}
-	cur, ok, err = store.Claim(ctx, s.ID, func(session.Session) bool { return true })
+	cur, ok, err = store.Take(ctx, s.ID, func(session.Session) bool { return true })
 	if err != nil || !ok || !cur.ExpiresAt.Before(s.ExpiresAt) || cur.ExpiresAt.Before(s.ExpiresAt.Add(-time.Millisecond)) {
 		t.Fatalf("claim: ok=%v err=%v expires %s (was %s), want a microsecond earlier", ok, err, cur.ExpiresAt, s.ExpiresAt)
 	}

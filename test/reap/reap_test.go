@@ -288,7 +288,7 @@ func TestConcurrentReapersReapEachItemOnce(t *testing.T) {
 		ids = append(ids, s.ID)
 	}
 	// Replica b: same database and environment, its own pool and clients.
-	second, err := pgstore.Open(ctx, a.App.Store.Pool().Config().ConnString(), a.Env)
+	second, err := pgstore.Open(ctx, a.App.Store.Conns().Config().ConnString(), a.Env)
 	if err != nil {
 		t.Fatal(err)
 	}

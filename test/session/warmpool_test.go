@@ -20,6 +20,7 @@ import (
 	"labkeep/localrun/stacktest"
 	"labkeep/shared/kube"
 	"labkeep/shared/reap"
+	"labkeep/shared/seating"
 	"labkeep/shared/session"
 )
 
@@ -148,11 +149,11 @@ func TestWarmPoolClaimsAtomically(t *testing.T) {
 	}
 	// The admin status and the metrics say the same.
 	st := e.Do("GET", "/adminStatus", e.Token("ops", "admin"), "", "")
-	var status struct{ Pools []session.PoolStatus }
+	var status struct{ Pools []seating.PoolStatus }
 	if err := json.Unmarshal(st.Body, &status); err != nil || st.Status != http.StatusOK {
 		t.Fatalf("adminStatus = %d %s (%v)", st.Status, st.Body, err)
 	}
-	if diff := cmp.Diff([]session.PoolStatus{{Lab: "linux-vm", Target: 5, Claimed: 5}}, status.Pools); diff != "" {
+	if diff := cmp.Diff([]seating.PoolStatus{{Lab: "linux-vm", Target: 5, Claimed: 5}}, status.Pools); diff != "" {
 		t.Errorf("adminStatus pools (-want +got):\n%s", diff)
 	}
 	metrics := string(e.Do("GET", "/metrics", "", "", "").Body)

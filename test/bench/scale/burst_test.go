@@ -16,6 +16,7 @@ import (
 	"labkeep/localrun/benchtable"
 	"labkeep/localrun/stacktest"
 	"labkeep/shared/httpapi"
+	"labkeep/shared/seating"
 	"labkeep/shared/session"
 )
 
@@ -67,13 +68,16 @@ func unlockedServer(b *testing.B, d *stacktest.Deployment) string {
 // excludes nothing: every open counts the live VMs and creates at once.
 func unlocked(d *stacktest.Deployment) *session.Service {
 	svc := *d.App.Sessions
-	svc.Store = noCapacityLock{d.App.Store}
+	svc.Seating = seating.NewUsher(seating.Config{
+		Rows: svc.Starter, Store: noCapacityLock{d.App.Store}, Cluster: d.App.Cluster, Labs: d.App.Labs,
+		Limits: d.App.Config.Limits, Waitlist: d.App.Store, Now: d.Clock.Now, Log: stacktest.Discard(),
+	})
 	return &svc
 }
 
 // noCapacityLock is the store with LockCapacity taking no lock: the
 // baseline's check-then-create.
-type noCapacityLock struct{ session.Store }
+type noCapacityLock struct{ seating.Store }
 
 func (noCapacityLock) LockCapacity(context.Context) (func(), error) { return func() {}, nil }
 

@@ -21,6 +21,7 @@ import (
 	"labkeep/shared/kube"
 	"labkeep/shared/pgstore"
 	"labkeep/shared/reap"
+	"labkeep/shared/seating"
 	"labkeep/shared/session"
 )
 
@@ -151,10 +152,14 @@ func newMeteredReaper(b *testing.B, d *stacktest.Deployment) *meteredReaper {
 	b.Cleanup(m.store.Close)
 	// The sessions the run hands capacity to (the waitlist) are served
 	// through the same counted store and cluster.
-	svc := *d.App.Sessions
-	svc.Store, svc.Waitlist, svc.Cluster = m.store, m.store, cluster
+	rows := *d.App.Sessions.Starter
+	rows.Store, rows.Cluster = m.store, cluster
+	usher := seating.NewUsher(seating.Config{
+		Rows: &rows, Store: m.store, Cluster: cluster, Labs: d.App.Labs,
+		Limits: d.App.Config.Limits, Waitlist: m.store, Now: d.Clock.Now, Log: stacktest.Discard(),
+	})
 	m.reaper = *d.App.Reaper
-	m.reaper.Store, m.reaper.Cluster, m.reaper.Waitlist = m.store, cluster, &svc
+	m.reaper.Store, m.reaper.Cluster, m.reaper.Backstop = m.store, cluster, usher
 	return m
 }
 

@@ -1,6 +1,8 @@
-package session
+package seating
 
 import (
+	"labkeep/shared/session"
+
 	"context"
 	"slices"
 	"sync"
@@ -8,7 +10,6 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // A lab's line counts the entries still polled within the idle time, and
@@ -59,37 +60,6 @@ type lineOnly struct {
 
 func (l lineOnly) Line(context.Context) ([]Entry, error) { return l.line, nil }
 
-// The waitlist gauges are the line per catalog lab, read at scrape.
-func TestQueueCollector(t *testing.T) {
-	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
-	svc, _ := newService(t, &fakeCluster{}, &now)
-	svc.Limits.QueueIdle = DefaultQueueIdle
-	svc.Waitlist = lineOnly{line: []Entry{
-		{Lab: "one", EnqueuedAt: now.Add(-10 * time.Minute), PolledAt: now},
-		{Lab: "one", EnqueuedAt: now.Add(-time.Minute), PolledAt: now},
-	}}
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(svc.QueueCollector())
-	got := map[string]float64{}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		for _, m := range mf.GetMetric() {
-			got[mf.GetName()+"{"+m.GetLabel()[0].GetValue()+"}"] = m.GetGauge().GetValue()
-		}
-	}
-	want := map[string]float64{
-		"labkeep_waitlist_length{one}": 2, "labkeep_waitlist_oldest_wait_seconds{one}": 600,
-		"labkeep_waitlist_length{three}": 0, "labkeep_waitlist_oldest_wait_seconds{three}": 0,
-		"labkeep_waitlist_length{shell}": 0, "labkeep_waitlist_oldest_wait_seconds{shell}": 0,
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("gauges (-want +got):\n%s", diff)
-	}
-}
-
 // memWaitlist is an in-memory Waitlist over a memStore (Promote inserts
 // the row there); the real one's guarantees are pgstore's, on PostgreSQL.
 type memWaitlist struct {
@@ -104,7 +74,7 @@ func (w *memWaitlist) Enqueue(_ context.Context, e Entry) (Entry, error) {
 	defer w.mu.Unlock()
 	for _, x := range w.line {
 		if x.Student == e.Student {
-			return x, ErrSessionExists
+			return x, session.ErrSessionExists
 		}
 	}
 	w.seq++
@@ -146,7 +116,7 @@ func (w *memWaitlist) Touch(_ context.Context, student string, at time.Time) (En
 			return w.line[i], nil
 		}
 	}
-	return Entry{}, ErrNoSession
+	return Entry{}, session.ErrNoSession
 }
 
 func (w *memWaitlist) Leave(_ context.Context, student string) (Entry, error) {
@@ -155,7 +125,7 @@ func (w *memWaitlist) Leave(_ context.Context, student string) (Entry, error) {
 	if out := w.take(func(e Entry) bool { return e.Student == student }); len(out) == 1 {
 		return out[0], nil
 	}
-	return Entry{}, ErrNoSession
+	return Entry{}, session.ErrNoSession
 }
 
 func (w *memWaitlist) DropIdle(_ context.Context, before time.Time) ([]Entry, error) {
@@ -164,82 +134,15 @@ func (w *memWaitlist) DropIdle(_ context.Context, before time.Time) ([]Entry, er
 	return w.take(func(e Entry) bool { return e.PolledAt.Before(before) }), nil
 }
 
-func (w *memWaitlist) Promote(ctx context.Context, s Session) error {
+func (w *memWaitlist) Promote(ctx context.Context, s session.Session) error {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.take(func(e Entry) bool { return e.ID == s.ID })) == 0 {
-		return ErrNoSession
+		return session.ErrNoSession
 	}
 	return w.store.Create(ctx, s)
 }
 
-func (w *memWaitlist) RecentlyEnded(context.Context, time.Time, int) ([]Session, error) {
+func (w *memWaitlist) RecentlyEnded(context.Context, time.Time, int) ([]session.Session, error) {
 	return nil, nil
-}
-
-// Joining, being served, being dropped for not polling and leaving are
-// each counted once, by lab.
-func TestWaitlistEventsAreCounted(t *testing.T) {
-	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
-	c := &fakeCluster{vms: 4} // the VM limit is reached
-	svc, store := newService(t, c, &now)
-	svc.Limits.QueueIdle = 2 * time.Minute
-	svc.Waitlist = &memWaitlist{store: store}
-	reg := prometheus.NewRegistry()
-	svc.Metrics = NewMetrics(reg, nil)
-	ctx := context.Background()
-	status := func(student string) Status {
-		t.Helper()
-		s, err := svc.Get(ctx, student, "")
-		if err != nil {
-			t.Fatalf("%s's getSession: %v", student, err)
-		}
-		return s.Status
-	}
-
-	for _, student := range []string{"ann", "bob", "cid"} {
-		if s, err := svc.OpenWaiting(ctx, student, "one", ""); err != nil || s.Status != StatusQueued {
-			t.Fatalf("%s's open with wait = %s, %v; want queued", student, s.Status, err)
-		}
-	}
-	if _, err := svc.Close(ctx, "cid", "", ActorStudent, "cid"); err != nil {
-		t.Fatalf("cid leaving the line: %v", err)
-	}
-	// Only bob polls: ann loses her place.
-	now = now.Add(time.Minute)
-	status("bob")
-	now = now.Add(90 * time.Second)
-	if got := status("bob"); got != StatusQueued {
-		t.Fatalf("bob is %s, want queued", got)
-	}
-	if _, err := svc.Get(ctx, "ann", ""); err == nil {
-		t.Fatal("ann kept her place without polling")
-	}
-	// A VM frees: bob's poll serves him.
-	c.vms = 0
-	if got := status("bob"); got != StatusProvisioning {
-		t.Fatalf("bob is %s once a VM freed, want provisioning", got)
-	}
-
-	got := map[string]float64{}
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, mf := range mfs {
-		if mf.GetName() != "labkeep_waitlist_events_total" {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			l := map[string]string{}
-			for _, p := range m.GetLabel() {
-				l[p.GetName()] = p.GetValue()
-			}
-			got[l["lab"]+" "+l["event"]] = m.GetCounter().GetValue()
-		}
-	}
-	want := map[string]float64{"one joined": 3, "one left": 1, "one dropped": 1, "one served": 1}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("labkeep_waitlist_events_total (-want +got):\n%s", diff)
-	}
 }

@@ -1,6 +1,8 @@
-package session
+package seating
 
 import (
+	"labkeep/shared/session"
+
 	"testing"
 	"time"
 
@@ -15,13 +17,13 @@ func TestPoolStatuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	row := func(lab string, pool PoolState, status Status) Session {
-		return Session{Lab: lab, Pool: pool, Status: status}
+	row := func(lab string, pool session.PoolState, status session.Status) session.Session {
+		return session.Session{Lab: lab, Pool: pool, Status: status}
 	}
 	tests := []struct {
 		name string
 		now  time.Time
-		live []Session
+		live []session.Session
 		want []PoolStatus
 	}{
 		{
@@ -32,17 +34,17 @@ func TestPoolStatuses(t *testing.T) {
 		{
 			name: "idle ready, idle starting and claimed are told apart; other sessions do not count",
 			now:  monday,
-			live: []Session{
-				row("shell", PoolIdle, StatusRunning), row("shell", PoolIdle, StatusProvisioning),
-				row("shell", PoolClaimed, StatusRunning), row("shell", PoolClaimed, StatusProvisioning),
-				row("shell", "", StatusRunning), row("linux-vm", "", StatusProvisioning),
+			live: []session.Session{
+				row("shell", session.PoolIdle, session.StatusRunning), row("shell", session.PoolIdle, session.StatusProvisioning),
+				row("shell", session.PoolClaimed, session.StatusRunning), row("shell", session.PoolClaimed, session.StatusProvisioning),
+				row("shell", "", session.StatusRunning), row("linux-vm", "", session.StatusProvisioning),
 			},
 			want: []PoolStatus{{Lab: "linux-vm", Target: 5}, {Lab: "shell", Target: 2, Idle: 1, Starting: 1, Claimed: 2}},
 		},
 		{
 			name: "outside the window the target is 0; a lab no longer scheduled still shows its rows",
 			now:  monday.Add(3 * time.Hour),
-			live: []Session{row("linux-vm", PoolClaimed, StatusRunning), row("old-lab", PoolIdle, StatusRunning)},
+			live: []session.Session{row("linux-vm", session.PoolClaimed, session.StatusRunning), row("old-lab", session.PoolIdle, session.StatusRunning)},
 			want: []PoolStatus{{Lab: "linux-vm", Claimed: 1}, {Lab: "old-lab", Idle: 1}, {Lab: "shell", Target: 2}},
 		},
 	}

@@ -1,6 +1,8 @@
-package session
+package seating
 
 import (
+	"labkeep/shared/session"
+
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -69,23 +71,23 @@ func TestQueueETAs(t *testing.T) {
 }
 
 func TestEarlyCloseShare(t *testing.T) {
-	ended := func(startM, expM, finM int) Session {
-		return Session{Window: lifetime.Window{StartedAt: at(startM), ExpiresAt: at(expM), MaxExpiresAt: at(expM + 120)},
+	ended := func(startM, expM, finM int) session.Session {
+		return session.Session{Window: lifetime.Window{StartedAt: at(startM), ExpiresAt: at(expM), MaxExpiresAt: at(expM + 120)},
 			ReadyAt: at(startM + 1), FinishedAt: at(finM)}
 	}
 	neverReady := ended(0, 60, 5)
 	neverReady.ReadyAt = time.Time{}
 	for _, tc := range []struct {
 		name  string
-		ended []Session
+		ended []session.Session
 		want  float64
 	}{
 		{"no sessions: no early closes assumed", nil, 0},
-		{"ran out its time", []Session{ended(0, 60, 61)}, 0},
-		{"closed half way", []Session{ended(0, 60, 30)}, 0.5},
-		{"median of an odd count", []Session{ended(0, 60, 60), ended(0, 60, 30), ended(0, 60, 6)}, 0.5},
-		{"median of an even count", []Session{ended(0, 60, 60), ended(0, 60, 30)}, 0.25},
-		{"a session that never ran is no sample", []Session{neverReady, ended(0, 60, 45)}, 0.25},
+		{"ran out its time", []session.Session{ended(0, 60, 61)}, 0},
+		{"closed half way", []session.Session{ended(0, 60, 30)}, 0.5},
+		{"median of an odd count", []session.Session{ended(0, 60, 60), ended(0, 60, 30), ended(0, 60, 6)}, 0.5},
+		{"median of an even count", []session.Session{ended(0, 60, 60), ended(0, 60, 30)}, 0.25},
+		{"a session that never ran is no sample", []session.Session{neverReady, ended(0, 60, 45)}, 0.25},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := EarlyCloseShare(tc.ended); got != tc.want {
@@ -96,7 +98,7 @@ func TestEarlyCloseShare(t *testing.T) {
 }
 
 func TestHoldingOf(t *testing.T) {
-	s := Session{Window: lifetime.Window{StartedAt: at(0), ExpiresAt: at(60), MaxExpiresAt: at(180)}}
+	s := session.Session{Window: lifetime.Window{StartedAt: at(0), ExpiresAt: at(60), MaxExpiresAt: at(180)}}
 	for _, tc := range []struct {
 		name  string
 		share float64
@@ -128,7 +130,7 @@ type simStudent struct {
 
 	joined  time.Time
 	started time.Time
-	sess    Session
+	sess    session.Session
 	// etas are the ETAs shown while waiting, each with when it was shown.
 	etas []shownETA
 }
@@ -173,7 +175,7 @@ func TestETAOverASimulatedAfternoon(t *testing.T) {
 	everyone := slices.Clone(students)
 
 	var line, live []*simStudent
-	var ended []Session
+	var ended []session.Session
 	used := 0
 	for now := t0; ; now = now.Add(time.Second) {
 		// Sessions end: closed by the student, or expired and reaped.
@@ -209,7 +211,7 @@ func TestETAOverASimulatedAfternoon(t *testing.T) {
 			s := line[0]
 			line = line[1:]
 			s.started = now
-			s.sess = Session{Window: policy.Open(now), ReadyAt: now}
+			s.sess = session.Session{Window: policy.Open(now), ReadyAt: now}
 			used += s.vms
 			live = append(live, s)
 		}

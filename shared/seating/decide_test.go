@@ -1,0 +1,58 @@
+package seating
+
+import (
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+
+	"labkeep/shared/labs"
+)
+
+func TestDecide(t *testing.T) {
+	vm3 := Capacity{Kind: labs.KindVM, Need: 3, Limit: 8}
+	pod := Capacity{Kind: labs.KindPod, Need: 1, Limit: 2}
+	tests := map[string]struct {
+		in   Input
+		want Decision
+	}{
+		"room and nobody waits: provision cold": {
+			Input{Lab: "three", Capacity: vm3, Used: 5}, Decision{Verdict: Cold}},
+		"one too many: refused with the bucket's label": {
+			Input{Lab: "three", Capacity: vm3, Used: 6}, Decision{Verdict: Refuse, Reason: "6 of 8 VMs in use, lab three needs 3"}},
+		"one too many, willing to wait: queued": {
+			Input{Lab: "shell", Capacity: pod, Used: 2, Wait: true}, Decision{Verdict: Queue, Reason: "2 of 2 workspace Pods in use, lab shell needs 1"}},
+		"room, but someone waits: an open never jumps the line": {
+			Input{Lab: "three", Capacity: vm3, Waiting: 2}, Decision{Verdict: Refuse, Reason: "2 students wait for capacity"}},
+		"room, someone waits, willing to wait: queued behind them": {
+			Input{Lab: "three", Capacity: vm3, Waiting: 1, Wait: true}, Decision{Verdict: Queue, Reason: "1 students wait for capacity"}},
+		"a ready warm instance and nobody waits: claim it, whatever the count": {
+			Input{Lab: "three", Capacity: vm3, Used: 8, Warm: true}, Decision{Verdict: Claim}},
+		"a ready warm instance but someone waits: the line comes first": {
+			Input{Lab: "three", Capacity: vm3, Waiting: 1, Warm: true}, Decision{Verdict: Refuse, Reason: "1 students wait for capacity"}},
+		"the count failed: the ResourceQuota decides": {
+			Input{Lab: "three", Capacity: vm3, Used: 99, CountFailed: true}, Decision{Verdict: Cold}},
+		"the count failed and someone waits: still no jumping": {
+			Input{Lab: "three", Capacity: vm3, CountFailed: true, Waiting: 1}, Decision{Verdict: Refuse, Reason: "1 students wait for capacity"}},
+		"a lab needing nothing from a bucket: provision cold": {
+			Input{Lab: "none", Capacity: Capacity{Kind: labs.KindVM, Limit: 8}, Used: 9, Waiting: 3}, Decision{Verdict: Cold}},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if diff := cmp.Diff(tc.want, Decide(tc.in)); diff != "" {
+				t.Errorf("Decide (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+func TestCapacityOfIsKeyedByKind(t *testing.T) {
+	limits := Limits{MaxVMs: 8, MaxPods: 20}
+	got := []Capacity{
+		CapacityOf(labs.Lab{Kind: labs.KindVM, Nodes: []labs.Node{{Name: "a"}, {Name: "b"}}}, limits),
+		CapacityOf(labs.Lab{Kind: labs.KindPod, Nodes: []labs.Node{{Name: "w"}}}, limits),
+	}
+	want := []Capacity{{Kind: labs.KindVM, Need: 2, Limit: 8}, {Kind: labs.KindPod, Need: 1, Limit: 20}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("CapacityOf (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,396 @@
+package seating
+
+import (
+	"context"
+	"errors"
+	"io"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"labkeep/shared/labs"
+	"labkeep/shared/lifetime"
+	"labkeep/shared/session"
+)
+
+// memStore is an in-memory Store for testing the Usher's decisions; the
+// real store's guarantees are tested against PostgreSQL in pgstore.
+type memStore struct {
+	mu   sync.Mutex
+	rows map[string]session.Session
+	// onLock runs when LockCapacity is called (before it returns); a
+	// blocked lock waits for ctx instead of returning.
+	onLock  func()
+	blocked bool
+}
+
+func newStore() *memStore { return &memStore{rows: map[string]session.Session{}} }
+
+func (m *memStore) Create(_ context.Context, s session.Session) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range m.rows {
+		if r.Student == s.Student && r.Status.Live() {
+			return session.ErrSessionExists
+		}
+	}
+	s.Issued = session.Issued{}
+	m.rows[s.ID] = s
+	return nil
+}
+
+func (m *memStore) Get(_ context.Context, id string) (session.Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.rows[id]
+	if !ok {
+		return s, session.ErrNoSession
+	}
+	return s, nil
+}
+
+func (m *memStore) LiveFor(_ context.Context, student string) (session.Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for _, r := range m.rows {
+		if r.Student == student && r.Status.Live() {
+			return r, nil
+		}
+	}
+	return session.Session{}, session.ErrNoSession
+}
+
+func (m *memStore) Latest(ctx context.Context, student string) (session.Session, error) {
+	return m.LiveFor(ctx, student)
+}
+
+func (m *memStore) ListLive(context.Context) ([]session.Session, error) { return nil, nil }
+
+func (m *memStore) MarkRunning(_ context.Context, id string, at time.Time, nodes []session.Node) (session.Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.rows[id]
+	if s.Status != session.StatusProvisioning {
+		return s, session.ErrNotLive
+	}
+	s.Status, s.ReadyAt, s.Nodes = session.StatusRunning, at, nodes
+	m.rows[id] = s
+	return s, nil
+}
+
+func (m *memStore) Extend(context.Context, string, time.Time, time.Time) (session.Session, error) {
+	return session.Session{}, errors.New("not used by seating")
+}
+
+// GetSettled is Get: the memory store has no row locks to wait for.
+func (m *memStore) GetSettled(ctx context.Context, id string) (session.Session, error) {
+	return m.Get(ctx, id)
+}
+
+func (m *memStore) FinishIf(_ context.Context, id string, due func(session.Session) bool,
+	act func(session.Session) (session.EndReason, error), at time.Time) (session.Session, bool, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s, ok := m.rows[id]
+	if !ok {
+		return s, false, session.ErrNoSession
+	}
+	if !s.Status.Live() || !due(s) {
+		return s, false, nil
+	}
+	reason, err := act(s)
+	if err != nil {
+		return s, false, err
+	}
+	s.Status, s.End, s.FinishedAt = reason.Status(), reason, at
+	m.rows[id] = s
+	return s, true, nil
+}
+
+func (m *memStore) LockCapacity(ctx context.Context) (func(), error) {
+	if m.onLock != nil {
+		m.onLock()
+	}
+	if m.blocked {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	return func() {}, nil
+}
+
+// finishLive finishes the one live row, as the reaper or a close would.
+func (m *memStore) finishLive(reason session.EndReason) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	for id, r := range m.rows {
+		if r.Status.Live() {
+			r.Status, r.End = reason.Status(), reason
+			m.rows[id] = r
+		}
+	}
+}
+
+// fakeCluster counts VMs, records calls and fails where told.
+type fakeCluster struct {
+	vms          int
+	countErr     error
+	provisionErr error
+	teardownErr  error
+	provisioned  []string
+	tornDown     []string
+	// onProvision runs in the middle of Provision.
+	onProvision func()
+}
+
+func (f *fakeCluster) CountVMs(context.Context) (int, error)           { return f.vms, f.countErr }
+func (f *fakeCluster) CountWorkspacePods(context.Context) (int, error) { return 0, f.countErr }
+
+func (f *fakeCluster) Provision(_ context.Context, s session.Session, lab labs.Lab) error {
+	f.provisioned = append(f.provisioned, s.ID)
+	if f.onProvision != nil {
+		f.onProvision()
+	}
+	if f.provisionErr == nil {
+		f.vms += lab.VMCount()
+	}
+	return f.provisionErr
+}
+
+func (f *fakeCluster) Observe(_ context.Context, s session.Session) ([]session.NodeState, error) {
+	var out []session.NodeState
+	for _, n := range s.Nodes {
+		out = append(out, session.NodeState{Name: n.Name, Exists: true})
+	}
+	return out, nil
+}
+
+func (f *fakeCluster) Teardown(_ context.Context, s session.Session) error {
+	f.tornDown = append(f.tornDown, s.ID)
+	return f.teardownErr
+}
+
+// countingMetrics counts the line's events as "lab event".
+type countingMetrics struct {
+	mu     sync.Mutex
+	events map[string]float64
+}
+
+func (m *countingMetrics) QueueEvent(lab string, ev QueueEvent) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.events[lab+" "+string(ev)]++
+}
+
+func (m *countingMetrics) PoolClaimed(string, ClaimResult) {}
+
+const catalogYAML = `labs:
+- {name: one, kind: vm, nodes: [{role: vm}], disk: {containerDisk: img}}
+- {name: three, kind: vm, nodes: [{role: control}, {role: worker, count: 2}], disk: {containerDisk: img}}
+- {name: shell, kind: pod, image: img, nodes: [{role: workspace}]}
+`
+
+// newService is a session.Service whose opens are seated by an Usher over
+// store and c, as the entry points wire them; with changes Usher's
+// configuration before it is built.
+func newService(t *testing.T, c *fakeCluster, now *time.Time, store *memStore, with ...func(*Config)) *session.Service {
+	t.Helper()
+	cat, err := labs.Parse([]byte(catalogYAML))
+	if err != nil {
+		t.Fatal(err)
+	}
+	log := slog.New(slog.NewTextHandler(io.Discard, nil))
+	clock := func() time.Time { return *now }
+	rows := &session.Starter{
+		Store: store, Cluster: c, CleanupTimeout: time.Second,
+		Policy: lifetime.Policy{Lifetime: time.Hour, MaxLifetime: 3 * time.Hour},
+		Now:    clock, Log: log,
+	}
+	cfg := Config{Rows: rows, Store: store, Cluster: c, Labs: cat, Now: clock, Log: log,
+		Limits: Limits{MaxVMs: 4, MaxPods: 4, CapacityWait: time.Minute, CleanupTimeout: time.Second}}
+	for _, w := range with {
+		w(&cfg)
+	}
+	return &session.Service{Starter: rows, Labs: cat, Seating: NewUsher(cfg)}
+}
+
+func TestOpenDecisions(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+	tests := []struct {
+		name         string
+		cluster      fakeCluster
+		lab          string
+		wantErr      error
+		wantStatus   session.Status
+		wantTeardown bool
+		wantReason   string
+	}{
+		{"fits", fakeCluster{vms: 1}, "three", nil, session.StatusProvisioning, false, ""},
+		{"one VM too many is refused before creating anything", fakeCluster{vms: 2}, "three", session.ErrNoCapacity, session.StatusFailed, false, "2 of 4 VMs"},
+		{"pod labs need no VM capacity", fakeCluster{vms: 4}, "shell", nil, session.StatusProvisioning, false, ""},
+		{"count failure falls back to the quota", fakeCluster{vms: 99, countErr: errors.New("forbidden")}, "one", nil, session.StatusProvisioning, false, ""},
+		{"quota refusal is no_capacity and rolled back", fakeCluster{provisionErr: errors.Join(session.ErrNoCapacity, errors.New("exceeded quota"))}, "one", session.ErrNoCapacity, session.StatusFailed, true, "exceeded quota"},
+		{"other failure is rolled back", fakeCluster{provisionErr: errors.New("boom")}, "three", session.ErrProvisioning, session.StatusFailed, true, "boom"},
+		{"failed rollback still frees the student", fakeCluster{provisionErr: errors.New("boom"), teardownErr: errors.New("api down")}, "one", session.ErrProvisioning, session.StatusFailed, true, "cleanup incomplete, left for the reaper: api down"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			now := t0
+			c := tc.cluster
+			store := newStore()
+			svc := newService(t, &c, &now, store)
+			s, err := svc.Open(context.Background(), "ann", tc.lab, "")
+			if !errors.Is(err, tc.wantErr) {
+				t.Fatalf("Open error = %v, want %v", err, tc.wantErr)
+			}
+			row, _ := store.Get(context.Background(), s.ID)
+			if row.Status != tc.wantStatus || !strings.Contains(row.End.Detail, tc.wantReason) {
+				t.Errorf("row = %s %q, want %s containing %q", row.Status, row.End, tc.wantStatus, tc.wantReason)
+			}
+			if got := len(c.tornDown) > 0; got != tc.wantTeardown {
+				t.Errorf("teardown called = %v, want %v", got, tc.wantTeardown)
+			}
+			if tc.wantStatus == session.StatusFailed {
+				c.provisionErr, c.countErr, c.vms = nil, nil, 0
+				if _, err := svc.Open(context.Background(), "ann", tc.lab, ""); err != nil {
+					t.Errorf("retry after failure = %v", err)
+				}
+			}
+		})
+	}
+}
+
+// An open whose row is finished by someone else (the reaper's ghost rule,
+// a close) while it queues for capacity or creates objects never reports
+// success: it creates nothing (or deletes what it created), leaves the
+// finisher's status on the row, and returns session.ErrEndedWhileProvisioning.
+func TestOpenOfAnEndedRow(t *testing.T) {
+	ghost := session.EndReason{Kind: session.EndGhost, Actor: session.ActorReaper, Detail: "never became ready"}
+	closed := session.EndReason{Kind: session.EndClosed, Actor: session.ActorStudent, Detail: "closed by student ann"}
+	tests := []struct {
+		name          string
+		lab           string
+		during        string // "lock" or "provision"
+		finisher      session.EndReason
+		wantProvision bool
+		wantTeardown  bool
+	}{
+		{"reaper fails the row while queued for capacity", "one", "lock", ghost, false, false},
+		{"student closes while queued for capacity", "three", "lock", closed, false, false},
+		{"reaper fails the row while VMs are created", "one", "provision", ghost, true, true},
+		{"student closes while VMs are created", "three", "provision", closed, true, true},
+		{"student closes while the workspace Pod is created", "shell", "provision", closed, true, true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+			c := &fakeCluster{}
+			store := newStore()
+			svc := newService(t, c, &now, store)
+			finish := func() { store.finishLive(tc.finisher) }
+			if tc.during == "lock" {
+				store.onLock = finish
+			} else {
+				c.onProvision = finish
+			}
+			s, err := svc.Open(context.Background(), "ann", tc.lab, "")
+			if !errors.Is(err, session.ErrEndedWhileProvisioning) || !errors.Is(err, session.ErrProvisioning) {
+				t.Fatalf("Open = %v, want session.ErrEndedWhileProvisioning (an session.ErrProvisioning)", err)
+			}
+			if diff := cmp.Diff(tc.finisher, s.End); diff != "" || s.Status != tc.finisher.Status() {
+				t.Errorf("returned row %s: want the finisher's reason (-want +got):\n%s", s.Status, diff)
+			}
+			if row, _ := store.Get(context.Background(), s.ID); row.Status != tc.finisher.Status() {
+				t.Errorf("stored row = %s, want %s", row.Status, tc.finisher.Status())
+			}
+			if got := len(c.provisioned) > 0; got != tc.wantProvision {
+				t.Errorf("provisioned = %v, want %v", got, tc.wantProvision)
+			}
+			if got := len(c.tornDown) > 0; got != tc.wantTeardown {
+				t.Errorf("torn down = %v, want %v", got, tc.wantTeardown)
+			}
+		})
+	}
+}
+
+// The capacity-lock wait is bounded: past CapacityWait the open is
+// no_capacity (retry later), the row is failed and nothing was created. A
+// caller that went away is not reported as no_capacity.
+func TestCapacityWaitIsBounded(t *testing.T) {
+	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+	c := &fakeCluster{}
+	store := newStore()
+	store.blocked = true
+	svc := newService(t, c, &now, store, func(cfg *Config) { cfg.Limits.CapacityWait = 20 * time.Millisecond })
+	s, err := svc.Open(context.Background(), "ann", "one", "")
+	if !errors.Is(err, session.ErrNoCapacity) || !strings.Contains(err.Error(), "waited 20ms for the capacity lock") {
+		t.Fatalf("Open with the lock held = %v, want session.ErrNoCapacity after the wait", err)
+	}
+	if row, _ := store.Get(context.Background(), s.ID); row.Status != session.StatusFailed || len(c.provisioned) > 0 {
+		t.Errorf("row = %s, provisioned %v; want failed and nothing created", row.Status, c.provisioned)
+	}
+
+	svc = newService(t, c, &now, store)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Millisecond)
+	defer cancel()
+	_, err = svc.Open(ctx, "bob", "one", "")
+	if err == nil || errors.Is(err, session.ErrNoCapacity) {
+		t.Errorf("Open whose caller went away = %v, want a non-capacity error", err)
+	}
+}
+
+// Joining, being served, being dropped for not polling and leaving are
+// each counted once, by lab.
+func TestWaitlistEventsAreCounted(t *testing.T) {
+	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+	c := &fakeCluster{vms: 4} // the VM limit is reached
+	store := newStore()
+	counted := &countingMetrics{events: map[string]float64{}}
+	svc := newService(t, c, &now, store, func(cfg *Config) {
+		cfg.Limits.QueueIdle = 2 * time.Minute
+		cfg.Waitlist = &memWaitlist{store: store}
+		cfg.Metrics = counted
+	})
+	ctx := context.Background()
+	status := func(student string) session.Status {
+		t.Helper()
+		s, err := svc.Get(ctx, student, "")
+		if err != nil {
+			t.Fatalf("%s's getSession: %v", student, err)
+		}
+		return s.Status
+	}
+
+	for _, student := range []string{"ann", "bob", "cid"} {
+		if s, err := svc.OpenWaiting(ctx, student, "one", ""); err != nil || s.Status != session.StatusQueued {
+			t.Fatalf("%s's open with wait = %s, %v; want queued", student, s.Status, err)
+		}
+	}
+	if _, err := svc.Close(ctx, "cid", "", session.ActorStudent, "cid"); err != nil {
+		t.Fatalf("cid leaving the line: %v", err)
+	}
+	// Only bob polls: ann loses her place.
+	now = now.Add(time.Minute)
+	status("bob")
+	now = now.Add(90 * time.Second)
+	if got := status("bob"); got != session.StatusQueued {
+		t.Fatalf("bob is %s, want queued", got)
+	}
+	if _, err := svc.Get(ctx, "ann", ""); err == nil {
+		t.Fatal("ann kept her place without polling")
+	}
+	// A VM frees: bob's poll serves him.
+	c.vms = 0
+	if got := status("bob"); got != session.StatusProvisioning {
+		t.Fatalf("bob is %s once a VM freed, want provisioning", got)
+	}
+
+	got := counted.events
+	want := map[string]float64{"one joined": 3, "one left": 1, "one dropped": 1, "one served": 1}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("waitlist events (-want +got):\n%s", diff)
+	}
+}

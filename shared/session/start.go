@@ -1,0 +1,255 @@
+package session
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"labkeep/shared/labs"
+	"labkeep/shared/lifetime"
+)
+
+// Starter is the life of one row from its creation to running or its
+// rollback: it builds a fresh row, moves a provisioning row to running
+// once the cluster says it is ready, and unwinds an open that failed or
+// whose row someone else finished. Service and the seating package (which
+// starts rows served from the waitlist and warm-pool instances) share one,
+// so every row starts and unwinds the same way whoever created it.
+type Starter struct {
+	Store   Store
+	Cluster Cluster
+	Policy  lifetime.Policy
+	// CleanupTimeout bounds the rollback after a failed open, which runs
+	// even if the caller's request was cancelled.
+	CleanupTimeout time.Duration
+	// Now is the clock; time.Now in production.
+	Now func() time.Time
+	Log *slog.Logger
+	// Metrics, if set, counts opens, extensions, endings and time to ready.
+	Metrics *Metrics
+}
+
+// Clock is the Starter's now, as rows record it (UTC, microseconds).
+func (s *Starter) Clock() time.Time { return s.Now().UTC().Truncate(time.Microsecond) }
+
+func (s *Starter) now() time.Time { return s.Clock() }
+
+// New is a fresh provisioning row for student of lab with id, its own
+// host key and grading token, its lifetime starting now; studentKey may
+// be empty (a key pair is generated, its private half in Issued).
+func (s *Starter) New(id, student string, lab labs.Lab, studentKey string) (Session, error) {
+	token, err := newToken()
+	if err != nil {
+		return Session{}, err
+	}
+	sess := Session{
+		ID:           id,
+		Student:      student,
+		Lab:          lab.Name,
+		Kind:         lab.Kind,
+		Status:       StatusProvisioning,
+		Window:       s.Policy.Open(s.now()),
+		GradingToken: token,
+	}
+	for _, n := range lab.Nodes {
+		sess.Nodes = append(sess.Nodes, Node{Name: n.Name, Role: n.Role, SSHPort: lab.SSHPort})
+	}
+	if err := issueKeys(&sess, studentKey); err != nil {
+		return Session{}, err
+	}
+	return sess, nil
+}
+
+// Ready records a student's time to ready (a session claimed from the
+// warm pool is ready the moment it is claimed).
+func (s *Starter) Ready(sess Session) { s.Metrics.ready(sess) }
+
+// issueKeys gives a new session its own SSH host key and, when the student
+// brought no public key (studentKey empty), a key pair of its own whose
+// private half only the Open's caller ever sees.
+func issueKeys(sess *Session, studentKey string) error {
+	hostPub, hostPriv, err := newKeyPair("labkeep session " + sess.ID + " host key")
+	if err != nil {
+		return err
+	}
+	sess.HostKey, sess.Issued.HostPrivateKey = hostPub, hostPriv
+	if studentKey == "" {
+		pub, priv, err := newKeyPair("labkeep session " + sess.ID)
+		if err != nil {
+			return err
+		}
+		studentKey, sess.Issued.StudentPrivateKey = pub, priv
+	}
+	sess.StudentKey = studentKey
+	return nil
+}
+
+// ConfirmLive re-reads the row once any Close or reaper holding its row
+// lock has committed. Returns the live row, or ErrEndedWhileProvisioning with
+// the row's final status if it was finished meanwhile.
+func (s *Starter) ConfirmLive(ctx context.Context, id string) (Session, error) {
+	cur, err := s.Store.GetSettled(ctx, id)
+	if err != nil {
+		return cur, fmt.Errorf("re-reading session %s: %w", id, err)
+	}
+	if !cur.Status.Live() {
+		return cur, fmt.Errorf("%w (it is now %s)", ErrEndedWhileProvisioning, cur.Status)
+	}
+	return cur, nil
+}
+
+// Abandon deletes what an open created for a row that someone else has
+// finished (or that could not be re-read) and returns the row as it now
+// is, with cause. The row is not written: its status and reason are the
+// finisher's. If the row could not be re-read it is marked failed, like
+// any failed open, so the student is not locked out.
+func (s *Starter) Abandon(ctx context.Context, log *slog.Logger, sess Session, cause error, teardown bool) (Session, error) {
+	if !errors.Is(cause, ErrEndedWhileProvisioning) {
+		return s.Rollback(ctx, log, sess, fmt.Errorf("%w: %w", ErrProvisioning, cause), teardown)
+	}
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.CleanupTimeout)
+	defer cancel()
+	if teardown {
+		if err := s.Cluster.Teardown(cctx, sess); err != nil {
+			log.Error("session ended during provisioning; its objects are left for the reaper", "err", err)
+		}
+	}
+	cur, err := s.Store.Get(cctx, sess.ID)
+	if err != nil {
+		log.Error("cannot re-read session ended during provisioning", "err", err)
+		cur = sess
+	}
+	log.Warn("session ended while it was being provisioned; open abandoned", "status", cur.Status, "reason", cur.End.String())
+	return cur, cause
+}
+
+// Rollback ends the failed open's row (End: deletes first, then the mark,
+// failed with the kind of failure) on a context detached from the request's
+// cancellation. If the deletes fail, the row is still marked failed (so the
+// student is not locked out); the leftovers are orphans for the reaper. If
+// someone else finished the row meanwhile, what the open created is still
+// deleted.
+func (s *Starter) Rollback(ctx context.Context, log *slog.Logger, sess Session, cause error, teardown bool) (Session, error) {
+	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.CleanupTimeout)
+	defer cancel()
+	kind, ok := ErrorKind(cause)
+	if !ok {
+		kind = EndProvisioningFailed
+	}
+	reason := EndReason{Kind: kind, Actor: ActorOpen, Detail: cause.Error()}
+	failed, ended, err := End(cctx, s.Store, s.clusterFor(teardown), sess.ID, Ending{Reason: reason, EvenIfTeardownFails: true}, s.now())
+	if ended {
+		s.Metrics.ended(failed.End)
+	}
+	if err != nil {
+		log.Error("rollback left objects for the reaper", "err", err)
+	}
+	if !ended && teardown {
+		if err := s.Cluster.Teardown(cctx, sess); err != nil {
+			log.Error("rollback left objects for the reaper", "err", err)
+		}
+	}
+	level := slog.LevelWarn
+	if errors.Is(cause, ErrNoCapacity) {
+		level = slog.LevelInfo // expected under load, not a fault
+	}
+	log.Log(cctx, level, "open failed, rolled back", "reason", failed.End.String())
+	return failed, cause
+}
+
+// clusterFor is the Cluster an ending deletes through: the real one, or,
+// for an open refused before its first create, one with nothing to delete,
+// so a refusal under load costs no API calls.
+func (s *Starter) clusterFor(created bool) Cluster {
+	if created {
+		return s.Cluster
+	}
+	return nothingCreated{s.Cluster}
+}
+
+// nothingCreated is a Cluster whose session has no objects yet.
+type nothingCreated struct{ Cluster }
+
+func (nothingCreated) Teardown(context.Context, Session) error { return nil }
+
+// Refresh moves a provisioning session to running when the cluster says
+// every node is ready; the ready time comes from the cluster's condition
+// timestamps (see recordedReadyAt), so time-to-ready does not depend on how
+// often anyone polls.
+// Cluster errors are logged and the stored state returned.
+func (s *Starter) Refresh(ctx context.Context, sess Session) Session {
+	if sess.Status != StatusProvisioning {
+		return sess
+	}
+	states, err := s.Cluster.Observe(ctx, sess)
+	if err != nil {
+		s.Log.Warn("cannot observe session", "session", sess.ID, "err", err)
+		return sess
+	}
+	ready := len(states) == len(sess.Nodes)
+	var readyAt time.Time
+	for i := range sess.Nodes {
+		if i >= len(states) {
+			break
+		}
+		st := states[i]
+		sess.Nodes[i].Ready = st.Ready
+		if st.Host != "" {
+			sess.Nodes[i].SSHHost = st.Host
+		}
+		ready = ready && st.Ready
+		if st.ReadyAt.After(readyAt) {
+			readyAt = st.ReadyAt
+		}
+	}
+	if !ready {
+		return sess
+	}
+	readyAt = recordedReadyAt(readyAt, sess.StartedAt, s.now())
+	updated, err := s.Store.MarkRunning(ctx, sess.ID, readyAt.UTC().Truncate(time.Microsecond), sess.Nodes)
+	if err != nil && !errors.Is(err, ErrNotLive) {
+		s.Log.Warn("cannot mark session running", "session", sess.ID, "err", err)
+		return sess
+	}
+	if err == nil {
+		s.Log.Info("session ready", "session", sess.ID, "timeToReady", updated.TimeToReady())
+		s.Metrics.ready(updated)
+	}
+	return updated
+}
+
+// conditionResolution is the precision of Kubernetes condition times,
+// which are serialised in whole seconds (truncated).
+const conditionResolution = time.Second
+
+// recordedReadyAt turns the latest Ready condition time of a session's
+// nodes into the time recorded as ready: the condition time is truncated to
+// the second, so the node became ready within [cond, cond+1s); the recorded
+// value is the tightest bound that is never early — cond+1s, or the moment
+// readiness was observed if that is sooner — and never before the session
+// started. Without a condition time, the observation time is used.
+func recordedReadyAt(cond, startedAt, observedAt time.Time) time.Time {
+	at := observedAt
+	if !cond.IsZero() {
+		if upper := cond.Add(conditionResolution); upper.Before(at) {
+			at = upper
+		}
+	}
+	if at.Before(startedAt) {
+		at = startedAt
+	}
+	return at.UTC().Truncate(time.Microsecond)
+}
+
+// newToken returns 256 random bits, hex encoded.
+func newToken() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(b), nil
+}
