@@ -134,22 +134,46 @@ func (d *Deployment) SessionObjects(id string) []string {
 	return Names(d.List(Listing{Selector: kube.LabelSession + "=" + id, LeaveOutAnchorPods: true}))
 }
 
+// GoneWithin bounds how long WaitNoObjects and WaitGone wait for the
+// cluster to delete what sessions owned. Deleting is asynchronous:
+// labkeep deletes its objects, the garbage collector the VMIs and Pods
+// they own, and the kubelet stops each Pod's containers and tears down its
+// sandbox before the Pod goes. It bounds a hang, never a speed: beside
+// other suites on a 2-core machine the kubelet has taken over 30 s to
+// finish eight Pods, so every wait for deletion uses this one generous
+// bound, and a wait longer than slowGone is logged so slowness shows.
+const GoneWithin = 3 * time.Minute
+
+// slowGone is how long a wait for deletion may take before it is logged.
+const slowGone = 20 * time.Second
+
 // WaitNoObjects waits until the sessions namespace holds nothing of the
 // kinds labkeep creates or causes (VMIs, DataVolumes and anchor Pods
 // included).
-func (d *Deployment) WaitNoObjects(timeout time.Duration) {
+func (d *Deployment) WaitNoObjects() {
 	d.t.Helper()
-	Eventually(d.t, timeout, func() (bool, string) {
-		left := d.Objects("")
-		return len(left) == 0, fmt.Sprintf("objects left: %v", left)
-	})
+	d.waitGone(func() []string { return d.Objects("") }, "objects left")
 }
 
 // WaitGone waits until no object of session id is left.
-func (d *Deployment) WaitGone(id string, timeout time.Duration) {
+func (d *Deployment) WaitGone(id string) {
 	d.t.Helper()
-	Eventually(d.t, timeout, func() (bool, string) {
-		left := d.SessionObjects(id)
-		return len(left) == 0, fmt.Sprintf("objects of session %s left: %v", id, left)
+	d.waitGone(func() []string { return d.SessionObjects(id) }, "objects of session "+id+" left")
+}
+
+// waitGone waits until left returns nothing, within GoneWithin.
+func (d *Deployment) waitGone(left func() []string, what string) {
+	d.t.Helper()
+	start := time.Now()
+	var first []string
+	Eventually(d.t, GoneWithin, func() (bool, string) {
+		l := left()
+		if first == nil {
+			first = l
+		}
+		return len(l) == 0, fmt.Sprintf("%s: %v", what, l)
 	})
+	if took := time.Since(start); took > slowGone {
+		d.t.Logf("deleting took %s (at the start, %s: %v)", took.Round(time.Second), what, first)
+	}
 }

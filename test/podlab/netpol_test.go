@@ -182,7 +182,7 @@ func TestSessionNetworkIsConfined(t *testing.T) {
 			t.Errorf("close of %s: %d %s", who, r.Status, r.Body)
 		}
 	}
-	d.WaitNoObjects(2 * time.Minute)
+	d.WaitNoObjects()
 }
 
 // startEngine runs kube-network-policies for the node as a ServiceAccount

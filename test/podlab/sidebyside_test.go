@@ -82,7 +82,7 @@ func TestVMLabAndPodLabSideBySide(t *testing.T) {
 	if code, seen := shell.get(); code != http.StatusOK || seen.Status != "failed" || seen.FailureReason != session.Sentence(session.EndGhost) {
 		t.Errorf("ivy's getSession after the reaper: %d %s %q; want failed with the ghost sentence", code, seen.Status, seen.FailureReason)
 	}
-	d.WaitGone(shell.opened.ID, 2*time.Minute)
+	d.WaitGone(shell.opened.ID)
 
 	if got := d.WaitRunning("henry", time.Minute); got.ID != vm.ID {
 		t.Errorf("the VM lab's session is now %s, want %s", got.ID, vm.ID)
@@ -109,5 +109,5 @@ func TestVMLabAndPodLabSideBySide(t *testing.T) {
 			t.Errorf("close of %s: %d %s", who, r.Status, r.Body)
 		}
 	}
-	d.WaitNoObjects(2 * time.Minute)
+	d.WaitNoObjects()
 }

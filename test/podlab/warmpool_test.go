@@ -133,6 +133,6 @@ func openToLogin(b *testing.B, d *stacktest.Deployment, name, want string) time.
 	s.waitSSH(time.Minute)
 	took := time.Since(start)
 	s.close()
-	d.WaitGone(s.opened.ID, 2*time.Minute)
+	d.WaitGone(s.opened.ID)
 	return took
 }

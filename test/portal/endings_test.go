@@ -160,5 +160,5 @@ func TestEachMachineHasItsRow(t *testing.T) {
 	if r := d.Close("cid"); r.Status != http.StatusOK {
 		t.Errorf("close = %d %s", r.Status, r.Body)
 	}
-	d.WaitGone(api.ID, time.Minute)
+	d.WaitGone(api.ID)
 }

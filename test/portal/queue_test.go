@@ -174,5 +174,5 @@ func TestPageWaitsInLine(t *testing.T) {
 	if r := d.Close("bob"); r.Status != http.StatusOK {
 		t.Errorf("bob's close = %d %s", r.Status, r.Body)
 	}
-	d.WaitGone(api.ID, time.Minute)
+	d.WaitGone(api.ID)
 }

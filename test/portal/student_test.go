@@ -150,7 +150,7 @@ func TestStudentRunsAPodLabInTheBrowser(t *testing.T) {
 	if api.Status != "closed" || p.Message != api.FailureReason || !p.Labs {
 		t.Errorf("after close: server %s %q; page message %q, lab list shown %v", api.Status, api.FailureReason, p.Message, p.Labs)
 	}
-	d.WaitGone(api.ID, time.Minute)
+	d.WaitGone(api.ID)
 }
 
 // due reports whether the server lists the warning before seconds as due.

@@ -280,7 +280,7 @@ func TestInventoryIgnoresVirtLauncherPods(t *testing.T) {
 			}
 		}
 	}
-	b.WaitGone(orphan.ID, 30*time.Second) // launcher Pod and Secret too, by the GC
+	b.WaitGone(orphan.ID) // launcher Pod and Secret too, by the GC
 	if got := launchers(live.ID); !slices.Equal(got, liveLauncher) {
 		t.Errorf("live session's launcher Pods %v, want %v untouched", got, liveLauncher)
 	}

@@ -88,7 +88,7 @@ func TestNoRowLockAcrossDeletes(t *testing.T) {
 	if got := b.status(s.ID); got != session.StatusExpired {
 		t.Fatalf("session is %s after the run", got)
 	}
-	b.WaitGone(s.ID, 30*time.Second)
+	b.WaitGone(s.ID)
 }
 
 // A claim moves the expiry back, so an extension computed from the row as

@@ -76,7 +76,7 @@ func TestLabkeepCLI(t *testing.T) {
 	if got := h.status(closing.ID); got != session.StatusClosed {
 		t.Fatalf("after admin close the session is %s, want %s", got, session.StatusClosed)
 	}
-	h.WaitGone(closing.ID, 30*time.Second)
+	h.WaitGone(closing.ID)
 
 	h.Clock.Advance(61 * time.Minute)
 	before, runsBefore := h.everything(), h.Count("SELECT count(*) FROM reap_runs")

@@ -77,7 +77,7 @@ func TestEnvironmentsSharingADatabase(t *testing.T) {
 	if err := b.App.Cluster.Teardown(ctx, own); err != nil {
 		t.Fatalf("env-b tearing down its own session: %v", err)
 	}
-	b.WaitGone(own.ID, 30*time.Second)
+	b.WaitGone(own.ID)
 	b.ForgetRow(own.ID)
 
 	// Objects bearing the names of env B's session x: its Service labelled

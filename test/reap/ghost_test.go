@@ -108,8 +108,8 @@ func TestRecreatedVMIIsNoGhost(t *testing.T) {
 	if s := b.suspects(); len(s) != 0 {
 		t.Fatalf("suspects left after every node is back or reaped: %v", s)
 	}
-	b.WaitGone(gone.ID, 30*time.Second)
-	b.WaitGone(lost.ID, 30*time.Second)
+	b.WaitGone(gone.ID)
+	b.WaitGone(lost.ID)
 }
 
 // runningShell opens a workspace Pod session for student and reports its
@@ -180,6 +180,6 @@ func TestWorkspacePodGhostsAreConfirmed(t *testing.T) {
 		if got := b.Session(id); got.Status != session.StatusFailed || got.End.Kind != session.EndGhost || !strings.Contains(got.End.Detail, why) {
 			t.Fatalf("session %s: %s %q, want a ghost saying %q", id, got.Status, got.End, why)
 		}
-		b.WaitGone(id, 30*time.Second)
+		b.WaitGone(id)
 	}
 }

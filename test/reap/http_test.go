@@ -128,7 +128,7 @@ func TestReaperEndpoints(t *testing.T) {
 	if err := json.Unmarshal(r.Body, &run); err != nil || r.Status != 200 || run.Trigger != "admin" || run.Counts["expired"] != 1 || len(run.Failures) != 0 {
 		t.Fatalf("adminReapNow after the fault is lifted: %d %s", r.Status, r.Body)
 	}
-	h.WaitGone(stuck.ID, 30*time.Second)
+	h.WaitGone(stuck.ID)
 
 	r = h.Do("GET", "/metrics", "", "", "")
 	for _, want := range []string{
@@ -165,7 +165,7 @@ func TestReapTickThroughLambdaShim(t *testing.T) {
 	if got := h.status(s.ID); got != session.StatusExpired {
 		t.Fatalf("session is %s after the scheduled Lambda run", got)
 	}
-	h.WaitGone(s.ID, 30*time.Second)
+	h.WaitGone(s.ID)
 	// A shim configured with the wrong token is refused like any caller,
 	// and the refused run fails the invocation (Lambda's Errors metric).
 	adapter.SchedulerToken = "wrong"

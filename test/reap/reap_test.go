@@ -78,7 +78,7 @@ func TestDevReaperNeverTouchesProd(t *testing.T) {
 	if r.Counts[reap.Orphan] != 1 || len(r.Failures) != 0 {
 		t.Fatalf("prod run: counts %v failures %v, want exactly its one orphan", r.Counts, r.Failures)
 	}
-	prod.WaitGone(prodOrphan.ID, 30*time.Second)
+	prod.WaitGone(prodOrphan.ID)
 	if got := prod.Session(student.ID); got.Status != session.StatusRunning {
 		t.Fatalf("prod student's session is %s (%s) after both reapers ran; prod run %+v", got.Status, got.End, r)
 	}
@@ -124,9 +124,9 @@ func TestOneFailingDeleteDoesNotStallTheRun(t *testing.T) {
 		if got := b.status(id); got != want {
 			t.Fatalf("session %s is %s, want %s", id, got, want)
 		}
-		b.WaitGone(id, 30*time.Second)
+		b.WaitGone(id)
 	}
-	b.WaitGone(orphan.ID, 30*time.Second)
+	b.WaitGone(orphan.ID)
 	runs, err := b.App.Store.RecentRuns(context.Background(), 2)
 	if err != nil {
 		t.Fatal(err)
@@ -143,7 +143,7 @@ func TestOneFailingDeleteDoesNotStallTheRun(t *testing.T) {
 	if got := b.status(stuck.ID); got != session.StatusExpired {
 		t.Fatalf("stuck session is %s after healing", got)
 	}
-	b.WaitGone(stuck.ID, 30*time.Second)
+	b.WaitGone(stuck.ID)
 }
 
 func allAbout(fs []reap.Failure, id string) bool {
@@ -199,7 +199,7 @@ func TestCrashOrphanReapedButNewSessionSurvives(t *testing.T) {
 	if r.Counts[reap.Orphan] != 1 || len(r.Failures) != 0 {
 		t.Fatalf("run: counts %v failures %v, want the crash orphan only", r.Counts, r.Failures)
 	}
-	b.WaitGone(crashed.ID, 30*time.Second)
+	b.WaitGone(crashed.ID)
 	if got := b.status(fresh.ID); !got.Live() {
 		t.Fatalf("session opened during the run is %s", got)
 	}
@@ -238,7 +238,7 @@ func TestGhostMarkedFailedAndStudentCanReopen(t *testing.T) {
 		if got.Status != session.StatusFailed || got.End.Kind != session.EndGhost || got.End.Actor != session.ActorReaper || !strings.Contains(got.End.Detail, g.why) {
 			t.Fatalf("ghost %s: status %s reason %q", s.ID, got.Status, got.End)
 		}
-		b.WaitGone(s.ID, 30*time.Second)
+		b.WaitGone(s.ID)
 		again := b.open(s.Student, "linux-vm")
 		if again.ID == s.ID {
 			t.Fatal("reopen returned the ghost")
@@ -260,7 +260,7 @@ func TestAnchorsAloneReclaimEverything(t *testing.T) {
 		}
 	}
 	// No reaper and no function runs from here on.
-	b.WaitGone(s.ID, 60*time.Second)
+	b.WaitGone(s.ID)
 	took := time.Since(opened)
 	if took < 5*time.Second-500*time.Millisecond {
 		t.Fatalf("objects gone %s after open, before max lifetime + grace (5s)", took)
@@ -341,7 +341,7 @@ func TestConcurrentReapersReapEachItemOnce(t *testing.T) {
 		if items[id] != 1 {
 			t.Fatalf("session %s reaped %d times", id, items[id])
 		}
-		a.WaitGone(id, 30*time.Second)
+		a.WaitGone(id)
 	}
 	t.Logf("40 runs from two replicas: %d returned busy, every one of %d items reaped exactly once", busy, len(ids))
 }

@@ -129,5 +129,5 @@ func TestNeverReadySessionCannotBeExtended(t *testing.T) {
 	if c := e.Do("POST", "/closeSession", tok, "", ""); c.Status != 200 {
 		t.Fatalf("close = %d %s", c.Status, c.Body)
 	}
-	e.WaitNoObjects(20 * time.Second)
+	e.WaitNoObjects()
 }

@@ -76,7 +76,7 @@ func TestFiftyConcurrentOpensWithEightSlots(t *testing.T) {
 				t.Fatalf("close %s = %d %s", student, r.Status, r.Body)
 			}
 		}
-		e.WaitNoObjects(30 * time.Second)
+		e.WaitNoObjects()
 	}
 }
 

@@ -39,7 +39,7 @@ func TestGoldenPVCLabClonesThroughDataVolumeTemplates(t *testing.T) {
 	if c := e.Close("gina"); c.Status != 200 {
 		t.Fatalf("close = %d %s", c.Status, c.Body)
 	}
-	e.WaitNoObjects(20 * time.Second)
+	e.WaitNoObjects()
 }
 
 // BenchmarkOpenClose measures one student's openSession + closeSession

@@ -82,7 +82,7 @@ func TestFaultMidThreeNodeProvisioning(t *testing.T) {
 	}
 	// Everything created before the fault (anchor, 3 Secrets, NetworkPolicy,
 	// Service, control and worker-1 VMs) is gone.
-	e.WaitNoObjects(20 * time.Second)
+	e.WaitNoObjects()
 	if got := e.Rows(); len(got) != 1 || !strings.Contains(got[0], failedID+" carol failed ") {
 		t.Errorf("rows = %v, want the one failed session", got)
 	}
@@ -134,5 +134,5 @@ func TestFaultMidThreeNodeProvisioning(t *testing.T) {
 	if c := e.Do("POST", "/closeSession", tok, "", ""); c.Status != 200 {
 		t.Fatalf("close = %d %s", c.Status, c.Body)
 	}
-	e.WaitNoObjects(20 * time.Second)
+	e.WaitNoObjects()
 }

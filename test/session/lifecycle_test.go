@@ -134,7 +134,7 @@ func TestOpenReadyExtendClose(t *testing.T) {
 	if closed.Status != 200 || closed.Session.Status != "expired" {
 		t.Fatalf("close after expiry = %d %s", closed.Status, closed.Body)
 	}
-	e.WaitNoObjects(20 * time.Second)
+	e.WaitNoObjects()
 	if got := e.Rows(); len(got) != 1 || !strings.Contains(got[0], " expired ") {
 		t.Errorf("rows after close = %v", got)
 	}
@@ -157,7 +157,7 @@ func TestOpenReadyExtendClose(t *testing.T) {
 	if n := e.Count(`SELECT count(*) FROM sessions WHERE id = $1 AND status = 'closed' AND failure_reason = 'closed by student alice'`, again.ID); n != 1 {
 		t.Errorf("session closed before its expiry is not recorded closed")
 	}
-	e.WaitNoObjects(20 * time.Second)
+	e.WaitNoObjects()
 }
 
 // A student whose session expired can open a new lab at once: the expired

@@ -3,7 +3,6 @@ package session_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	authnv1 "k8s.io/api/authentication/v1"
 	authzv1 "k8s.io/api/authorization/v1"
@@ -89,5 +88,5 @@ func TestFunctionsRunUnderShippedRBAC(t *testing.T) {
 			t.Fatalf("close %s = %d %s", lab, r.Status, r.Body)
 		}
 	}
-	e.WaitNoObjects(20 * time.Second)
+	e.WaitNoObjects()
 }

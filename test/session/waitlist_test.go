@@ -169,7 +169,7 @@ func TestWaitlistServesInArrivalOrder(t *testing.T) {
 	if samples.Load() < 10 {
 		t.Errorf("only %d samples of the live count", samples.Load())
 	}
-	e.WaitNoObjects(30 * time.Second)
+	e.WaitNoObjects()
 }
 
 // lineOf is the waitlist's students in the database's arrival order.

@@ -210,7 +210,7 @@ func TestWarmPoolReplacesAfterTTL(t *testing.T) {
 		if s := e.Session(id); s.Status.Live() {
 			t.Errorf("instance %s older than its TTL is still %s", id, s.Status)
 		}
-		e.WaitGone(id, 30*time.Second)
+		e.WaitGone(id)
 	}
 	if fresh := idleIDs(e, "linux-vm"); len(fresh) != 2 || fresh[0] == old[0] || fresh[1] == old[1] {
 		t.Errorf("instances after the TTL %v, before %v: want two new ones", fresh, old)
@@ -420,7 +420,7 @@ func TestWarmPoolFailedClaimProvisionsCold(t *testing.T) {
 	if ended.Status.Live() || ended.Student != session.PoolStudent || !strings.Contains(ended.End.Detail, "claim failed") {
 		t.Errorf("instance after the failed claim: %s, student %q, reason %q; want ended, never the student's", ended.Status, ended.Student, ended.End.Detail)
 	}
-	e.WaitGone(instance.ID, time.Minute)
+	e.WaitGone(instance.ID)
 	e.WaitRunning("noa", time.Minute)
 }
 
