@@ -29,6 +29,13 @@ import (
 	"labkeep/shared/terminal"
 )
 
+// The session functions' consumers take the small interfaces they
+// declare; session.Service is what Build hands them.
+var (
+	_ httpapi.Sessions  = (*session.Service)(nil)
+	_ terminal.Sessions = (*session.Service)(nil)
+)
+
 // App is the wired application. Close releases the database pool.
 type App struct {
 	Config   Config

@@ -36,6 +36,13 @@ type Catalog interface {
 	Names() []string
 }
 
+// Catalog is the lab catalog opens are checked against (Labs).
+func (s *Service) Catalog() Catalog { return s.Labs }
+
+// ListLive is every live session, unclaimed warm-pool instances included,
+// oldest first (Store.ListLive).
+func (s *Service) ListLive(ctx context.Context) ([]Session, error) { return s.Store.ListLive(ctx) }
+
 // ErrEndedWhileProvisioning is returned by Open when the session's row was
 // finished by someone else (the student's close, an admin, the reaper)
 // while Open was still queued or creating objects. Whatever Open created
