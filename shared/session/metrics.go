@@ -87,6 +87,8 @@ func (s *Starter) ready(sess Session) {
 	s.metrics().Ready(sess.Lab, sess.TimeToReady())
 }
 
+func (s *Starter) extended(err error) { s.metrics().Extended(OutcomeOf(err)) }
+
 func (s *Starter) ended(r EndReason) { s.metrics().Ended(r.Kind, r.Actor) }
 
 // LiveCount is how many students' live sessions of a lab are in a status

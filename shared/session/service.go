@@ -233,7 +233,7 @@ func (s *Service) Get(ctx context.Context, student, id string) (Session, error) 
 // is not it), ErrNotRunning if it is still provisioning or already expired,
 // and ErrExtensionCap if it already runs until its maximum lifetime.
 func (s *Service) Extend(ctx context.Context, student, id string) (_ Session, err error) {
-	defer func() { s.metrics().Extended(OutcomeOf(err)) }()
+	defer func() { s.extended(err) }()
 	for attempt := 0; ; attempt++ {
 		sess, err := s.liveOwned(ctx, student, id)
 		if err != nil {
