@@ -29,6 +29,13 @@ import (
 	"labkeep/shared/terminal"
 )
 
+// The session functions' consumers take the small interfaces they
+// declare; session.Service is what Build hands them.
+var (
+	_ httpapi.Sessions  = (*session.Service)(nil)
+	_ terminal.Sessions = (*session.Service)(nil)
+)
+
 // App is the wired application. Close releases the database pool.
 type App struct {
 	Config   Config
@@ -103,7 +110,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	catalog, err := labs.OpenLive(cfg.LabsFile, log, labs.NewMetrics(reg))
+	catalog, err := labs.OpenLive(cfg.LabsFile, log, newCatalogMetrics(reg))
 	if err != nil {
 		return nil, cfg.named(&cfg.LabsFile, err)
 	}
@@ -137,8 +144,9 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	}
 	rows := &session.Starter{
 		Store: store, Cluster: cluster, Policy: cfg.Policy, CleanupTimeout: cfg.Limits.CleanupTimeout,
-		Now: now, Log: log, Metrics: session.NewMetrics(reg, store),
+		Now: now, Log: log, Metrics: newSessionMetrics(reg),
 	}
+	reg.MustRegister(liveCollector{rows})
 	usher := seating.NewUsher(seating.Config{
 		Rows: rows, Store: store, Cluster: cluster, Labs: catalog, Limits: cfg.Limits,
 		Waitlist: store, Pool: pool, Now: now, Log: log, Metrics: newSeatingMetrics(reg),
@@ -154,7 +162,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 		public = nil // served on its own address only
 	}
 	reaper := &reap.Reaper{
-		Store: reapStore, Cluster: cluster, Now: now, Log: log, Metrics: reap.NewMetrics(reg),
+		Store: reapStore, Cluster: cluster, Now: now, Log: log, Metrics: newReapMetrics(reg),
 		Config: cfg.Reap, Backstop: usher,
 	}
 	a := &App{Config: cfg, Store: store, Cluster: cluster, Labs: catalog, Sessions: svc, Seating: usher, API: api, Kube: rc, Reaper: reaper, Metrics: reg, ReapStore: reapStore}

@@ -19,11 +19,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"sigs.k8s.io/yaml"
 
+	"labkeep/functions/app"
 	"labkeep/infra/monitoring"
 	"labkeep/shared/httpapi"
-	"labkeep/shared/labs"
-	"labkeep/shared/reap"
-	"labkeep/shared/session"
 )
 
 // describer is a Registerer that only records the names of what is
@@ -51,19 +49,13 @@ func (d describer) MustRegister(cs ...prometheus.Collector) {
 
 func (d describer) Unregister(prometheus.Collector) bool { return false }
 
-// liveStore stands for the database behind labkeep_sessions; Describe never
-// reads it.
-type liveStore struct{ session.Store }
-
 // exported is every labkeep_ series the functions register (app.Build
-// registers these same constructors), histograms with their _bucket,
+// registers app.Series's and httpapi's), histograms with their _bucket,
 // _sum and _count.
 func exported() map[string]bool {
 	d := describer{names: map[string]bool{}}
-	reap.NewMetrics(d)
-	session.NewMetrics(d, liveStore{})
+	app.Series(d)
 	httpapi.NewHTTPMetrics(d)
-	labs.NewMetrics(d)
 	for n := range d.names {
 		if strings.HasSuffix(n, "_seconds") {
 			d.names[n+"_bucket"], d.names[n+"_sum"], d.names[n+"_count"] = true, true, true

@@ -39,7 +39,7 @@ func (a *API) adminSessions(w http.ResponseWriter, r *http.Request, store alerts
 		a.writeError(w, r, fmt.Errorf("%w: %s takes no query parameters", access.ErrBadRequest, r.URL.Path), nil)
 		return
 	}
-	live, err := a.svc.Store.ListLive(r.Context())
+	live, err := a.svc.ListLive(r.Context())
 	if err != nil {
 		a.writeError(w, r, err, nil)
 		return

@@ -11,6 +11,7 @@ package httpapi
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,9 +31,25 @@ import (
 // MaxBodyBytes is the largest request body accepted (413 beyond).
 const MaxBodyBytes = 64 << 10
 
+// Sessions is what the API asks of the session functions
+// (session.Service): the student's calls, the catalog /labs lists and
+// every live session for adminSessions.
+type Sessions interface {
+	Open(ctx context.Context, student, lab, publicKey string) (session.Session, error)
+	OpenWaiting(ctx context.Context, student, lab, publicKey string) (session.Session, error)
+	Get(ctx context.Context, student, id string) (session.Session, error)
+	Extend(ctx context.Context, student, id string) (session.Session, error)
+	Close(ctx context.Context, student, id string, actor session.Actor, by string) (session.Session, error)
+	// ListLive is every live session, unclaimed warm-pool instances
+	// included, oldest first.
+	ListLive(ctx context.Context) ([]session.Session, error)
+	// Catalog is the lab catalog opens are checked against.
+	Catalog() session.Catalog
+}
+
 // Options configures an API.
 type Options struct {
-	Sessions *session.Service
+	Sessions Sessions
 	// Seats is the line and the warm pool as adminStatus reports them;
 	// nil reports every lab's line empty and no warm pool.
 	Seats Seats
@@ -51,7 +68,7 @@ const DefaultRetryAfter = 30 * time.Second
 
 // API is the HTTP handler of the session functions.
 type API struct {
-	svc        *session.Service
+	svc        Sessions
 	seats      Seats
 	auth       *access.Authenticator
 	now        func() time.Time
@@ -265,8 +282,9 @@ func (a *API) labs(w http.ResponseWriter, r *http.Request) {
 	out := struct {
 		Labs []labJSON `json:"labs"`
 	}{Labs: []labJSON{}}
-	for _, name := range a.svc.Labs.Names() {
-		lab, _ := a.svc.Labs.Get(name)
+	cat := a.svc.Catalog()
+	for _, name := range cat.Names() {
+		lab, _ := cat.Get(name)
 		out.Labs = append(out.Labs, labJSON{Name: lab.Name, Description: lab.Description, Kind: string(lab.Kind), Nodes: len(lab.Nodes)})
 	}
 	writeJSON(w, http.StatusOK, out)

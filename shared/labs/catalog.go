@@ -10,8 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
-
-	"github.com/prometheus/client_golang/prometheus"
 )
 
 // DefaultReload is how often a Live catalog re-reads its file: a lab added
@@ -21,8 +19,8 @@ const DefaultReload = 10 * time.Second
 
 // Live is the lab catalog in force, re-read from its file while the
 // functions run, so a changed ConfigMap needs no restart. Only a file that
-// validates replaces the catalog: a bad one is refused (logged, counted in
-// labkeep_lab_catalog_reload_failures_total) and the last good catalog
+// validates replaces the catalog: a bad one is refused (logged, counted through
+// Metrics) and the last good catalog
 // stays in force. Sessions never depend on it after their open: a session
 // stores its kind and nodes, and extend, close and teardown work from the
 // stored row, so a lab removed from the catalog leaves its running
@@ -34,7 +32,7 @@ const DefaultReload = 10 * time.Second
 type Live struct {
 	path    string
 	log     *slog.Logger
-	metrics *Metrics
+	metrics Metrics
 
 	cur atomic.Pointer[Catalog]
 	gen atomic.Int64
@@ -47,16 +45,20 @@ type Live struct {
 }
 
 // OpenLive loads the catalog at path, which must be valid: a deployment
-// with a bad catalog does not start. metrics may be nil.
-func OpenLive(path string, log *slog.Logger, metrics *Metrics) (*Live, error) {
+// with a bad catalog does not start. metrics may be nil: nothing is
+// counted.
+func OpenLive(path string, log *slog.Logger, metrics Metrics) (*Live, error) {
 	c, digest, err := read(path)
 	if err != nil {
 		return nil, err
 	}
+	if metrics == nil {
+		metrics = noMetrics{}
+	}
 	l := &Live{path: path, log: log, metrics: metrics, seen: digest}
 	l.cur.Store(c)
 	l.gen.Store(1)
-	metrics.loaded(1, len(c.byName))
+	metrics.Loaded(1, len(c.byName))
 	return l, nil
 }
 
@@ -90,13 +92,13 @@ func (l *Live) Reload() error {
 	}
 	l.seen = digest
 	if err != nil {
-		l.metrics.refused()
+		l.metrics.Refused()
 		l.log.Error("lab catalog refused; the last good catalog stays in force", "path", l.path, "generation", l.gen.Load(), "err", err)
 		return err
 	}
 	l.cur.Store(c)
 	gen := l.gen.Add(1)
-	l.metrics.loaded(gen, len(c.byName))
+	l.metrics.Loaded(gen, len(c.byName))
 	l.log.Info("lab catalog reloaded", "path", l.path, "generation", gen, "labs", c.Names())
 	return nil
 }
@@ -130,42 +132,19 @@ func (l *Live) Watch(ctx context.Context, tick <-chan time.Time) {
 	}
 }
 
-// Metrics are the catalog's Prometheus series. A nil *Metrics records
-// nothing.
-type Metrics struct {
-	generation prometheus.Gauge
-	labs       prometheus.Gauge
-	failures   prometheus.Counter
+// Metrics counts the catalogs put in force and the files refused; the
+// entry points implement it (Prometheus), so labs depends on no metrics
+// library.
+type Metrics interface {
+	// Loaded reports the catalog put in force: its generation (1 for the
+	// one loaded at start) and how many labs it has.
+	Loaded(generation int64, labs int)
+	// Refused counts one changed file refused (unreadable or invalid);
+	// the last good catalog stays in force.
+	Refused()
 }
 
-// NewMetrics creates the series and registers them with reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
-	m := &Metrics{
-		generation: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "labkeep_lab_catalog_generation", Help: "Lab catalogs put in force since start (1: the one loaded at start).",
-		}),
-		labs: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "labkeep_lab_catalog_labs", Help: "Labs in the catalog in force.",
-		}),
-		failures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "labkeep_lab_catalog_reload_failures_total", Help: "Changed lab catalog files refused (unreadable or invalid); the last good catalog stayed in force.",
-		}),
-	}
-	reg.MustRegister(m.generation, m.labs, m.failures)
-	return m
-}
+type noMetrics struct{}
 
-func (m *Metrics) loaded(gen int64, labs int) {
-	if m == nil {
-		return
-	}
-	m.generation.Set(float64(gen))
-	m.labs.Set(float64(labs))
-}
-
-func (m *Metrics) refused() {
-	if m == nil {
-		return
-	}
-	m.failures.Inc()
-}
+func (noMetrics) Loaded(int64, int) {}
+func (noMetrics) Refused()          {}

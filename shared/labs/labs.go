@@ -3,9 +3,9 @@
 // lab. Every template is validated when the file is loaded, so a typo fails
 // the deployment at start instead of a student's session at open time.
 //
-// The live catalog's Metrics still records Prometheus series directly
-// (NewMetrics): moving them behind an interface implemented in
-// functions/app is not done yet.
+// The live catalog reports what it puts in force and what it refuses
+// through Metrics, an interface the entry points implement (functions/app
+// with Prometheus), so the domain depends on no metrics library.
 package labs
 
 import (

@@ -9,8 +9,9 @@
 // plan against the Store and Cluster ports, then hands on to the Backstop
 // (seating: the line and the warm pool).
 //
-// Metrics still records Prometheus series directly (NewMetrics): moving
-// them behind an interface implemented in functions/app is not done yet.
+// Runs are counted through Metrics, an interface the entry points
+// implement (functions/app with Prometheus), so the domain depends on no
+// metrics library.
 package reap
 
 import (

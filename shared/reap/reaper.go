@@ -146,8 +146,9 @@ type Reaper struct {
 	Config  Config
 	Now     func() time.Time
 	Log     *slog.Logger
-	// Metrics, if set, is updated after every run.
-	Metrics *Metrics
+	// Metrics counts every run and every run refused as busy; nil counts
+	// nothing.
+	Metrics Metrics
 	// Backstop, if set, is handed on to after every run that deletes (not
 	// a dry run): it serves the line, which hands capacity freed by
 	// anything (an expiry, a ghost, a crash mid-close) to the students
@@ -186,7 +187,7 @@ func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (Report, error) {
 		return Report{}, fmt.Errorf("reaper lock: %w", err)
 	}
 	if !ok {
-		r.Metrics.observeBusy(trigger)
+		r.metrics().Busy(trigger)
 		return Report{}, fmt.Errorf("%w: another reaper run holds the lock", ErrBusy)
 	}
 	defer unlock()
@@ -286,7 +287,7 @@ func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (Report, error) {
 	if invp != nil {
 		liveVMs = invp.VMs
 	}
-	r.Metrics.observeRun(report, len(live), liveVMs)
+	r.metrics().Ran(report, len(live), liveVMs)
 	log.Info("reap run done", "expired", report.Counts[Expired], "orphan", report.Counts[Orphan],
 		"ghost", report.Counts[Ghost], "failures", len(report.Failures),
 		"took", report.FinishedAt.Sub(report.StartedAt).String())

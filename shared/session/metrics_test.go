@@ -4,46 +4,45 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/prometheus/client_golang/prometheus"
 )
 
-// series flattens what reg gathers into "name{k=v,…}" → value (a
-// histogram's sample count), for the labkeep_session* families only.
-func series(t *testing.T, reg *prometheus.Registry) map[string]float64 {
-	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
+// counted is a Metrics that counts what it is told, keyed
+// "event{label=value,…}" (labels sorted), as functions/app keys its
+// series.
+type counted struct {
+	mu sync.Mutex
+	n  map[string]float64
+}
+
+func (c *counted) add(event string, labels ...string) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	slices.Sort(labels)
+	if c.n == nil {
+		c.n = map[string]float64{}
 	}
-	out := map[string]float64{}
-	for _, mf := range mfs {
-		if !strings.HasPrefix(mf.GetName(), "labkeep_session") {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var labels []string
-			for _, l := range m.GetLabel() {
-				labels = append(labels, l.GetName()+"="+l.GetValue())
-			}
-			slices.Sort(labels)
-			key := fmt.Sprintf("%s{%s}", mf.GetName(), strings.Join(labels, ","))
-			switch {
-			case m.GetCounter() != nil:
-				out[key] = m.GetCounter().GetValue()
-			case m.GetGauge() != nil:
-				out[key] = m.GetGauge().GetValue()
-			case m.GetHistogram() != nil:
-				out[key] = float64(m.GetHistogram().GetSampleCount())
-			}
-		}
-	}
-	return out
+	c.n[event+"{"+strings.Join(labels, ",")+"}"]++
+}
+
+func (c *counted) Opened(lab string, o Outcome)      { c.add("opened", "lab="+lab, "outcome="+string(o)) }
+func (c *counted) Ready(lab string, _ time.Duration) { c.add("ready", "lab="+lab) }
+func (c *counted) Extended(o Outcome)                { c.add("extended", "outcome="+string(o)) }
+func (c *counted) Ended(kind EndKind, a Actor) {
+	c.add("ended", "kind="+string(kind), "actor="+string(a))
+}
+
+func (c *counted) counts() map[string]float64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return maps.Clone(c.n)
 }
 
 // liveRows is memStore with ListLive answering from its rows.
@@ -62,13 +61,14 @@ func (l liveRows) ListLive(context.Context) ([]Session, error) {
 }
 
 // A student's open, extensions and close, a refused open and a failed one
-// each move their series; labkeep_sessions is read from the store.
+// are each reported to Metrics; CountLive counts the students' live
+// sessions from the store (functions/app turns both into series).
 func TestMetricsCountWhatTheServiceDoes(t *testing.T) {
 	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
 	c := &fakeCluster{ready: true}
-	svc, store := newService(t, c, &now)
-	reg := prometheus.NewRegistry()
-	svc.Metrics = NewMetrics(reg, liveRows{store})
+	store := &memStore{rows: map[string]Session{}}
+	metrics := &counted{}
+	svc := newServiceOn(t, liveRows{store}, c, &now, metrics)
 	ctx := context.Background()
 
 	s, err := svc.Open(ctx, "ann", "one", "")
@@ -84,8 +84,12 @@ func TestMetricsCountWhatTheServiceDoes(t *testing.T) {
 	if _, err := svc.Open(ctx, "cid", "shell", ""); err != nil {
 		t.Fatal(err)
 	}
-	if got := series(t, reg)["labkeep_sessions{lab=shell,status=provisioning}"]; got != 1 {
-		t.Errorf("live provisioning shell sessions = %v, want 1", got)
+	live, err := svc.CountLive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := []LiveCount{{Lab: "shell", Status: StatusProvisioning, N: 1}}; !slices.Contains(live, want[0]) {
+		t.Errorf("live counts = %v, want one provisioning shell session among them", live)
 	}
 	now = now.Add(40 * time.Second)
 	if _, err := svc.Extend(ctx, "ann", s.ID); err != nil { // Extend observes the VM ready first
@@ -103,26 +107,51 @@ func TestMetricsCountWhatTheServiceDoes(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	// An unclaimed warm-pool instance is live but nobody's session yet.
+	// An unclaimed warm-pool instance is live but nobody's session yet:
+	// neither counted live nor reported ready when it turns running.
 	store.mu.Lock()
-	store.rows["pool-1"] = Session{ID: "pool-1", Student: PoolStudent, Lab: "shell", Status: StatusRunning, Pool: PoolIdle}
+	pooled := Session{ID: "pool-1", Student: PoolStudent, Lab: "shell", Status: StatusRunning, Pool: PoolIdle, ReadyAt: now}
+	store.rows[pooled.ID] = pooled
 	store.mu.Unlock()
+	svc.Ready(pooled)
 
 	want := map[string]float64{
-		"labkeep_session_opens_total{lab=,result=unknown_lab}":              1,
-		"labkeep_session_opens_total{lab=one,result=ok}":                    1,
-		"labkeep_session_opens_total{lab=one,result=provisioning_failed}":   1,
-		"labkeep_session_opens_total{lab=shell,result=ok}":                  1,
-		"labkeep_session_opens_total{lab=three,result=session_exists}":      1,
-		"labkeep_session_extensions_total{result=ok}":                       1,
-		"labkeep_session_extensions_total{result=no_session}":               1,
-		"labkeep_session_time_to_ready_seconds{lab=one}":                    1,
-		"labkeep_session_ends_total{actor=open,reason=provisioning_failed}": 1,
-		"labkeep_session_ends_total{actor=open,reason=no_capacity}":         0,
-		"labkeep_session_ends_total{actor=student,reason=closed}":           1,
-		"labkeep_sessions{lab=shell,status=provisioning}":                   1,
+		"opened{lab=,outcome=unknown_lab}":            1,
+		"opened{lab=one,outcome=ok}":                  1,
+		"opened{lab=one,outcome=provisioning_failed}": 1,
+		"opened{lab=shell,outcome=ok}":                1,
+		"opened{lab=three,outcome=session_exists}":    1,
+		"extended{outcome=ok}":                        1,
+		"extended{outcome=no_session}":                1,
+		"ready{lab=one}":                              1,
+		"ended{actor=open,kind=provisioning_failed}":  1,
+		"ended{actor=student,kind=closed}":            1,
 	}
-	if diff := cmp.Diff(want, series(t, reg)); diff != "" {
-		t.Errorf("series (-want +got):\n%s", diff)
+	if diff := cmp.Diff(want, metrics.counts()); diff != "" {
+		t.Errorf("reported (-want +got):\n%s", diff)
+	}
+	live, err = svc.CountLive(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]LiveCount{{Lab: "shell", Status: StatusProvisioning, N: 1}}, live); diff != "" {
+		t.Errorf("live counts (-want +got):\n%s", diff)
+	}
+}
+
+// An outcome is "ok", a sentinel's code (wrapped or not), or "error".
+func TestOutcomeOf(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want Outcome
+	}{
+		{nil, OutcomeOK},
+		{ErrNoCapacity, "no_capacity"},
+		{fmt.Errorf("%w: admission denied", ErrProvisioning), "provisioning_failed"},
+		{errors.New("database down"), OutcomeError},
+	} {
+		if got := OutcomeOf(c.err); got != c.want {
+			t.Errorf("OutcomeOf(%v) = %q, want %q", c.err, got, c.want)
+		}
 	}
 }

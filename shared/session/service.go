@@ -36,6 +36,13 @@ type Catalog interface {
 	Names() []string
 }
 
+// Catalog is the lab catalog opens are checked against (Labs).
+func (s *Service) Catalog() Catalog { return s.Labs }
+
+// ListLive is every live session, unclaimed warm-pool instances included,
+// oldest first (Store.ListLive).
+func (s *Service) ListLive(ctx context.Context) ([]Session, error) { return s.Store.ListLive(ctx) }
+
 // ErrEndedWhileProvisioning is returned by Open when the session's row was
 // finished by someone else (the student's close, an admin, the reaper)
 // while Open was still queued or creating objects. Whatever Open created
@@ -65,7 +72,7 @@ var ErrEndedWhileProvisioning = fmt.Errorf("%w: session was ended while it was b
 // written before any object exists, so a crash mid-way leaves a live row
 // the reaper will find, never an object without a row.
 func (s *Service) Open(ctx context.Context, student, labName, publicKey string) (_ Session, err error) {
-	defer func() { s.Metrics.opened(labName, err) }()
+	defer func() { s.opened(labName, err) }()
 	return s.open(ctx, student, labName, publicKey, false)
 }
 
@@ -226,7 +233,7 @@ func (s *Service) Get(ctx context.Context, student, id string) (Session, error) 
 // is not it), ErrNotRunning if it is still provisioning or already expired,
 // and ErrExtensionCap if it already runs until its maximum lifetime.
 func (s *Service) Extend(ctx context.Context, student, id string) (_ Session, err error) {
-	defer func() { s.Metrics.extended(err) }()
+	defer func() { s.extended(err) }()
 	for attempt := 0; ; attempt++ {
 		sess, err := s.liveOwned(ctx, student, id)
 		if err != nil {
@@ -303,7 +310,7 @@ func (s *Service) Close(ctx context.Context, student, id string, actor Actor, by
 		return closed, nil
 	}
 	s.Log.Info("session closed", "session", sess.ID, "status", closed.Status, "reason", closed.End.String())
-	s.Metrics.ended(closed.End)
+	s.ended(closed.End)
 	s.Seating.Freed(ctx)
 	return closed, nil
 }

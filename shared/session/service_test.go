@@ -166,20 +166,27 @@ const catalogYAML = `labs:
 
 func newService(t *testing.T, c *fakeCluster, now *time.Time) (*Service, *memStore) {
 	t.Helper()
+	st := &memStore{rows: map[string]Session{}}
+	return newServiceOn(t, st, c, now, nil), st
+}
+
+// newServiceOn is newService on store, counting through metrics.
+func newServiceOn(t *testing.T, store Store, c *fakeCluster, now *time.Time, metrics Metrics) *Service {
+	t.Helper()
 	cat, err := labs.Parse([]byte(catalogYAML))
 	if err != nil {
 		t.Fatal(err)
 	}
-	st := &memStore{rows: map[string]Session{}}
 	return &Service{
 		Starter: &Starter{
-			Store: st, Cluster: c, CleanupTimeout: time.Second,
-			Policy: lifetime.Policy{Lifetime: time.Hour, MaxLifetime: 3 * time.Hour},
-			Now:    func() time.Time { return *now },
-			Log:    slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Store: store, Cluster: c, CleanupTimeout: time.Second,
+			Policy:  lifetime.Policy{Lifetime: time.Hour, MaxLifetime: 3 * time.Hour},
+			Now:     func() time.Time { return *now },
+			Log:     slog.New(slog.NewTextHandler(io.Discard, nil)),
+			Metrics: metrics,
 		},
 		Labs: cat, Seating: unlimited{c},
-	}, st
+	}
 }
 
 // unlimited is a Seating with room for every open and nobody waiting:

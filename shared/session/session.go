@@ -11,9 +11,9 @@
 // httpapi. The reaper (package reap) reuses Store, Cluster, End and the
 // lifetime package so both halves agree on every rule.
 //
-// Metrics still records Prometheus series directly (NewMetrics): moving
-// them behind an interface with the implementation in functions/app is
-// not done yet; nothing else of the package depends on Prometheus.
+// What the Starter and the Service do is counted through Metrics, an
+// interface the entry points implement (functions/app with Prometheus),
+// so the package depends on no metrics library.
 package session
 
 import (

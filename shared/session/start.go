@@ -29,8 +29,9 @@ type Starter struct {
 	// Now is the clock; time.Now in production.
 	Now func() time.Time
 	Log *slog.Logger
-	// Metrics, if set, counts opens, extensions, endings and time to ready.
-	Metrics *Metrics
+	// Metrics counts opens, extensions, endings and time to ready; nil
+	// counts nothing.
+	Metrics Metrics
 }
 
 // Clock is the Starter's now, as rows record it (UTC, microseconds).
@@ -66,7 +67,7 @@ func (s *Starter) New(id, student string, lab labs.Lab, studentKey string) (Sess
 
 // Ready records a student's time to ready (a session claimed from the
 // warm pool is ready the moment it is claimed).
-func (s *Starter) Ready(sess Session) { s.Metrics.ready(sess) }
+func (s *Starter) Ready(sess Session) { s.ready(sess) }
 
 // issueKeys gives a new session its own SSH host key and, when the student
 // brought no public key (studentKey empty), a key pair of its own whose
@@ -143,7 +144,7 @@ func (s *Starter) Rollback(ctx context.Context, log *slog.Logger, sess Session, 
 	reason := EndReason{Kind: kind, Actor: ActorOpen, Detail: cause.Error()}
 	failed, ended, err := End(cctx, s.Store, s.clusterFor(teardown), sess.ID, Ending{Reason: reason, EvenIfTeardownFails: true}, s.now())
 	if ended {
-		s.Metrics.ended(failed.End)
+		s.ended(failed.End)
 	}
 	if err != nil {
 		log.Error("rollback left objects for the reaper", "err", err)
@@ -217,7 +218,7 @@ func (s *Starter) Refresh(ctx context.Context, sess Session) Session {
 	}
 	if err == nil {
 		s.Log.Info("session ready", "session", sess.ID, "timeToReady", updated.TimeToReady())
-		s.Metrics.ready(updated)
+		s.ready(updated)
 	}
 	return updated
 }

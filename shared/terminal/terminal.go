@@ -11,9 +11,10 @@
 // request and its reading of every described answer against that file.
 //
 // The rule of both: a student reaches only their own running session.
-// Ownership is session.Service.Get's (a session id of another student's is
-// no session of theirs); anything that is not the caller's running session
-// is refused with 403 forbidden before anything reaches the cluster.
+// Ownership is Sessions.Get's (session.Service's: a session id of another
+// student's is no session of theirs); anything that is not the caller's
+// running session is refused with 403 forbidden before anything reaches
+// the cluster.
 //
 // Endpoints (mounted under /terminal/ next to the session functions):
 //
@@ -80,8 +81,8 @@ const (
 
 // Options configure a Handler.
 type Options struct {
-	// Sessions decides whose session is whose (Service.Get).
-	Sessions *session.Service
+	// Sessions decides whose session is whose (session.Service).
+	Sessions Sessions
 	// Auth verifies the portal's tokens, as the session functions do.
 	Auth *access.Authenticator
 	// API answers refusals through the session functions' one status
@@ -108,6 +109,14 @@ type Options struct {
 // in namespace, with rc's credentials; opts names the command and its
 // streams.
 type Executor func(rc *rest.Config, client kubernetes.Interface, namespace, pod string, opts corev1.PodExecOptions) (remotecommand.Executor, error)
+
+// Sessions is what the terminal asks of the session functions
+// (session.Service): the student's session, as getSession answers it.
+type Sessions interface {
+	// Get is student's session id; session.ErrNoSession if there is
+	// none or it belongs to another student.
+	Get(ctx context.Context, student, id string) (session.Session, error)
+}
 
 // Refusals is how the terminal answers a refused request: the status,
 // error code and JSON body the session functions give the same error. The
@@ -187,7 +196,7 @@ type Target struct {
 // case — no such session, another student's, ended, still provisioning,
 // no such node — is a refusal that says which, wrapped in
 // access.ErrForbidden, ErrBadRequest or session.ErrNotRunning.
-func Reach(ctx context.Context, svc *session.Service, now time.Time, student, id, node string) (Target, error) {
+func Reach(ctx context.Context, svc Sessions, now time.Time, student, id, node string) (Target, error) {
 	if id == "" {
 		return Target{}, fmt.Errorf("%w: the session id is required", access.ErrBadRequest)
 	}
