@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"labkeep/shared/seating"
 	"labkeep/shared/session"
 )
 
@@ -29,16 +30,18 @@ func TestClaimPooledReturnsTheInstanceWhenItsUpdateFails(t *testing.T) {
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	got, err := pg.ClaimPooled(ctx, inst.Lab, open.ID, t0.Add(time.Minute), func(s session.Session) (session.Session, error) {
+	got, claimed, err := pg.ClaimPooled(ctx, inst.Lab, open.ID, t0.Add(time.Minute), func(i seating.Instance) (seating.Handover, error) {
 		cancel() // the cluster step succeeded, but the caller gave up meanwhile
-		s.Student, s.StudentKey, s.Pool, s.ClaimedFor = open.Student, "ssh-ed25519 AAAA", session.PoolClaimed, open.ID
-		return s, nil
+		return seating.Handover{Student: open.Student, StudentKey: "ssh-ed25519 AAAA", Window: open.Window, ReadyAt: t0.Add(time.Minute)}, nil
 	})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("ClaimPooled with the context ended during the claim = %v; want context.Canceled", err)
 	}
 	if got.ID != inst.ID {
 		t.Errorf("ClaimPooled returned instance %q; want %q, the one the claim reached", got.ID, inst.ID)
+	}
+	if claimed.ID != "" {
+		t.Errorf("ClaimPooled returned claimed session %q with its error; want none", claimed.ID)
 	}
 	after, err := pg.Get(context.Background(), inst.ID)
 	if err != nil {
