@@ -19,7 +19,7 @@ import (
 // workspace Pod) is provisioned ahead of any student, as the schedule
 // (warmpool.Schedule) asks, so an open can take a ready one instead of
 // waiting for a cold provision. A pool instance is an ordinary session row
-// (Pool session.PoolIdle, student session.PoolStudent), so it counts against the same
+// (Pool session.PoolIdle, student PoolStudent), so it counts against the same
 // capacity, the reaper's inventory sees its objects as a live session's
 // (never orphans), its ghosts and ends go through session.End like any session's,
 // and a waiting student's place in the line is never jumped: capacity a
@@ -90,6 +90,11 @@ type PoolCluster interface {
 	// every node, without a restart.
 	Claim(ctx context.Context, inst Instance, studentKey string, lab labs.Lab) error
 }
+
+// PoolStudent is the student of every unclaimed warm-pool instance's
+// row. The one-live-session-per-student rule does not hold for idle rows
+// (the store exempts them), so any number of instances share it.
+const PoolStudent = "labkeep:pool"
 
 // WarmPool configures the Usher's warm pool.
 type WarmPool struct {
@@ -389,7 +394,7 @@ func (u *Usher) grow(ctx context.Context, lab labs.Lab, c Capacity, in warmpool.
 // (called under the capacity lock). Its window is the TTL: the reaper
 // expires an instance nobody claimed even if no maintenance runs.
 func (u *Usher) createInstance(ctx context.Context, lab labs.Lab) error {
-	sess, err := u.rows.New(uuid.NewString(), session.PoolStudent, lab, "")
+	sess, err := u.rows.New(uuid.NewString(), PoolStudent, lab, "")
 	if err != nil {
 		return err
 	}

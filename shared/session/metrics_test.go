@@ -105,7 +105,7 @@ func TestMetricsCountWhatTheServiceDoes(t *testing.T) {
 
 	// An unclaimed warm-pool instance is live but nobody's session yet.
 	store.mu.Lock()
-	store.rows["pool-1"] = Session{ID: "pool-1", Student: PoolStudent, Lab: "shell", Status: StatusRunning, Pool: PoolIdle}
+	store.rows["pool-1"] = Session{ID: "pool-1", Student: "labkeep:pool", Lab: "shell", Status: StatusRunning, Pool: PoolIdle}
 	store.mu.Unlock()
 
 	want := map[string]float64{

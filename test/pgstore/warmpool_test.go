@@ -17,7 +17,7 @@ import (
 // and the instance and the open's row stay as they were.
 func TestClaimPooledReturnsTheInstanceWhenItsUpdateFails(t *testing.T) {
 	pg := openStore(t)
-	inst := newSession(session.PoolStudent)
+	inst := newSession(seating.PoolStudent)
 	inst.Pool = session.PoolIdle
 	open := newSession("alice")
 	for _, s := range []session.Session{inst, open} {
@@ -47,8 +47,8 @@ func TestClaimPooledReturnsTheInstanceWhenItsUpdateFails(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after.Pool != session.PoolIdle || after.Student != session.PoolStudent {
-		t.Errorf("instance after the failed claim: pool %q, student %q; want it unchanged (idle, %q)", after.Pool, after.Student, session.PoolStudent)
+	if after.Pool != session.PoolIdle || after.Student != seating.PoolStudent {
+		t.Errorf("instance after the failed claim: pool %q, student %q; want it unchanged (idle, %q)", after.Pool, after.Student, seating.PoolStudent)
 	}
 	if _, err := pg.Get(context.Background(), open.ID); err != nil {
 		t.Errorf("the open's row after the failed claim: %v; want it kept", err)
