@@ -18,8 +18,9 @@ import (
 // The warm pool. Per lab, a number of instances (the lab's VMs or
 // workspace Pod) is provisioned ahead of any student, as the schedule
 // (warmpool.Schedule) asks, so an open can take a ready one instead of
-// waiting for a cold provision. A pool instance is an ordinary session row
-// (Pool session.PoolIdle, student PoolStudent), so it counts against the same
+// waiting for a cold provision. The pool's ports pass an instance as an
+// Instance; it is stored as an ordinary session row (Pool
+// session.PoolIdle, student PoolStudent), so it counts against the same
 // capacity, the reaper's inventory sees its objects as a live session's
 // (never orphans), its ghosts and ends go through session.End like any session's,
 // and a waiting student's place in the line is never jumped: capacity a
@@ -27,9 +28,9 @@ import (
 //
 // A claim is one transaction under the instance's row lock (PoolStore.ClaimPooled):
 // the open's own provisioning row (or the waitlist entry) goes, the
-// instance's row becomes the student's, and, before it commits, the
-// cluster gives the running instance the student's labels and public key
-// (PoolCluster.Claim). Two opens never get one instance: the second skips
+// instance's row becomes the student's session (Handover), and, before
+// it commits, the cluster authorizes the student's public key on the
+// running instance (PoolCluster.Claim). Two opens never get one instance: the second skips
 // the locked row. If the cluster step fails nothing is committed, the
 // instance is ended (it may hold part of a student's credentials) and the
 // open provisions cold.
