@@ -100,7 +100,7 @@ func (c *Config) Settings() setting.Table {
 			"the first labkeep to migrate a database records it there (table `environment`), and a labkeep of another environment "+
 			"refuses that database at start, naming both", &c.Env).Feeds(&k.Env, &r.Env),
 		setting.String("DATABASE_URL", "(required) PostgreSQL DSN; one database per environment (a database migrated before it "+
-			"recorded its environment is claimed by the first labkeep that opens it: upgrade each environment against its own database first)",
+			"recorded its environment becomes the environment of the first labkeep that opens it: upgrade each environment against its own database first)",
 			&c.DatabaseURL),
 		setting.String("JWT_SECRET", "(required, ≥ 32 bytes) the portal's shared HS256 secret; workspaces' webhook credentials "+
 			"are derived from it", &c.JWTSecret).Feeds(&k.GuardianAlertKey),

@@ -96,10 +96,11 @@ func (b builder) keepClaimedKeys(pod *corev1.Pod) {
 // brought the new Secret into the virt-launcher Pod (typically within a
 // minute or two; no API object confirms it). Until then the student's
 // first SSH attempts are refused; the platform's keys work throughout.
-func (c *Cluster) Claim(ctx context.Context, s session.Session, lab labs.Lab) error {
-	if s.Pool != session.PoolClaimed || s.StudentKey == "" {
-		return fmt.Errorf("claiming session %s: not a pool instance claimed with a student key", s.ID)
+func (c *Cluster) Claim(ctx context.Context, inst seating.Instance, studentKey string, lab labs.Lab) error {
+	if studentKey == "" {
+		return fmt.Errorf("claiming warm pool instance %s: no student key", inst.ID)
 	}
+	s := claimedSession(inst, studentKey)
 	if lab.Kind == labs.KindVM {
 		return c.ReplaceSSHKeys(ctx, s, lab, authorizedKeys(s, c.cfg))
 	}
@@ -116,6 +117,14 @@ func (c *Cluster) Claim(ctx context.Context, s session.Session, lab labs.Lab) er
 		}
 	}
 	return nil
+}
+
+// claimedSession is the session inst becomes with studentKey, as far as
+// its objects are concerned: its id, nodes and the warm pool's labels
+// (LabelPool, no student's hash) stay the instance's.
+func claimedSession(inst seating.Instance, studentKey string) session.Session {
+	return session.Session{ID: inst.ID, Lab: inst.Lab, Kind: inst.Kind, Status: session.StatusRunning, Window: inst.Window,
+		Nodes: inst.Nodes, StudentKey: studentKey, Pool: session.PoolClaimed}
 }
 
 // execOutput is a command's stdout and stderr together, as they came. The

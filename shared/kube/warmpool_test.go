@@ -1,6 +1,7 @@
 package kube
 
 import (
+	"context"
 	"testing"
 	"time"
 
@@ -8,6 +9,8 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"labkeep/shared/labs"
+	"labkeep/shared/seating"
 	"labkeep/shared/session"
 )
 
@@ -64,5 +67,27 @@ func TestAuthorizedKeys(t *testing.T) {
 				t.Errorf("authorizedKeys (-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+// A claim rebuilds the instance's keys Secrets from the instance alone:
+// the session it builds them for keeps the instance's id and nodes,
+// carries the warm pool's label and no student's hash (the functions may
+// not relabel objects), and authorizes the student's key with the
+// platform's. Without a student key there is nothing to claim with.
+func TestClaimedSession(t *testing.T) {
+	cfg := Config{PlatformSSHKeys: []string{"ssh-ed25519 AAAA grader"}}
+	inst := seating.Instance{ID: "i-1", Lab: "linux-vm", Kind: labs.KindVM, Nodes: []session.Node{{Name: "vm", Role: "vm"}}, Ready: true}
+	s := claimedSession(inst, "ssh-ed25519 BBBB pia")
+	b := builder{cfg: cfg, sess: s}
+	labels := b.labels("vm", "vm")
+	_, student := labels[LabelStudent]
+	got := []any{s.ID, s.Nodes, labels[LabelSession], labels[LabelPool], student, authorizedKeys(s, cfg)}
+	want := []any{"i-1", inst.Nodes, "i-1", PoolWarm, false, []string{"ssh-ed25519 BBBB pia", "ssh-ed25519 AAAA grader"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("id, nodes, session label, pool label, student label, authorized keys (-want +got):\n%s", diff)
+	}
+	if err := (&Cluster{}).Claim(context.Background(), inst, "", labs.Lab{Name: "linux-vm", Kind: labs.KindVM}); err == nil {
+		t.Error("Claim without a student key = nil; want an error")
 	}
 }

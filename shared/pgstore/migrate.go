@@ -18,10 +18,10 @@ var migrations embed.FS
 
 // migrate applies every embedded migration not yet recorded in
 // schema_migrations, each in its own transaction, under an advisory lock so
-// instances starting together don't race, and then claims the database for
-// env: the environment table's one row is written if missing and must name
-// env. A database already claimed by another environment is refused before
-// any migration is applied to it.
+// instances starting together don't race, and then records env as the
+// database's environment: the environment table's one row is written if
+// missing and must name env. A database another environment recorded is
+// refused before any migration is applied to it.
 func migrate(ctx context.Context, pool *pgxpool.Pool, env string) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
@@ -72,14 +72,14 @@ func migrate(ctx context.Context, pool *pgxpool.Pool, env string) error {
 }
 
 // checkEnvironment compares env with the environment the database records
-// (none yet, or no environment table yet, passes); with claim, it first
+// (none yet, or no environment table yet, passes); with record, it first
 // records env if none is recorded. Call it under the migration lock.
-func checkEnvironment(ctx context.Context, conn *pgx.Conn, env string, claim bool) error {
+func checkEnvironment(ctx context.Context, conn *pgx.Conn, env string, record bool) error {
 	var exists bool
 	if err := conn.QueryRow(ctx, "SELECT to_regclass('environment') IS NOT NULL").Scan(&exists); err != nil || !exists {
 		return err
 	}
-	if claim {
+	if record {
 		if _, err := conn.Exec(ctx, "INSERT INTO environment (env) VALUES ($1) ON CONFLICT (one) DO NOTHING", env); err != nil {
 			return fmt.Errorf("recording the database's environment: %w", err)
 		}

@@ -2,7 +2,6 @@ package pgstore
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -24,15 +23,16 @@ var _ seating.PoolStore = (*PG)(nil)
 // cluster step (claim) runs while the row lock is held, and its failure
 // rolls everything back. An instance whose TTL has passed is never
 // claimed: its anchor's deadline covers a claim within the TTL only.
-func (p *PG) ClaimPooled(ctx context.Context, lab, replaces string, at time.Time, claim func(session.Session) (session.Session, error)) (inst session.Session, err error) {
+func (p *PG) ClaimPooled(ctx context.Context, lab, replaces string, at time.Time, claim func(seating.Instance) (seating.Handover, error)) (inst seating.Instance, claimed session.Session, err error) {
 	err = pgx.BeginFunc(ctx, p.conns, func(tx pgx.Tx) error {
-		inst, err = one(tx.Query(ctx, `SELECT `+columns+` FROM sessions
+		row, err := one(tx.Query(ctx, `SELECT `+columns+` FROM sessions
 			WHERE pool = 'idle' AND lab = $1 AND status = 'running' AND expires_at > $2
 			ORDER BY started_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`, lab, at))
 		if err != nil {
 			return err
 		}
-		row, err := tx.Exec(ctx, `DELETE FROM sessions WHERE id = $1 AND status = 'provisioning' AND pool = ''`, replaces)
+		inst = instanceOf(row)
+		open, err := tx.Exec(ctx, `DELETE FROM sessions WHERE id = $1 AND status = 'provisioning' AND pool = ''`, replaces)
 		if err != nil {
 			return err
 		}
@@ -40,31 +40,32 @@ func (p *PG) ClaimPooled(ctx context.Context, lab, replaces string, at time.Time
 		if err != nil {
 			return err
 		}
-		if row.RowsAffected()+entry.RowsAffected() == 0 {
+		if open.RowsAffected()+entry.RowsAffected() == 0 {
 			return fmt.Errorf("%w: %s is neither a provisioning open nor a waitlist entry any more", session.ErrNoSession, replaces)
 		}
-		c, err := claim(inst)
+		h, err := claim(inst)
 		if err != nil {
 			return err
 		}
-		nodes, err := json.Marshal(nonNil(c.Nodes))
-		if err != nil {
-			return err
-		}
-		// A failed update leaves inst as it was: the caller retires the
-		// instance the student's key may have reached.
-		claimed, err := one(tx.Query(ctx, `UPDATE sessions SET student = $2, student_key = $3, started_at = $4,
-			expires_at = $5, max_expires_at = $6, ready_at = $7, nodes = $8, pool = 'claimed', claimed_for = $9
+		// A failed update leaves the instance as it was: the caller
+		// retires the instance the student's key may have reached.
+		claimed, err = one(tx.Query(ctx, `UPDATE sessions SET student = $2, student_key = $3, started_at = $4,
+			expires_at = $5, max_expires_at = $6, ready_at = $7, pool = 'claimed', claimed_for = $8
 			WHERE id = $1 AND pool = 'idle' AND status = 'running' RETURNING `+columns,
-			inst.ID, c.Student, c.StudentKey, c.StartedAt, c.ExpiresAt, c.MaxExpiresAt, nullTime(c.ReadyAt), nodes, replaces))
-		if err != nil {
-			return err
-		}
-		inst = claimed
-		return nil
+			inst.ID, h.Student, h.StudentKey, h.StartedAt, h.ExpiresAt, h.MaxExpiresAt, nullTime(h.ReadyAt), replaces))
+		return err
 	})
-	if errors.Is(err, session.ErrNoSession) && inst.ID == "" {
-		return inst, fmt.Errorf("%w: no ready warm pool instance of %s", session.ErrNoSession, lab)
+	if err != nil {
+		claimed = session.Session{}
 	}
-	return inst, err
+	if errors.Is(err, session.ErrNoSession) && inst.ID == "" {
+		return inst, claimed, fmt.Errorf("%w: no ready warm pool instance of %s", session.ErrNoSession, lab)
+	}
+	return inst, claimed, err
+}
+
+// instanceOf is the warm-pool instance an idle row stores.
+func instanceOf(row session.Session) seating.Instance {
+	return seating.Instance{ID: row.ID, Lab: row.Lab, Kind: row.Kind, Nodes: row.Nodes, Window: row.Window,
+		Ready: row.Status == session.StatusRunning}
 }

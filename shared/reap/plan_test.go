@@ -9,6 +9,7 @@ import (
 
 	"labkeep/shared/labs"
 	"labkeep/shared/lifetime"
+	"labkeep/shared/seating"
 	"labkeep/shared/session"
 )
 
@@ -76,7 +77,7 @@ func podSession(id string, status session.Status, started time.Time) session.Ses
 func pooled(s session.Session, state session.PoolState, ttl time.Duration) session.Session {
 	s.Pool = state
 	if state == session.PoolIdle {
-		s.Student = session.PoolStudent
+		s.Student = seating.PoolStudent
 		s.ExpiresAt = s.StartedAt.Add(ttl)
 		s.MaxExpiresAt = s.ExpiresAt
 	}

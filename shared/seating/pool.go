@@ -10,6 +10,7 @@ import (
 	"github.com/google/uuid"
 
 	"labkeep/shared/labs"
+	"labkeep/shared/lifetime"
 	"labkeep/shared/session"
 	"labkeep/shared/warmpool"
 )
@@ -17,8 +18,9 @@ import (
 // The warm pool. Per lab, a number of instances (the lab's VMs or
 // workspace Pod) is provisioned ahead of any student, as the schedule
 // (warmpool.Schedule) asks, so an open can take a ready one instead of
-// waiting for a cold provision. A pool instance is an ordinary session row
-// (Pool session.PoolIdle, student session.PoolStudent), so it counts against the same
+// waiting for a cold provision. The pool's ports pass an instance as an
+// Instance; it is stored as an ordinary session row (Pool
+// session.PoolIdle, student PoolStudent), so it counts against the same
 // capacity, the reaper's inventory sees its objects as a live session's
 // (never orphans), its ghosts and ends go through session.End like any session's,
 // and a waiting student's place in the line is never jumped: capacity a
@@ -26,35 +28,74 @@ import (
 //
 // A claim is one transaction under the instance's row lock (PoolStore.ClaimPooled):
 // the open's own provisioning row (or the waitlist entry) goes, the
-// instance's row becomes the student's, and, before it commits, the
-// cluster gives the running instance the student's labels and public key
-// (PoolCluster.Claim). Two opens never get one instance: the second skips
+// instance's row becomes the student's session (Handover), and, before
+// it commits, the cluster authorizes the student's public key on the
+// running instance (PoolCluster.Claim). Two opens never get one instance: the second skips
 // the locked row. If the cluster step fails nothing is committed, the
 // instance is ended (it may hold part of a student's credentials) and the
 // open provisions cold.
 
+// Instance is one unclaimed warm-pool instance as the pool's ports pass
+// it: what a claim reads before the instance becomes a student's session.
+// It is not a session: it has no student, no key and no place in any
+// line, and nothing outside the pool (the student's calls, the HTTP view)
+// ever sees one. How it is stored is the adapters' business (pgstore
+// keeps it as a sessions row, so it counts against the same capacity and
+// the reaper sees its objects as a live session's).
+type Instance struct {
+	// ID names the instance's objects; a claim keeps it, so it becomes the
+	// claimed session's id.
+	ID    string
+	Lab   string
+	Kind  labs.Kind
+	Nodes []session.Node
+	// Window is the instance's own: StartedAt is when it was created,
+	// ExpiresAt that plus the pool's TTL.
+	lifetime.Window
+	// Ready is true once every node is ready (the row is running); only a
+	// ready instance is claimed.
+	Ready bool
+}
+
+// Handover is what a claim makes of an instance: the student it now
+// belongs to, the key their nodes authorize, and their session's window
+// and ready time. The instance's id, lab and nodes stay.
+type Handover struct {
+	Student    string
+	StudentKey string
+	lifetime.Window
+	// ReadyAt is when the student could log in: their time to ready.
+	ReadyAt time.Time
+}
+
 // PoolStore is the database side of the warm pool.
 type PoolStore interface {
-	// ClaimPooled takes the oldest running idle instance of lab whose TTL
-	// has not passed at at, under its row lock (skipping instances another claim or an session.End holds), deletes
-	// the row or waitlist entry replaces (the student's open or place in
-	// line; session.ErrNoSession if neither exists any more), then calls
-	// claim(instance) and, if it returns nil error, writes the session it
-	// returned (student, key, window, ready time; Pool session.PoolClaimed,
-	// ClaimedFor replaces) and commits. session.ErrNoSession if lab has no ready
-	// idle instance. On any error nothing changes; the instance as read is
-	// returned when there was one.
-	ClaimPooled(ctx context.Context, lab, replaces string, at time.Time, claim func(instance session.Session) (session.Session, error)) (session.Session, error)
+	// ClaimPooled takes the oldest ready instance of lab whose TTL has
+	// not passed at at, under its row lock (skipping instances another
+	// claim or a session.End holds), deletes the row or waitlist entry
+	// replaces (the student's open or place in line; session.ErrNoSession
+	// if neither exists any more), then calls claim(instance) and, if it
+	// returns nil error, makes the instance the student's session as the
+	// handover says (marked session.PoolClaimed, ClaimedFor replaces),
+	// commits and returns that session. session.ErrNoSession if lab has no
+	// ready instance. On any error nothing changes; inst is the instance as
+	// read when there was one (zero otherwise), so a caller whose claim may
+	// have reached it can retire it.
+	ClaimPooled(ctx context.Context, lab, replaces string, at time.Time, claim func(Instance) (Handover, error)) (inst Instance, claimed session.Session, err error)
 }
 
 // PoolCluster is the cluster side of a claim.
 type PoolCluster interface {
-	// Claim makes the running pool instance s (already carrying its new
-	// student and key) the student's: their labels on its objects and their
-	// public key (with the platform's) authorized on every node, without a
-	// restart.
-	Claim(ctx context.Context, s session.Session, lab labs.Lab) error
+	// Claim makes the running instance inst the student's whose public
+	// key is studentKey: their key (with the platform's) authorized on
+	// every node, without a restart.
+	Claim(ctx context.Context, inst Instance, studentKey string, lab labs.Lab) error
 }
+
+// PoolStudent is the student of every unclaimed warm-pool instance's
+// row. The one-live-session-per-student rule does not hold for idle rows
+// (the store exempts them), so any number of instances share it.
+const PoolStudent = "labkeep:pool"
 
 // WarmPool configures the Usher's warm pool.
 type WarmPool struct {
@@ -83,25 +124,22 @@ func (u *Usher) claim(ctx context.Context, sess session.Session, lab labs.Lab) (
 		return session.Session{}, false
 	}
 	tried := false // the cluster step ran: the instance may hold the student's key
-	instance, err := p.Store.ClaimPooled(ctx, lab.Name, sess.ID, u.now(), func(inst session.Session) (session.Session, error) {
+	instance, claimed, err := p.Store.ClaimPooled(ctx, lab.Name, sess.ID, u.now(), func(inst Instance) (Handover, error) {
 		tried = true
-		c := inst
-		c.Student, c.StudentKey = sess.Student, sess.StudentKey
-		c.Window = u.rows.Policy.Open(u.now())
-		c.Pool, c.ClaimedFor = session.PoolClaimed, sess.ID
-		if err := p.Cluster.Claim(ctx, c, lab); err != nil {
-			return c, err
+		h := Handover{Student: sess.Student, StudentKey: sess.StudentKey, Window: u.rows.Policy.Open(u.now())}
+		if err := p.Cluster.Claim(ctx, inst, sess.StudentKey, lab); err != nil {
+			return h, err
 		}
 		// The student could log in from now: that is their time to ready.
-		c.ReadyAt = u.now()
-		return c, nil
+		h.ReadyAt = u.now()
+		return h, nil
 	})
 	switch {
 	case err == nil:
 		u.metrics.PoolClaimed(lab.Name, ClaimOK)
-		u.log.Info("claimed from the warm pool", "session", instance.ID, "lab", lab.Name, "student", sess.Student, "for", sess.ID)
-		u.rows.Ready(instance)
-		return instance, true
+		u.log.Info("claimed from the warm pool", "session", claimed.ID, "lab", lab.Name, "student", sess.Student, "for", sess.ID)
+		u.rows.Ready(claimed)
+		return claimed, true
 	case !tried && instance.ID == "" && errors.Is(err, session.ErrNoSession):
 		u.metrics.PoolClaimed(lab.Name, ClaimEmpty)
 		return session.Session{}, false
@@ -357,7 +395,7 @@ func (u *Usher) grow(ctx context.Context, lab labs.Lab, c Capacity, in warmpool.
 // (called under the capacity lock). Its window is the TTL: the reaper
 // expires an instance nobody claimed even if no maintenance runs.
 func (u *Usher) createInstance(ctx context.Context, lab labs.Lab) error {
-	sess, err := u.rows.New(uuid.NewString(), session.PoolStudent, lab, "")
+	sess, err := u.rows.New(uuid.NewString(), PoolStudent, lab, "")
 	if err != nil {
 		return err
 	}

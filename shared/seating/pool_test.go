@@ -1,13 +1,17 @@
 package seating
 
 import (
-	"labkeep/shared/session"
-
+	"context"
+	"errors"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
 
+	"labkeep/shared/labs"
+	"labkeep/shared/lifetime"
+	"labkeep/shared/session"
 	"labkeep/shared/warmpool"
 )
 
@@ -52,6 +56,109 @@ func TestPoolStatuses(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if diff := cmp.Diff(tc.want, PoolStatuses(sched, tc.live, tc.now)); diff != "" {
 				t.Errorf("PoolStatuses (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// poolStore is a PoolStore over memStore's rows, as pgstore stores
+// instances: an idle running row is an instance; a claim deletes the
+// open's row and, if claim succeeds, writes the handover over the
+// instance's row.
+type poolStore struct{ rows *memStore }
+
+func (p poolStore) ClaimPooled(_ context.Context, lab, replaces string, _ time.Time, claim func(Instance) (Handover, error)) (Instance, session.Session, error) {
+	p.rows.mu.Lock()
+	var inst Instance
+	var row session.Session
+	for _, r := range p.rows.rows {
+		if r.Pool == session.PoolIdle && r.Lab == lab && r.Status == session.StatusRunning {
+			row, inst = r, Instance{ID: r.ID, Lab: r.Lab, Kind: r.Kind, Nodes: r.Nodes, Window: r.Window, Ready: true}
+		}
+	}
+	p.rows.mu.Unlock()
+	if inst.ID == "" {
+		return inst, session.Session{}, session.ErrNoSession
+	}
+	h, err := claim(inst)
+	if err != nil {
+		return inst, session.Session{}, err
+	}
+	p.rows.mu.Lock()
+	defer p.rows.mu.Unlock()
+	delete(p.rows.rows, replaces)
+	row.Student, row.StudentKey, row.Window, row.ReadyAt = h.Student, h.StudentKey, h.Window, h.ReadyAt
+	row.Pool, row.ClaimedFor = session.PoolClaimed, replaces
+	p.rows.rows[row.ID] = row
+	return inst, row, nil
+}
+
+// poolCluster records the claims it is asked for and fails with err.
+type poolCluster struct {
+	claims []string // "instance key"
+	err    error
+}
+
+func (c *poolCluster) Claim(_ context.Context, inst Instance, studentKey string, _ labs.Lab) error {
+	c.claims = append(c.claims, inst.ID+" "+studentKey)
+	return c.err
+}
+
+// An open that may take a warm instance gets the ready one handed over
+// (the cluster authorizes the student's key on the instance, the row
+// becomes theirs with a fresh window); with none ready it provisions
+// cold; when the cluster step fails the instance is retired (it may hold
+// the student's key) and the open provisions cold.
+func TestOpenClaimsAWarmInstance(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+	// The key as the open normalizes it (its comment dropped).
+	const key = "ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIBu+gRJ6Ttbo9zL/j2CL1JvXuN/OnM3sdkvp2nF9cwpY"
+	type result struct {
+		Student, Pool string
+		Claimed       bool // the open got the instance's id
+		Window        bool // the session's window starts at the open
+		ClaimsAsked   []string
+		Provisioned   int    // cold provisions
+		Instance      string // the instance row's status afterwards
+		Retired       bool   // its end says the claim failed
+	}
+	tests := []struct {
+		name     string
+		instance bool
+		claimErr error
+		want     result
+	}{
+		{"a ready instance is handed over", true, nil,
+			result{Student: "ann", Pool: "claimed", Claimed: true, Window: true, ClaimsAsked: []string{"i-1 " + key}, Instance: "running"}},
+		{"no ready instance: cold", false, nil,
+			result{Student: "ann", Window: true, Provisioned: 1}},
+		{"the cluster step fails: retired, cold", true, errors.New("exec refused"),
+			result{Student: "ann", Window: true, ClaimsAsked: []string{"i-1 " + key}, Provisioned: 1, Instance: "closed", Retired: true}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			now := t0
+			store := newStore()
+			c := &fakeCluster{}
+			if tc.instance {
+				store.rows["i-1"] = session.Session{ID: "i-1", Student: PoolStudent, Lab: "one", Kind: labs.KindVM, Status: session.StatusRunning,
+					Window: lifetime.Window{StartedAt: t0.Add(-time.Hour), ExpiresAt: t0, MaxExpiresAt: t0},
+					Pool:   session.PoolIdle, Nodes: []session.Node{{Name: "vm", Role: "vm", Ready: true}}}
+			}
+			pc := &poolCluster{err: tc.claimErr}
+			svc := newService(t, c, &now, store, func(cfg *Config) {
+				cfg.Pool = &WarmPool{TTL: time.Hour, Store: poolStore{store}, Cluster: pc}
+			})
+			s, err := svc.Open(context.Background(), "ann", "one", key+" ann")
+			if err != nil {
+				t.Fatalf("Open = %v", err)
+			}
+			inst := store.rows["i-1"]
+			got := result{Student: s.Student, Pool: string(s.Pool), Claimed: s.ID == "i-1", Window: s.StartedAt.Equal(t0),
+				ClaimsAsked: pc.claims, Provisioned: len(c.provisioned), Instance: string(inst.Status),
+				Retired: strings.Contains(inst.End.Detail, "claim failed: exec refused")}
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("open with a warm pool (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -110,7 +110,7 @@ func TestMetricsCountWhatTheServiceDoes(t *testing.T) {
 	// An unclaimed warm-pool instance is live but nobody's session yet:
 	// neither counted live nor reported ready when it turns running.
 	store.mu.Lock()
-	pooled := Session{ID: "pool-1", Student: PoolStudent, Lab: "shell", Status: StatusRunning, Pool: PoolIdle, ReadyAt: now}
+	pooled := Session{ID: "pool-1", Student: "labkeep:pool", Lab: "shell", Status: StatusRunning, Pool: PoolIdle, ReadyAt: now}
 	store.rows[pooled.ID] = pooled
 	store.mu.Unlock()
 	svc.Ready(pooled)

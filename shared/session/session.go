@@ -108,16 +108,14 @@ type PoolState string
 
 // The pool states of a session row.
 const (
-	// PoolIdle: an unclaimed warm-pool instance, owned by PoolStudent.
+	// PoolIdle: an unclaimed warm-pool instance (its student is the
+	// seating package's sentinel, seating.PoolStudent). Student reads
+	// (Store.LiveFor, Store.Latest) never return an idle row, whoever
+	// asks.
 	PoolIdle PoolState = "idle"
 	// PoolClaimed: a student's session that came from the warm pool.
 	PoolClaimed PoolState = "claimed"
 )
-
-// PoolStudent is the student of every unclaimed warm-pool instance.
-// Student reads (LiveFor, Latest) never return an idle instance, whoever
-// asks.
-const PoolStudent = "labkeep:pool"
 
 // Node is one machine of a session.
 type Node struct {

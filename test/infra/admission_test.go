@@ -27,6 +27,7 @@ import (
 	"labkeep/localrun/stacktest"
 	"labkeep/shared/kube"
 	"labkeep/shared/labs"
+	"labkeep/shared/seating"
 	"labkeep/shared/session"
 )
 
@@ -553,11 +554,11 @@ func studentSession(lab labs.Lab) session.Session {
 }
 
 // poolSession is a new warm-pool instance of lab as Provision takes it:
-// studentSession's, owned by session.PoolStudent and without a student
+// studentSession's, owned by seating.PoolStudent and without a student
 // key, so its VMs take their keys live.
 func poolSession(lab labs.Lab) session.Session {
 	s := studentSession(lab)
-	s.Student, s.StudentKey = session.PoolStudent, ""
+	s.Student, s.StudentKey = seating.PoolStudent, ""
 	return s
 }
 

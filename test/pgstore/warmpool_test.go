@@ -6,6 +6,7 @@ import (
 	"testing"
 	"time"
 
+	"labkeep/shared/seating"
 	"labkeep/shared/session"
 )
 
@@ -16,7 +17,7 @@ import (
 // and the instance and the open's row stay as they were.
 func TestClaimPooledReturnsTheInstanceWhenItsUpdateFails(t *testing.T) {
 	pg := openStore(t)
-	inst := newSession(session.PoolStudent)
+	inst := newSession(seating.PoolStudent)
 	inst.Pool = session.PoolIdle
 	open := newSession("alice")
 	for _, s := range []session.Session{inst, open} {
@@ -29,10 +30,9 @@ func TestClaimPooledReturnsTheInstanceWhenItsUpdateFails(t *testing.T) {
 	}
 
 	ctx, cancel := context.WithCancel(context.Background())
-	got, err := pg.ClaimPooled(ctx, inst.Lab, open.ID, t0.Add(time.Minute), func(s session.Session) (session.Session, error) {
+	got, claimed, err := pg.ClaimPooled(ctx, inst.Lab, open.ID, t0.Add(time.Minute), func(i seating.Instance) (seating.Handover, error) {
 		cancel() // the cluster step succeeded, but the caller gave up meanwhile
-		s.Student, s.StudentKey, s.Pool, s.ClaimedFor = open.Student, "ssh-ed25519 AAAA", session.PoolClaimed, open.ID
-		return s, nil
+		return seating.Handover{Student: open.Student, StudentKey: "ssh-ed25519 AAAA", Window: open.Window, ReadyAt: t0.Add(time.Minute)}, nil
 	})
 	if !errors.Is(err, context.Canceled) {
 		t.Fatalf("ClaimPooled with the context ended during the claim = %v; want context.Canceled", err)
@@ -40,12 +40,15 @@ func TestClaimPooledReturnsTheInstanceWhenItsUpdateFails(t *testing.T) {
 	if got.ID != inst.ID {
 		t.Errorf("ClaimPooled returned instance %q; want %q, the one the claim reached", got.ID, inst.ID)
 	}
+	if claimed.ID != "" {
+		t.Errorf("ClaimPooled returned claimed session %q with its error; want none", claimed.ID)
+	}
 	after, err := pg.Get(context.Background(), inst.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if after.Pool != session.PoolIdle || after.Student != session.PoolStudent {
-		t.Errorf("instance after the failed claim: pool %q, student %q; want it unchanged (idle, %q)", after.Pool, after.Student, session.PoolStudent)
+	if after.Pool != session.PoolIdle || after.Student != seating.PoolStudent {
+		t.Errorf("instance after the failed claim: pool %q, student %q; want it unchanged (idle, %q)", after.Pool, after.Student, seating.PoolStudent)
 	}
 	if _, err := pg.Get(context.Background(), open.ID); err != nil {
 		t.Errorf("the open's row after the failed claim: %v; want it kept", err)

@@ -37,7 +37,7 @@ func TestEnvironmentsSharingADatabase(t *testing.T) {
 	})
 	a := newBackend(t, stacktest.Options{Env: "env-a", Namespace: shared})
 	if n := a.Count(`SELECT count(*) FROM environment WHERE env = 'env-a'`); n != 1 {
-		t.Fatalf("a fresh database is not claimed by the first environment to migrate it (%d rows)", n)
+		t.Fatalf("a fresh database does not record the first environment to migrate it (%d rows)", n)
 	}
 
 	// (1) Refused at start, with both environments named and what to do;

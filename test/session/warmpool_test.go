@@ -417,7 +417,7 @@ func TestWarmPoolFailedClaimProvisionsCold(t *testing.T) {
 		t.Errorf("noa's session: pool %q student %q, want a cold one of noa's", row.Pool, row.Student)
 	}
 	ended := e.Session(instance.ID)
-	if ended.Status.Live() || ended.Student != session.PoolStudent || !strings.Contains(ended.End.Detail, "claim failed") {
+	if ended.Status.Live() || ended.Student != seating.PoolStudent || !strings.Contains(ended.End.Detail, "claim failed") {
 		t.Errorf("instance after the failed claim: %s, student %q, reason %q; want ended, never the student's", ended.Status, ended.Student, ended.End.Detail)
 	}
 	e.WaitGone(instance.ID)

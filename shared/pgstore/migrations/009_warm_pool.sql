@@ -2,7 +2,7 @@
 -- (capacity counting, the reaper's inventory, ghosts, orphans, the one
 -- delete order) applies to it unchanged. pool says which rows are pool
 -- instances: 'idle' for an unclaimed one (its student is the reserved
--- pool student, see session.PoolStudent), 'claimed' for a session that
+-- pool student, see seating.PoolStudent), 'claimed' for a session that
 -- came from the pool, '' for every other session. claimed_for is the id
 -- the student knew before the claim (their open's row, or their waitlist
 -- entry), so a poll or close with that id finds the claimed session.

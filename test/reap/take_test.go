@@ -91,26 +91,26 @@ func TestNoRowLockAcrossDeletes(t *testing.T) {
 	b.WaitGone(s.ID)
 }
 
-// A claim moves the expiry back, so an extension computed from the row as
-// it was fails its compare-and-set (and the Service, re-reading, finds the
-// session over); a claim of a row that is not due changes nothing. On the
-// real database.
-func TestClaimDefeatsAnExtensionInFlight(t *testing.T) {
+// The reaper's take of a row moves the expiry back, so an extension
+// computed from the row as it was fails its compare-and-set (and the
+// Service, re-reading, finds the session over); a take of a row that is
+// not due changes nothing. On the real database.
+func TestTakeDefeatsAnExtensionInFlight(t *testing.T) {
 	b := newBackend(t, stacktest.Options{})
 	ctx := context.Background()
-	s := b.open("s-claim", "linux-vm")
+	s := b.open("s-take", "linux-vm")
 	store := b.App.ReapStore
 
 	cur, ok, err := store.Take(ctx, s.ID, func(session.Session) bool { return false })
 	if err != nil || ok || !cur.ExpiresAt.Equal(s.ExpiresAt) {
-		t.Fatalf("claim of a row not due: ok=%v err=%v expires %s (was %s)", ok, err, cur.ExpiresAt, s.ExpiresAt)
+		t.Fatalf("take of a row not due: ok=%v err=%v expires %s (was %s)", ok, err, cur.ExpiresAt, s.ExpiresAt)
 	}
 	cur, ok, err = store.Take(ctx, s.ID, func(session.Session) bool { return true })
 	if err != nil || !ok || !cur.ExpiresAt.Before(s.ExpiresAt) || cur.ExpiresAt.Before(s.ExpiresAt.Add(-time.Millisecond)) {
-		t.Fatalf("claim: ok=%v err=%v expires %s (was %s), want a microsecond earlier", ok, err, cur.ExpiresAt, s.ExpiresAt)
+		t.Fatalf("take: ok=%v err=%v expires %s (was %s), want a microsecond earlier", ok, err, cur.ExpiresAt, s.ExpiresAt)
 	}
 	if _, err := b.App.Store.Extend(ctx, s.ID, s.ExpiresAt, s.ExpiresAt.Add(30*time.Minute)); !errors.Is(err, session.ErrConflict) {
-		t.Fatalf("extension computed before the claim: %v, want ErrConflict", err)
+		t.Fatalf("extension computed before the take: %v, want ErrConflict", err)
 	}
 	if got := b.Session(s.ID); !got.ExpiresAt.Equal(cur.ExpiresAt) || got.Status != session.StatusRunning {
 		t.Fatalf("row after the refused extension: %s, expires %s", got.Status, got.ExpiresAt)
