@@ -36,7 +36,7 @@ var (
 	_ terminal.Sessions = (*session.Service)(nil)
 )
 
-// App is the wired application. Close releases the database pool.
+// App is the wired application. Close releases the database connections.
 type App struct {
 	Config   Config
 	Store    *pgstore.PG
@@ -50,8 +50,8 @@ type App struct {
 	API *httpapi.API
 	// Reaper is reapTick and adminReapNow.
 	Reaper *reap.Reaper
-	// ReapStore is the reaper's store: Store's database on a pool of its
-	// own (LABKEEP_REAP_DB_CONNS).
+	// ReapStore is the reaper's store: Store's database on connections of
+	// its own (Config.ReapDBConns).
 	ReapStore *pgstore.PG
 	// Metrics is the registry behind /metrics.
 	Metrics *prometheus.Registry
@@ -90,7 +90,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 		return nil, err
 	}
 	settings := cfg.Settings()
-	// opened is what Build has opened so far (database pools, the lab
+	// opened is what Build has opened so far (database connections, the lab
 	// catalog's watcher), released last first when Build fails after all.
 	var opened []func()
 	defer func() {
@@ -204,7 +204,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 // endpoints and the reaper's.
 func (a *App) Handler() http.Handler { return a.handler }
 
-// Close releases the database pools.
+// Close releases the database connections.
 func (a *App) Close() {
 	if a.stop != nil {
 		a.stop()

@@ -19,7 +19,7 @@ import (
 	"labkeep/shared/warmpool"
 )
 
-// EnvPrefix is the prefix of every setting: LABKEEP_ENV, LABKEEP_…
+// EnvPrefix is the prefix of every setting's variable (LABKEEP_…).
 const EnvPrefix = "LABKEEP"
 
 // Config is every setting of the session functions. The settings of a
@@ -153,9 +153,9 @@ func (c *Config) Settings() setting.Table {
 		setting.Duration("REAP_PROVISION_GRACE", "how long a provisioning session may lack its VM (the row is written before "+
 			"the objects); at most the provision timeout", &r.ProvisionGrace),
 		setting.Int("REAP_WORKERS", "items handled at once in a run", &r.Workers),
-		setting.Int("DB_MAX_CONNS", "the main database pool's size, the connections student calls use; `0` keeps the DSN's "+
+		setting.Int("DB_MAX_CONNS", "how many database connections student calls use; `0` keeps the DSN's "+
 			"`pool_max_conns`, or pgxpool's default (the larger of 4 and the number of CPUs)", &c.DBMaxConns),
-		setting.Int("REAP_DB_CONNS", "the reaper's own database pool (≥ 1): its workers wait for these, never for the connections "+
+		setting.Int("REAP_DB_CONNS", "the reaper's own database connections (≥ 1): its workers wait for these, never for the connections "+
 			"student calls need", &c.ReapDBConns),
 		setting.Duration("REAP_ABSENT_CONFIRM", "a running session whose VMI or workspace Pod is missing is a ghost only when a "+
 			"later run, at least this long after the first that missed it, still misses it", &r.AbsentConfirm),

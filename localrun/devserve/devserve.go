@@ -241,7 +241,7 @@ func tick(ctx context.Context, url, token string) (int, []byte, error) {
 	return res.StatusCode, body, err
 }
 
-// Stop shuts the server down and closes the database pool.
+// Stop shuts the server down and closes the database connections.
 func (s *Server) Stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()

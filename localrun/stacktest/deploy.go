@@ -88,8 +88,9 @@ type Options struct {
 	// UTC).
 	WarmPool                  string
 	WarmPoolTTL, WarmPoolLead time.Duration
-	// PoolSize is the database pool's pool_max_conns (10 if zero).
-	PoolSize int
+	// DBConns is how many database connections the functions keep (the
+	// DSN's pool_max_conns; 10 if zero).
+	DBConns int
 	// Log is the functions' logger (Logger() if nil).
 	Log *slog.Logger
 }
@@ -182,13 +183,13 @@ func Deploy(t testing.TB, st *stack.Stack, o Options) *Deployment {
 	if err := os.WriteFile(labsFile, labsYAML, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	poolSize := o.PoolSize
-	if poolSize == 0 {
-		poolSize = 10
+	conns := o.DBConns
+	if conns == 0 {
+		conns = 10
 	}
 	dsn := o.DatabaseURL
 	if dsn == "" {
-		dsn = CreateDatabase(t, st, d.Env, poolSize)
+		dsn = CreateDatabase(t, st, d.Env, conns)
 	}
 
 	cfg := o.config(app.DefaultConfig())

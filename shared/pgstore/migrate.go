@@ -22,8 +22,8 @@ var migrations embed.FS
 // database's environment: the environment table's one row is written if
 // missing and must name env. A database another environment recorded is
 // refused before any migration is applied to it.
-func migrate(ctx context.Context, pool *pgxpool.Pool, env string) error {
-	conn, err := pool.Acquire(ctx)
+func migrate(ctx context.Context, conns *pgxpool.Pool, env string) error {
+	conn, err := conns.Acquire(ctx)
 	if err != nil {
 		return err
 	}

@@ -25,14 +25,14 @@ import (
 	"labkeep/shared/session"
 )
 
-// PG is a session store backed by a pgx connection pool.
+// PG is a session store on a set of pgx database connections (Conns).
 type PG struct {
 	// env is the environment the database belongs to (LABKEEP_ENV); it
 	// namespaces the advisory locks.
 	env   string
 	conns *pgxpool.Pool
 	// locks holds the connections that hold or wait for advisory locks, a
-	// pool of its own so a queue of opens waiting for the capacity lock can
+	// set of their own so a queue of opens waiting for the capacity lock can
 	// never take every connection from reads like getSession.
 	locks *pgxpool.Pool
 	// tryLocks serves TryLock only: a try must never queue behind
@@ -41,7 +41,7 @@ type PG struct {
 	tryLocks *pgxpool.Pool
 }
 
-// LockConns is the size of the advisory-lock pool: waiters beyond it queue
+// LockConns is how many connections the advisory locks use: waiters beyond it queue
 // in the process instead of in PostgreSQL.
 const LockConns = 4
 
@@ -72,34 +72,34 @@ func Open(ctx context.Context, dsn, env string, opts ...Option) (*PG, error) {
 	for _, o := range opts {
 		o(cfg)
 	}
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	conns, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		return nil, err
 	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
+	if err := conns.Ping(ctx); err != nil {
+		conns.Close()
 		return nil, fmt.Errorf("database: %w", err)
 	}
-	if err := migrate(ctx, pool, env); err != nil {
-		pool.Close()
+	if err := migrate(ctx, conns, env); err != nil {
+		conns.Close()
 		return nil, err
 	}
 	lcfg := cfg.Copy()
 	lcfg.MaxConns, lcfg.MinConns = LockConns, 0
 	locks, err := pgxpool.NewWithConfig(ctx, lcfg)
 	if err != nil {
-		pool.Close()
+		conns.Close()
 		return nil, err
 	}
 	tcfg := cfg.Copy()
 	tcfg.MaxConns, tcfg.MinConns = 2, 0
 	tryLocks, err := pgxpool.NewWithConfig(ctx, tcfg)
 	if err != nil {
-		pool.Close()
+		conns.Close()
 		locks.Close()
 		return nil, err
 	}
-	return &PG{env: env, conns: pool, locks: locks, tryLocks: tryLocks}, nil
+	return &PG{env: env, conns: conns, locks: locks, tryLocks: tryLocks}, nil
 }
 
 // Close closes both pools.
@@ -307,9 +307,9 @@ func (p *PG) LockCapacity(ctx context.Context) (func(), error) {
 }
 
 // Lock blocks until it holds the database-wide advisory lock called name
-// (e.g. "capacity"), on a connection of the lock pool. unlock releases it;
+// (e.g. "capacity"), on one of the lock connections. unlock releases it;
 // if the process dies the database releases it with the connection.
-// Neither the holder nor the waiters use the main pool while waiting, so
+// Neither the holder nor the waiters use the main connections while waiting, so
 // they can never starve the holder's or anyone else's queries.
 func (p *PG) Lock(ctx context.Context, name string) (unlock func(), err error) {
 	conn, err := p.locks.Acquire(ctx)

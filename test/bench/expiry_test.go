@@ -43,7 +43,7 @@ func BenchmarkTableExpiry(b *testing.B) {
 		sc = expiryScale{sessions: 3, lifetime: 3 * time.Second, every: 2 * time.Second, period: 5 * time.Second}
 		note = "quick: scheduler period shortened to 5 s"
 	}
-	d := stacktest.Deploy(b, st, stacktest.Options{Lifetime: sc.lifetime, MaxVMs: 1000, KubeQPS: 500, KubeBurst: 1000, PoolSize: 20, Log: stacktest.Discard()})
+	d := stacktest.Deploy(b, st, stacktest.Options{Lifetime: sc.lifetime, MaxVMs: 1000, KubeQPS: 500, KubeBurst: 1000, DBConns: 20, Log: stacktest.Discard()})
 	for range b.N {
 		lat, ticks := expiryRun(b, d, sc)
 		// Each gap is the time from expiry to the tick that ended it plus

@@ -59,7 +59,7 @@ func BenchmarkGetSessionWhileReaping(b *testing.B) {
 func benchReapingUnderLoad(b *testing.B, sharedPool bool) {
 	b.StopTimer()
 	const sessions, pollers, deleteDelay = 100, 16, 2 * time.Second
-	d := stacktest.Deploy(b, st, stacktest.Options{MaxVMs: 1000, KubeQPS: 500, KubeBurst: 1000, PoolSize: 4, Log: stacktest.Discard()})
+	d := stacktest.Deploy(b, st, stacktest.Options{MaxVMs: 1000, KubeQPS: 500, KubeBurst: 1000, DBConns: 4, Log: stacktest.Discard()})
 	ctx := context.Background()
 	var wg sync.WaitGroup
 	sem := make(chan struct{}, 8)

@@ -47,8 +47,8 @@ func newBackend(t *testing.T, o stacktest.Options) *backend {
 	if o.KubeQPS == 0 {
 		o.KubeQPS, o.KubeBurst = 500, 1000
 	}
-	if o.PoolSize == 0 {
-		o.PoolSize = 20
+	if o.DBConns == 0 {
+		o.DBConns = 20
 	}
 	if o.Log == nil {
 		o.Log = stacktest.Discard()

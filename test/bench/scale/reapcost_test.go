@@ -47,7 +47,7 @@ func BenchmarkTableReapCost(b *testing.B) {
 	if benchtable.Quick() {
 		scales = scales[:1]
 	}
-	d := stacktest.Deploy(b, st, stacktest.Options{MaxVMs: 5000, KubeQPS: 500, KubeBurst: 1000, PoolSize: 20, Log: stacktest.Discard()})
+	d := stacktest.Deploy(b, st, stacktest.Options{MaxVMs: 5000, KubeQPS: 500, KubeBurst: 1000, DBConns: 20, Log: stacktest.Discard()})
 	m := newMeteredReaper(b, d)
 	for range b.N {
 		history, live := 0, 0
