@@ -4,7 +4,8 @@
 // code, guardian's loops depend on no HTTP package, and guardian and
 // labkeep (shared/, functions/) share no Go package: they meet only at the
 // wire, described in the OpenAPI document. It reads the real import graph with
-// `go list`, so a new import that breaks a rule fails here.
+// `go list`, so a new import that breaks a rule fails here. The top level
+// holds only the design card's entries.
 package labkeep_test
 
 import (
@@ -137,5 +138,29 @@ func TestImportsRunOneWay(t *testing.T) {
 				t.Fatal("the rule matched no package: it checks nothing")
 			}
 		})
+	}
+}
+
+// designCard is the project's top level: everything that deploys labkeep
+// lives under infra/, documentation beside what it documents.
+var designCard = []string{"Makefile", "README.md", "functions", "go.mod", "go.sum", "guardian", "infra",
+	"layout_test.go", "localrun", "shared", "test"}
+
+// The top level holds exactly the design card's entries (this file
+// included), plus dot-files.
+func TestTopLevelIsTheDesignCard(t *testing.T) {
+	out, err := exec.Command("git", "ls-tree", "--name-only", "HEAD").Output()
+	if err != nil {
+		t.Fatalf("git ls-tree: %v", err)
+	}
+	var got []string
+	for _, name := range strings.Fields(string(out)) {
+		if !strings.HasPrefix(name, ".") {
+			got = append(got, name)
+		}
+	}
+	slices.Sort(got)
+	if !slices.Equal(designCard, got) {
+		t.Errorf("top level = %v; want %v", got, designCard)
 	}
 }
