@@ -268,8 +268,15 @@ func (g *Guardian) dropUnverifiedSessions(procs []victim.Process, prot victim.Pr
 			continue
 		}
 		delete(prot, p.Key())
+		if errors.Is(err, victim.ErrGone) {
+			continue // exited since the snapshot: nothing to protect or report
+		}
+		runs := f.String()
+		if err != nil {
+			runs = fmt.Sprintf("an executable guardian cannot identify (%v)", err)
+		}
 		g.raise("session-not-sshd", strconv.Itoa(p.PID), alert.Critical,
-			fmt.Sprintf("pid %d (%s), started by the sshd listener, runs %s, not the workspace's sshd: it gets no protection", p.PID, p.Exe, f),
+			fmt.Sprintf("pid %d (%s), started by the sshd listener, runs %s, not the workspace's sshd: it gets no protection", p.PID, p.Exe, runs),
 			map[string]string{"pid": strconv.Itoa(p.PID), "exe": p.Exe})
 	}
 }

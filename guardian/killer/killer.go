@@ -18,8 +18,8 @@ import (
 // (different start time, executable or cgroup) than the one decided on.
 var ErrIdentityChanged = errors.New("process identity changed")
 
-// ErrGone is returned when the process already exited.
-var ErrGone = errors.New("process gone")
+// ErrGone is returned when the process already exited (victim.ErrGone).
+var ErrGone = victim.ErrGone
 
 // IdentityReader re-reads a process identity from /proc.
 type IdentityReader interface {

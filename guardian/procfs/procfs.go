@@ -19,8 +19,8 @@ import (
 	"labkeep/guardian/victim"
 )
 
-// ErrGone is returned when the process no longer exists.
-var ErrGone = errors.New("process gone")
+// ErrGone is returned when the process no longer exists (victim.ErrGone).
+var ErrGone = victim.ErrGone
 
 // FS reads a proc filesystem mounted at Root.
 type FS struct {

@@ -1,9 +1,15 @@
 package victim
 
 import (
+	"errors"
 	"fmt"
 	"sort"
 )
+
+// ErrGone says a process no longer exists (or is exiting). Reading it
+// (package procfs) and signalling it (package killer) report it with this
+// one error, so a caller can tell "gone" from "refused" whichever it used.
+var ErrGone = errors.New("process gone")
 
 // Identity names one process for its whole life. A PID alone is reused by the
 // kernel and a name is chosen by the user, so guardian acts on a process only
