@@ -24,7 +24,8 @@ type Config struct {
 	PidsMax int
 	// A fork bomb (victim.BombPolicy) is ForkThreshold forks refused at
 	// pids.max within ForkWindow, or processes at ForkGrowthFraction of
-	// PidsMax or more growing fast enough to reach it within ForkHorizon.
+	// PidsMax or more that grow fast enough to reach it within ForkHorizon
+	// or of which ForkBranchFraction fork two or more of the others.
 	// ForkScan is how often the pids accounting is read (three small
 	// files; it bounds the reaction on cgroup v1, which sends no events).
 	ForkThreshold      int
@@ -32,6 +33,7 @@ type Config struct {
 	ForkScan           time.Duration
 	ForkGrowthFraction float64
 	ForkHorizon        time.Duration
+	ForkBranchFraction float64
 	// PidsReserve is added to pids.max while a containment finds the
 	// frozen workspace within it of the limit, until the killed processes
 	// are reaped, so sshd can fork for the logins that queued meanwhile.
@@ -104,7 +106,7 @@ func Defaults() Config {
 		HighFraction: 0.90, MaxFraction: 0.98, AlertFraction: 0.95, KillFraction: 0.97,
 		HandleOOM: true, MemoryPoll: 2 * time.Second,
 		PidsMax: 4096, ForkThreshold: 50, ForkWindow: 10 * time.Second, ForkScan: 50 * time.Millisecond,
-		ForkGrowthFraction: 0.125, ForkHorizon: time.Second, PidsReserve: 64,
+		ForkGrowthFraction: 0.125, ForkHorizon: time.Second, ForkBranchFraction: 0.125, PidsReserve: 64,
 		FreezeTimeout: 2 * time.Second, ContainRounds: 20, SpareLoginMax: 16,
 		ProtectEvery: 30 * time.Second, SSHPort: 22,
 		SessionExes: []string{"/usr/lib/openssh/sshd-session", "/usr/lib/openssh/sshd-auth"},
@@ -140,6 +142,7 @@ func (c Config) Validate() error {
 	frac("kill fraction", c.KillFraction)
 	frac("hang CPU fraction", c.Hang.CPUFraction)
 	frac("fork growth fraction", c.ForkGrowthFraction)
+	frac("fork branch fraction", c.ForkBranchFraction)
 	frac("storm CPU fraction", c.Storm.CPUFraction)
 	frac("storm minimum CPU share", c.Storm.MinShare)
 	if c.StormEvery <= 0 || c.Storm.Calm < 0 || c.Storm.Runnable < 0 {

@@ -26,7 +26,7 @@ var errGone = killer.ErrGone
 func (g *Guardian) forkLoop(ctx context.Context) {
 	det := &victim.BombDetector{Policy: victim.BombPolicy{
 		Limit: g.cfg.PidsMax, Refused: g.cfg.ForkThreshold, Window: g.cfg.ForkWindow,
-		GrowthFraction: g.cfg.ForkGrowthFraction, Horizon: g.cfg.ForkHorizon,
+		GrowthFraction: g.cfg.ForkGrowthFraction, Horizon: g.cfg.ForkHorizon, BranchFraction: g.cfg.ForkBranchFraction,
 	}}
 	wake, err := g.cg.WatchPids(ctx)
 	if err != nil {
@@ -50,6 +50,8 @@ func (g *Guardian) forkLoop(ctx context.Context) {
 }
 
 // forkCheck takes one look at the pids accounting and contains a bomb.
+// Only while the count is high and growing does it read the process table
+// too, to see whether the processes replicate (victim.BombPolicy).
 func (g *Guardian) forkCheck(ctx context.Context, det *victim.BombDetector) {
 	pids, err := g.cg.Procs()
 	if err != nil {
@@ -68,19 +70,31 @@ func (g *Guardian) forkCheck(ctx context.Context, det *victim.BombDetector) {
 	}
 	g.lowerReserve(tasks)
 	v := det.Observe(victim.BombSample{At: g.now(), Procs: len(pids), Tasks: tasks, Refused: refused})
+	parents := 0
+	if v.Growing && !v.Bomb {
+		procs, err := g.procs.Snapshot(pids)
+		if err != nil {
+			g.log.Error("fork: snapshot", "err", err)
+			return
+		}
+		v, parents = det.Branching(v, procs)
+	}
 	if !v.Bomb {
 		return
 	}
 	g.log.Warn("fork bomb detected", "reason", v.Reason, "processes", len(pids), "tasks", tasks, "pids_max", g.cfg.PidsMax,
-		"refused_forks", v.Refused, "growth_per_s", int(v.Rate), "reach_ms", v.Reach.Milliseconds())
+		"refused_forks", v.Refused, "growth_per_s", int(v.Rate), "reach_ms", v.Reach.Milliseconds(), "branching_parents", parents)
 	res := g.contain(ctx, "fork-bomb")
 	g.metrics.bombs.Inc()
 	g.mu.Lock()
 	g.st.Bombs++
 	g.mu.Unlock()
 	why := fmt.Sprintf("%d forks refused at pids.max %d within %v", v.Refused, g.cfg.PidsMax, g.cfg.ForkWindow)
-	if v.Reason == "growth" {
+	switch v.Reason {
+	case "growth":
 		why = fmt.Sprintf("%d processes growing by %d/s, pids.max %d within %v", len(pids), int(v.Rate), g.cfg.PidsMax, v.Reach.Round(time.Millisecond))
+	case "branching":
+		why = fmt.Sprintf("%d processes growing by %d/s, %d of them each starting two or more of the others", len(pids), int(v.Rate), parents)
 	}
 	g.raise("fork-bomb", "", alert.Critical,
 		fmt.Sprintf("fork bomb: %s; froze the workspace and killed %d unprotected processes in %d round(s), %v",

@@ -21,12 +21,31 @@ import "time"
 //     sshd never has a fork refused. A build runs tens of processes, far
 //     below the fraction; a burst of workers that stops growing is not
 //     followed.
+//   - Branching: the tasks (threads too: a bomb of multi-threaded
+//     programs holds few processes and many tasks) are at least
+//     GrowthFraction of Limit, the processes rose in each of the last two
+//     observations (the verdict says Growing), and at least
+//     BranchFraction of the processes fork two or more of the others, and
+//     those parents number at least BranchFraction of GrowthFraction of
+//     Limit (64 of 4,096 by default: right after a containment, the tasks
+//     not yet reaped still count, and a few logins around sshd are no
+//     population) (BombDetector.Branching, over a snapshot the caller
+//     takes only then). A bomb replicates: every copy starts copies, so
+//     about half of its processes are such parents, however slowly a
+//     loaded CPU lets it grow. Growth alone would wait for the horizon,
+//     and long before a slow bomb nears the limit the CPU it takes leaves
+//     none for a login (seen: a new process in the workspace took 1.5 s
+//     to start at 645 bomb processes on 2 busy cores). Workers fan out
+//     from one parent (a pool, a loop starting sleepers, make's jobs) and
+//     a compile runs chains (sh, gcc, cc1): few processes there have two
+//     children.
 type BombPolicy struct {
 	Limit          int           // pids.max the workspace runs under
 	Refused        int           // forks refused within Window that make a bomb
 	Window         time.Duration // span over which refused forks are counted
 	GrowthFraction float64       // processes at or above this share of Limit may be a growing bomb
 	Horizon        time.Duration // growth that reaches Limit within Horizon is a bomb
+	BranchFraction float64       // growing processes of which at least this share are parents of two or more are a bomb
 }
 
 // BombSample is one look at the workspace's pids accounting.
@@ -40,7 +59,8 @@ type BombSample struct {
 // BombVerdict is the detector's answer for one sample.
 type BombVerdict struct {
 	Bomb    bool
-	Reason  string        // "refused" or "growth" when Bomb
+	Reason  string        // "refused", "growth" or "branching" when Bomb
+	Growing bool          // tasks at GrowthFraction of Limit or more, processes rising at each of the last two observations: worth a look at who forks (Branching)
 	Refused int           // forks refused within the window
 	Rate    float64       // process growth over the last two observations, per second
 	Reach   time.Duration // when growing: projected time until the tasks reach Limit
@@ -94,10 +114,44 @@ func (d *BombDetector) Observe(s BombSample) BombVerdict {
 	}
 	v.Rate = float64(c.Procs-a.Procs) / span.Seconds()
 	v.Reach = time.Duration(float64(max(d.Policy.Limit-c.Tasks, 0)) / v.Rate * float64(time.Second))
+	v.Growing = float64(c.Tasks) >= d.Policy.GrowthFraction*float64(d.Policy.Limit)
 	if float64(c.Procs) >= d.Policy.GrowthFraction*float64(d.Policy.Limit) && v.Reach <= d.Policy.Horizon {
 		v.Bomb, v.Reason = true, "growth"
 	}
 	return v
+}
+
+// Branching completes a Growing verdict v with a snapshot of the
+// workspace's processes: it is a bomb when at least BranchFraction of
+// procs, and at least BranchFraction·GrowthFraction·Limit processes, are
+// the parent of two or more of procs (parents outside the workspace do
+// not count). It returns v unchanged when v is not Growing or
+// already a bomb, and the parents it counted otherwise.
+func (d *BombDetector) Branching(v BombVerdict, procs []Process) (BombVerdict, int) {
+	if !v.Growing || v.Bomb || len(procs) == 0 || d.Policy.BranchFraction <= 0 {
+		return v, 0
+	}
+	in := make(map[int]bool, len(procs))
+	for _, p := range procs {
+		in[p.PID] = true
+	}
+	children := map[int]int{}
+	for _, p := range procs {
+		if in[p.PPID] && p.PPID != p.PID {
+			children[p.PPID]++
+		}
+	}
+	parents := 0
+	for _, n := range children {
+		if n >= 2 {
+			parents++
+		}
+	}
+	least := d.Policy.BranchFraction * max(float64(len(procs)), d.Policy.GrowthFraction*float64(d.Policy.Limit))
+	if float64(parents) >= least {
+		v.Bomb, v.Reason = true, "branching"
+	}
+	return v, parents
 }
 
 // Reset forgets every sample, after a bomb was contained, so that the

@@ -125,3 +125,105 @@ func TestBombDetectorReset(t *testing.T) {
 		t.Errorf("bomb after reset (-want +got):\n%s", diff)
 	}
 }
+
+// A growing workspace is a bomb when its processes replicate: many of them
+// fork two or more of the others. Workers fanned out from one parent and
+// compiles running in chains are not.
+func TestBombDetectorBranching(t *testing.T) {
+	d := &BombDetector{Policy: BombPolicy{Limit: 4096, GrowthFraction: 0.125, Horizon: time.Second, BranchFraction: 0.125}}
+	// tree returns n processes from pid 100 on, each the child of parent(i)
+	// (a pid; 1 is outside the workspace).
+	tree := func(n int, parent func(i int) int) []Process {
+		out := make([]Process, n)
+		for i := range out {
+			out[i] = Process{Identity: Identity{PID: 100 + i}, PPID: parent(i)}
+		}
+		return out
+	}
+	bomb := tree(600, func(i int) int { // a binary tree: every process starts two copies of itself
+		if i == 0 {
+			return 1
+		}
+		return 100 + (i-1)/2
+	})
+	pool := tree(600, func(i int) int { // one loop or pool starting workers
+		if i == 0 {
+			return 1
+		}
+		return 100
+	})
+	build := tree(600, func(i int) int { // make with 150 jobs, each sh → gcc → cc1
+		switch {
+		case i == 0:
+			return 1
+		case (i-1)%4 == 0:
+			return 100
+		default:
+			return 100 + i - 1
+		}
+	})
+	growing := BombVerdict{Growing: true}
+	tests := []struct {
+		name        string
+		v           BombVerdict
+		procs       []Process
+		wantReason  string
+		wantParents int
+	}{
+		{"a binary tree of copies is a bomb", growing, bomb, "branching", 299},
+		{"workers fanned out from one parent are no bomb", growing, pool, "", 1},
+		{"a parallel build's chains are no bomb", growing, build, "", 1},
+		{"processes that are not growing are not looked at", BombVerdict{}, bomb, "", 0},
+		{"a bomb already found keeps its reason", BombVerdict{Growing: true, Bomb: true, Reason: "growth"}, bomb, "growth", 0},
+		{"no snapshot is no bomb", growing, nil, "", 0},
+		{"a few logins around sshd (tasks not yet reaped after a containment) are no population", growing, tree(8, func(i int) int {
+			return []int{1, 100, 100, 101, 101, 102, 103, 104}[i]
+		}), "", 2},
+		{"a young bomb of 130 copies has the parents it takes", growing, bomb[:130], "branching", 64},
+		{"a bomb of 120 copies is not yet a population", growing, bomb[:120], "", 59},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			v, parents := d.Branching(tt.v, tt.procs)
+			if v.Bomb != (v.Reason != "") {
+				t.Errorf("verdict %+v: Bomb and Reason disagree", v)
+			}
+			if diff := cmp.Diff([]any{tt.wantReason, tt.wantParents}, []any{v.Reason, parents}); diff != "" {
+				t.Errorf("reason, parents (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// Growing (worth a look at who forks) needs the processes to rise and the
+// tasks, threads too, to reach the growth fraction: a bomb of threaded
+// programs holds many tasks in few processes, and a threaded program
+// alone never grows in processes.
+func TestBombDetectorGrowing(t *testing.T) {
+	policy := BombPolicy{Limit: 4096, GrowthFraction: 0.125, Horizon: time.Second, BranchFraction: 0.125}
+	type look struct{ procs, tasks int }
+	tests := []struct {
+		name  string
+		looks []look
+		want  []bool
+	}{
+		{"threaded copies rising past the fraction in tasks", []look{{100, 450}, {115, 500}, {130, 560}, {145, 620}}, []bool{false, false, true, true}},
+		{"one program adding threads", []look{{3, 300}, {3, 900}, {3, 2000}}, []bool{false, false, false}},
+		{"processes rising below the fraction", []look{{100, 100}, {200, 200}, {300, 300}}, []bool{false, false, false}},
+		{"many tasks that stopped rising", []look{{600, 600}, {700, 700}, {700, 700}}, []bool{false, false, false}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			d := &BombDetector{Policy: policy}
+			t0 := time.Unix(1000, 0)
+			var got []bool
+			for i, l := range tt.looks {
+				v := d.Observe(BombSample{At: t0.Add(time.Duration(50*i) * time.Millisecond), Procs: l.procs, Tasks: l.tasks})
+				got = append(got, v.Growing)
+			}
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("Growing (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
