@@ -91,15 +91,6 @@ type Session struct {
 	ClaimedFor string
 }
 
-// Place is where a queued session stands; zero for any other session.
-type Place struct {
-	// Position is 1 for the head of the line.
-	Position int
-	// ETA is the likely wait until the session starts provisioning;
-	// ETALatest the longest it can take.
-	ETA, ETALatest time.Duration
-}
-
 // PoolState marks the rows of warm-pool instances (kept by the seating
 // package): an instance is stored as a session row so that it counts
 // against the same capacity and the reaper sees its objects as a live
