@@ -407,3 +407,48 @@ func TestWaitlistEventsAreCounted(t *testing.T) {
 		t.Errorf("waitlist events (-want +got):\n%s", diff)
 	}
 }
+
+// A student who joins the line gets the generated private key in the
+// answer to that open only: a repeated open and a poll give back the same
+// place without it.
+func TestWaitingIsIssuedTheKeyOnce(t *testing.T) {
+	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+	c := &fakeCluster{vms: 4} // the VM limit is reached
+	store := newStore()
+	svc := newService(t, c, &now, store, func(cfg *Config) { cfg.Waitlist = &memWaitlist{store: store} })
+	ctx := context.Background()
+	type answer struct {
+		ID       string
+		Position int
+		Key      bool
+	}
+	waitingOf := func(call string, st session.Standing, err error) answer {
+		t.Helper()
+		if err != nil || st.Waiting == nil {
+			t.Fatalf("%s = %+v, %v; want a place in the line", call, st, err)
+		}
+		return answer{st.Waiting.ID, st.Waiting.Place.Position, st.Waiting.Issued.StudentPrivateKey != ""}
+	}
+	st, err := svc.OpenWaiting(ctx, "ann", "one", "")
+	joined := waitingOf("open with wait", st, err)
+	if !joined.Key || joined.Position != 1 {
+		t.Fatalf("joining answer = %+v, want place 1 with the generated key", joined)
+	}
+	again := answer{ID: joined.ID, Position: 1}
+	for _, tc := range []struct {
+		name string
+		call func() (session.Standing, error)
+	}{
+		{"repeated open with wait", func() (session.Standing, error) { return svc.OpenWaiting(ctx, "ann", "one", "") }},
+		{"repeated open without wait", func() (session.Standing, error) { return svc.Open(ctx, "ann", "one", "") }},
+		{"poll", func() (session.Standing, error) { return svc.Get(ctx, "ann", "") }},
+		{"poll by id", func() (session.Standing, error) { return svc.Get(ctx, "ann", joined.ID) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := tc.call()
+			if diff := cmp.Diff(again, waitingOf(tc.name, st, err)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
