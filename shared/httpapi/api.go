@@ -33,11 +33,13 @@ const MaxBodyBytes = 64 << 10
 
 // Sessions is what the API asks of the session functions
 // (session.Service): the student's calls, the catalog /labs lists and
-// every live session for adminSessions.
+// every live session for adminSessions. An open and a poll answer where
+// the student stands (a session, or a place in the line); the API renders
+// either as the one session JSON.
 type Sessions interface {
-	Open(ctx context.Context, student, lab, publicKey string) (session.Session, error)
-	OpenWaiting(ctx context.Context, student, lab, publicKey string) (session.Session, error)
-	Get(ctx context.Context, student, id string) (session.Session, error)
+	Open(ctx context.Context, student, lab, publicKey string) (session.Standing, error)
+	OpenWaiting(ctx context.Context, student, lab, publicKey string) (session.Standing, error)
+	Get(ctx context.Context, student, id string) (session.Standing, error)
 	Extend(ctx context.Context, student, id string) (session.Session, error)
 	Close(ctx context.Context, student, id string, actor session.Actor, by string) (session.Session, error)
 	// ListLive is every live session, unclaimed warm-pool instances
@@ -162,7 +164,8 @@ type openRequest struct {
 	// Student lets an admin act for a student; students may not set it.
 	Student string `json:"student,omitempty"`
 	// Wait joins the waitlist instead of answering 503 no_capacity: the
-	// answer is then 202 with a queued session (session.OpenWaiting).
+	// answer is then 202 with a queued session (session.OpenWaiting: a
+	// place in the line).
 	Wait bool `json:"wait,omitempty"`
 }
 
@@ -195,9 +198,24 @@ func (a *API) open(w http.ResponseWriter, r *http.Request) {
 	if req.Wait {
 		open = a.svc.OpenWaiting
 	}
-	sess, err := open(r.Context(), student, req.Lab, req.PublicKey)
-	if sess.Status == session.StatusQueued {
+	st, err := open(r.Context(), student, req.Lab, req.PublicKey)
+	if st.Waiting != nil {
 		status = http.StatusAccepted
+	}
+	a.replyStanding(w, r, p, status, st, err)
+}
+
+// replyStanding writes where the student stands with status: a place in
+// the line as a queued session (waitingView), a session as reply does;
+// or err, as reply does, with the session it concerns if there is one.
+func (a *API) replyStanding(w http.ResponseWriter, r *http.Request, p access.Principal, status int, st session.Standing, err error) {
+	if err == nil && st.Waiting != nil {
+		writeJSON(w, status, a.waitingView(*st.Waiting))
+		return
+	}
+	var sess session.Session
+	if st.Session != nil {
+		sess = *st.Session
 	}
 	a.reply(w, r, p, status, sess, err)
 }
@@ -253,11 +271,11 @@ func (a *API) get(w http.ResponseWriter, r *http.Request) {
 		a.writeErrorFor(w, r, p, err, nil)
 		return
 	}
-	sess, err := a.svc.Get(r.Context(), student, q.Get("id"))
+	st, err := a.svc.Get(r.Context(), student, q.Get("id"))
 	if err != nil {
-		sess = session.Session{}
+		st = session.Standing{}
 	}
-	a.reply(w, r, p, http.StatusOK, sess, err)
+	a.replyStanding(w, r, p, http.StatusOK, st, err)
 }
 
 // labJSON is one lab a student may open, as GET /labs lists it.
@@ -436,7 +454,7 @@ type sessionJSON struct {
 	Warnings []warningJSON `json:"warnings,omitempty"`
 	// QueuePosition (1: next), ETASeconds (likely wait) and
 	// ETALatestSeconds (the longest wait) are a queued session's place in
-	// the waitlist (seating.QueueETAs).
+	// the waitlist (session.Place, seating.QueueETAs); a session has none.
 	QueuePosition    *int   `json:"queuePosition,omitempty"`
 	ETASeconds       *int64 `json:"etaSeconds,omitempty"`
 	ETALatestSeconds *int64 `json:"etaLatestSeconds,omitempty"`
@@ -444,6 +462,12 @@ type sessionJSON struct {
 
 // NotReadyToExtend is extendRefusal while a session is provisioning.
 const NotReadyToExtend = "the lab can be extended once it is ready"
+
+// StatusQueued is the status a place in the line (session.Waiting) reads
+// as. It is no session.Status: a place has no session row; clients see
+// one JSON shape, the session's, whether the student has a session or
+// waits for one.
+const StatusQueued = "queued"
 
 // view renders a session at the server's now for caller p.
 // remainingSeconds is the lifetime package's Remaining — the reaper's own
@@ -479,10 +503,6 @@ func (a *API) view(s session.Session, p access.Principal) sessionJSON {
 			v.Warnings = append(v.Warnings, warningJSON{BeforeSeconds: int64(wn.Before / time.Second), At: wn.At, Due: wn.Due(s.Window, now)})
 		}
 	}
-	if s.Status == session.StatusQueued {
-		pos, eta, latest := s.Queue.Position, ceilSeconds(s.Queue.ETA), ceilSeconds(s.Queue.ETALatest)
-		v.QueuePosition, v.ETASeconds, v.ETALatestSeconds = &pos, &eta, &latest
-	}
 	if !s.ReadyAt.IsZero() {
 		t := s.ReadyAt
 		v.ReadyAt = &t
@@ -497,6 +517,21 @@ func (a *API) view(s session.Session, p access.Principal) sessionJSON {
 		}})
 	}
 	return v
+}
+
+// waitingView renders a place in the line as a queued session: startedAt
+// is when the student joined, there is no lifetime, end or node yet, and
+// the place's ETAs are in whole seconds, rounded up (an ETA under a second
+// is never shown as 0 while the wait is not over). The private key is
+// there only in the answer to the open that joined the line.
+func (a *API) waitingView(q session.Waiting) sessionJSON {
+	pos, eta, latest := q.Place.Position, ceilSeconds(q.Place.ETA), ceilSeconds(q.Place.ETALatest)
+	return sessionJSON{
+		ID: q.ID, Student: q.Student, Lab: q.Lab, Kind: string(q.Kind), Status: StatusQueued,
+		StartedAt: q.JoinedAt, ServerTime: a.now().UTC(), Nodes: []nodeJSON{},
+		StudentKey: q.StudentKey, PrivateKey: q.Issued.StudentPrivateKey,
+		QueuePosition: &pos, ETASeconds: &eta, ETALatestSeconds: &latest,
+	}
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -1,6 +1,10 @@
 package httpapi
 
 import (
+	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,9 +14,24 @@ import (
 	"labkeep/shared/session"
 )
 
-// A queued session carries its place and ETA in whole seconds, rounded
+// answer is the JSON body the API writes for st (an open's or a poll's
+// answer) to caller p, at 09:00 UTC.
+func answer(t *testing.T, st session.Standing, p access.Principal) []byte {
+	t.Helper()
+	a := &API{now: func() time.Time { return time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC) }}
+	rec := httptest.NewRecorder()
+	a.replyStanding(rec, httptest.NewRequest(http.MethodGet, "/getSession", nil), p, http.StatusOK, st, nil)
+	if rec.Code != http.StatusOK {
+		t.Fatalf("answered %d %s, want 200", rec.Code, rec.Body)
+	}
+	return rec.Body.Bytes()
+}
+
+var student = access.Principal{Subject: "ann", Role: access.RoleStudent}
+
+// A place in the line carries its place and ETA in whole seconds, rounded
 // up (an ETA under a second is never shown as 0 while the wait is not
-// over); any other session carries none of the three fields.
+// over); a session carries none of the three fields.
 func TestViewQueuePlace(t *testing.T) {
 	type place struct {
 		Position       *int
@@ -22,21 +41,57 @@ func TestViewQueuePlace(t *testing.T) {
 	sec := func(n int64) *int64 { return &n }
 	tests := []struct {
 		name string
-		sess session.Session
+		st   session.Standing
 		want place
 	}{
-		{"queued, next in line", session.Session{Status: session.StatusQueued,
-			Queue: session.Place{Position: 1, ETA: 1500 * time.Millisecond, ETALatest: 2 * time.Hour}},
+		{"queued, next in line", session.Standing{Waiting: &session.Waiting{
+			Place: session.Place{Position: 1, ETA: 1500 * time.Millisecond, ETALatest: 2 * time.Hour}}},
 			place{pos(1), sec(2), sec(7200)}},
-		{"queued with room: ETA 0", session.Session{Status: session.StatusQueued, Queue: session.Place{Position: 1}},
+		{"queued with room: ETA 0", session.Standing{Waiting: &session.Waiting{Place: session.Place{Position: 1}}},
 			place{pos(1), sec(0), sec(0)}},
-		{"running: no place", session.Session{Status: session.StatusRunning}, place{}},
+		{"running: no place", session.Standing{Session: &session.Session{Status: session.StatusRunning}}, place{}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			a := &API{now: func() time.Time { return time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC) }}
-			v := a.view(tc.sess, access.Principal{Subject: "ann", Role: access.RoleStudent})
+			var v sessionJSON
+			if err := json.Unmarshal(answer(t, tc.st, student), &v); err != nil {
+				t.Fatal(err)
+			}
 			if diff := cmp.Diff(tc.want, place{v.QueuePosition, v.ETASeconds, v.ETALatestSeconds}); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A place in the line reads, to a student and to an admin alike, as the
+// queued session clients have always been sent: status queued, startedAt
+// when the student joined, no lifetime, nodes or failure, and the
+// generated private key when the open that joined handed one out.
+func TestWaitingReadsAsAQueuedSession(t *testing.T) {
+	joined := time.Date(2026, 1, 1, 8, 59, 0, 0, time.UTC)
+	w := session.Waiting{ID: "e-1", Student: "ann", Lab: "linux-vm", Kind: "vm", StudentKey: "ssh-ed25519 AAAA ann",
+		JoinedAt: joined, Place: session.Place{Position: 2, ETA: 90*time.Second + time.Millisecond, ETALatest: time.Hour}}
+	const head = `{"id":"e-1","student":"ann","lab":"linux-vm","kind":"vm","status":"queued","startedAt":"2026-01-01T08:59:00Z",` +
+		`"expiresAt":"0001-01-01T00:00:00Z","maxExpiresAt":"0001-01-01T00:00:00Z","remainingSeconds":0,"extendable":false,` +
+		`"serverTime":"2026-01-01T09:00:00Z","nodes":[],"failureReason":"","studentKey":"ssh-ed25519 AAAA ann",`
+	const place = `"queuePosition":2,"etaSeconds":91,"etaLatestSeconds":3600}`
+	issued := w
+	issued.Issued.StudentPrivateKey = "PRIV"
+	tests := []struct {
+		name    string
+		waiting session.Waiting
+		caller  access.Principal
+		want    string
+	}{
+		{"to the student", w, student, head + place},
+		{"to an admin", w, access.Principal{Subject: "root", Role: access.RoleAdmin}, head + place},
+		{"with the key the joining open generated", issued, student, head + `"privateKey":"PRIV",` + place},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := strings.TrimSpace(string(answer(t, session.Standing{Waiting: &tc.waiting}, tc.caller)))
+			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})

@@ -149,10 +149,11 @@ func TestOpenClaimsAWarmInstance(t *testing.T) {
 			svc := newService(t, c, &now, store, func(cfg *Config) {
 				cfg.Pool = &WarmPool{TTL: time.Hour, Store: poolStore{store}, Cluster: pc}
 			})
-			s, err := svc.Open(context.Background(), "ann", "one", key+" ann")
-			if err != nil {
-				t.Fatalf("Open = %v", err)
+			opened, err := svc.Open(context.Background(), "ann", "one", key+" ann")
+			if err != nil || opened.Session == nil {
+				t.Fatalf("Open = %+v, %v; want a session", opened.Waiting, err)
 			}
+			s := opened.Session
 			inst := store.rows["i-1"]
 			got := result{Student: s.Student, Pool: string(s.Pool), Claimed: s.ID == "i-1", Window: s.StartedAt.Equal(t0),
 				ClaimsAsked: pc.claims, Provisioned: len(c.provisioned), Instance: string(inst.Status),

@@ -163,8 +163,8 @@ func (u *Usher) lock(ctx context.Context) (unlock func(), timedOut bool, err err
 // reports whether any object may have been created (false when refused
 // before the first create, so there is nothing to roll back). With wait,
 // an open that finds no room joins the line under the same lock and comes
-// back as queued (started false, err nil).
-func (u *Usher) Seat(ctx context.Context, sess session.Session, lab labs.Lab, wait bool) (started bool, placed session.Session, err error) {
+// back with its place (started false, placed.Waiting, err nil).
+func (u *Usher) Seat(ctx context.Context, sess session.Session, lab labs.Lab, wait bool) (started bool, placed session.Standing, err error) {
 	if c := CapacityOf(lab, u.limits); c.Need > 0 {
 		unlock, timedOut, err := u.lock(ctx)
 		switch {
@@ -186,7 +186,7 @@ func (u *Usher) Seat(ctx context.Context, sess session.Session, lab labs.Lab, wa
 		in := Input{Lab: lab.Name, Capacity: c, Waiting: waiting, Warm: u.pool != nil, Wait: wait && u.waitlist != nil}
 		if Decide(in).Verdict == Claim {
 			if claimed, ok := u.claim(ctx, sess, lab); ok {
-				return false, claimed, nil
+				return false, session.Standing{Session: &claimed}, nil
 			}
 			in.Warm = false
 		}
@@ -196,8 +196,11 @@ func (u *Usher) Seat(ctx context.Context, sess session.Session, lab labs.Lab, wa
 		}
 		switch d := Decide(in); d.Verdict {
 		case Queue:
-			queued, err := u.enqueue(ctx, sess)
-			return false, queued, err
+			w, err := u.enqueue(ctx, sess)
+			if err != nil {
+				return false, placed, err
+			}
+			return false, session.Standing{Waiting: &w}, nil
 		case Refuse:
 			return false, placed, fmt.Errorf("%w: %s", session.ErrNoCapacity, d.Reason)
 		}

@@ -246,7 +246,7 @@ func TestOpenDecisions(t *testing.T) {
 			if !errors.Is(err, tc.wantErr) {
 				t.Fatalf("Open error = %v, want %v", err, tc.wantErr)
 			}
-			row, _ := store.Get(context.Background(), s.ID)
+			row, _ := store.Get(context.Background(), s.ID())
 			if row.Status != tc.wantStatus || !strings.Contains(row.End.Detail, tc.wantReason) {
 				t.Errorf("row = %s %q, want %s containing %q", row.Status, row.End, tc.wantStatus, tc.wantReason)
 			}
@@ -296,10 +296,11 @@ func TestOpenOfAnEndedRow(t *testing.T) {
 			} else {
 				c.onProvision = finish
 			}
-			s, err := svc.Open(context.Background(), "ann", tc.lab, "")
-			if !errors.Is(err, session.ErrEndedWhileProvisioning) || !errors.Is(err, session.ErrProvisioning) {
-				t.Fatalf("Open = %v, want session.ErrEndedWhileProvisioning (an session.ErrProvisioning)", err)
+			opened, err := svc.Open(context.Background(), "ann", tc.lab, "")
+			if !errors.Is(err, session.ErrEndedWhileProvisioning) || !errors.Is(err, session.ErrProvisioning) || opened.Session == nil {
+				t.Fatalf("Open = %+v, %v; want the row with session.ErrEndedWhileProvisioning (an session.ErrProvisioning)", opened, err)
 			}
+			s := opened.Session
 			if diff := cmp.Diff(tc.finisher, s.End); diff != "" || s.Status != tc.finisher.Status() {
 				t.Errorf("returned row %s: want the finisher's reason (-want +got):\n%s", s.Status, diff)
 			}
@@ -329,7 +330,7 @@ func TestCapacityWaitIsBounded(t *testing.T) {
 	if !errors.Is(err, session.ErrNoCapacity) || !strings.Contains(err.Error(), "waited 20ms for the capacity lock") {
 		t.Fatalf("Open with the lock held = %v, want session.ErrNoCapacity after the wait", err)
 	}
-	if row, _ := store.Get(context.Background(), s.ID); row.Status != session.StatusFailed || len(c.provisioned) > 0 {
+	if row, _ := store.Get(context.Background(), s.ID()); row.Status != session.StatusFailed || len(c.provisioned) > 0 {
 		t.Errorf("row = %s, provisioned %v; want failed and nothing created", row.Status, c.provisioned)
 	}
 
@@ -355,18 +356,30 @@ func TestWaitlistEventsAreCounted(t *testing.T) {
 		cfg.Metrics = counted
 	})
 	ctx := context.Background()
-	status := func(student string) session.Status {
+	// where is where the student stands: waiting in the line, or their
+	// session's status.
+	const waiting = "waiting"
+	where := func(st session.Standing) string {
+		if st.Waiting != nil {
+			return waiting
+		}
+		if st.Session != nil {
+			return string(st.Session.Status)
+		}
+		return "nowhere"
+	}
+	status := func(student string) string {
 		t.Helper()
-		s, err := svc.Get(ctx, student, "")
+		st, err := svc.Get(ctx, student, "")
 		if err != nil {
 			t.Fatalf("%s's getSession: %v", student, err)
 		}
-		return s.Status
+		return where(st)
 	}
 
 	for _, student := range []string{"ann", "bob", "cid"} {
-		if s, err := svc.OpenWaiting(ctx, student, "one", ""); err != nil || s.Status != session.StatusQueued {
-			t.Fatalf("%s's open with wait = %s, %v; want queued", student, s.Status, err)
+		if st, err := svc.OpenWaiting(ctx, student, "one", ""); err != nil || st.Waiting == nil {
+			t.Fatalf("%s's open with wait = %s, %v; want waiting", student, where(st), err)
 		}
 	}
 	if _, err := svc.Close(ctx, "cid", "", session.ActorStudent, "cid"); err != nil {
@@ -376,15 +389,15 @@ func TestWaitlistEventsAreCounted(t *testing.T) {
 	now = now.Add(time.Minute)
 	status("bob")
 	now = now.Add(90 * time.Second)
-	if got := status("bob"); got != session.StatusQueued {
-		t.Fatalf("bob is %s, want queued", got)
+	if got := status("bob"); got != waiting {
+		t.Fatalf("bob is %s, want waiting", got)
 	}
 	if _, err := svc.Get(ctx, "ann", ""); err == nil {
 		t.Fatal("ann kept her place without polling")
 	}
 	// A VM frees: bob's poll serves him.
 	c.vms = 0
-	if got := status("bob"); got != session.StatusProvisioning {
+	if got := status("bob"); got != string(session.StatusProvisioning) {
 		t.Fatalf("bob is %s once a VM freed, want provisioning", got)
 	}
 
@@ -392,5 +405,50 @@ func TestWaitlistEventsAreCounted(t *testing.T) {
 	want := map[string]float64{"one joined": 3, "one left": 1, "one dropped": 1, "one served": 1}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("waitlist events (-want +got):\n%s", diff)
+	}
+}
+
+// A student who joins the line gets the generated private key in the
+// answer to that open only: a repeated open and a poll give back the same
+// place without it.
+func TestWaitingIsIssuedTheKeyOnce(t *testing.T) {
+	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+	c := &fakeCluster{vms: 4} // the VM limit is reached
+	store := newStore()
+	svc := newService(t, c, &now, store, func(cfg *Config) { cfg.Waitlist = &memWaitlist{store: store} })
+	ctx := context.Background()
+	type answer struct {
+		ID       string
+		Position int
+		Key      bool
+	}
+	waitingOf := func(call string, st session.Standing, err error) answer {
+		t.Helper()
+		if err != nil || st.Waiting == nil {
+			t.Fatalf("%s = %+v, %v; want a place in the line", call, st, err)
+		}
+		return answer{st.Waiting.ID, st.Waiting.Place.Position, st.Waiting.Issued.StudentPrivateKey != ""}
+	}
+	st, err := svc.OpenWaiting(ctx, "ann", "one", "")
+	joined := waitingOf("open with wait", st, err)
+	if !joined.Key || joined.Position != 1 {
+		t.Fatalf("joining answer = %+v, want place 1 with the generated key", joined)
+	}
+	again := answer{ID: joined.ID, Position: 1}
+	for _, tc := range []struct {
+		name string
+		call func() (session.Standing, error)
+	}{
+		{"repeated open with wait", func() (session.Standing, error) { return svc.OpenWaiting(ctx, "ann", "one", "") }},
+		{"repeated open without wait", func() (session.Standing, error) { return svc.Open(ctx, "ann", "one", "") }},
+		{"poll", func() (session.Standing, error) { return svc.Get(ctx, "ann", "") }},
+		{"poll by id", func() (session.Standing, error) { return svc.Get(ctx, "ann", joined.ID) }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			st, err := tc.call()
+			if diff := cmp.Diff(again, waitingOf(tc.name, st, err)); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
 	}
 }

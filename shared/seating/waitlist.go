@@ -83,22 +83,21 @@ const (
 	earlyWindow = 24 * time.Hour
 )
 
-// Queued implements session.Seating: the student's entry as a queued
-// session with its place, after a sign of life; session.ErrNoSession if
-// they do not wait. Idle entries of others are dropped first, so the
-// place is current.
-func (u *Usher) Queued(ctx context.Context, student string) (session.Session, error) {
+// Queued implements session.Seating: the student's entry with its place,
+// after a sign of life; session.ErrNoSession if they do not wait. Idle
+// entries of others are dropped first, so the place is current.
+func (u *Usher) Queued(ctx context.Context, student string) (session.Waiting, error) {
 	if u.waitlist == nil {
-		return session.Session{}, session.ErrNoSession
+		return session.Waiting{}, session.ErrNoSession
 	}
 	u.dropIdle(ctx)
 	e, err := u.waitlist.Touch(ctx, student, u.now())
 	if err != nil {
-		return session.Session{}, err
+		return session.Waiting{}, err
 	}
-	q, err := u.placeOf(ctx, e)
-	if err != nil || q.Queue.Position != 1 || q.Queue.ETA > 0 {
-		return q, err
+	w, err := u.placeOf(ctx, e)
+	if err != nil || w.Place.Position != 1 || w.Place.ETA > 0 {
+		return w, err
 	}
 	// The head, with room by the database's count: the cluster may only
 	// now have let go of what a finished session held (a Pod or VM
@@ -107,7 +106,7 @@ func (u *Usher) Queued(ctx context.Context, student string) (session.Session, er
 	// the session.
 	u.Freed(ctx)
 	if e, err = u.waitlist.Touch(ctx, student, u.now()); err != nil {
-		return session.Session{}, err
+		return session.Waiting{}, err
 	}
 	return u.placeOf(ctx, e)
 }
@@ -136,28 +135,27 @@ func (u *Usher) dropIdleEntries(ctx context.Context) ([]Entry, error) {
 	return dropped, err
 }
 
-// placeOf renders e as a queued session (the session view of an entry)
-// with its position and ETA in the line of its capacity bucket.
-func (u *Usher) placeOf(ctx context.Context, e Entry) (session.Session, error) {
-	sess := session.Session{ID: e.ID, Student: e.Student, Lab: e.Lab, Status: session.StatusQueued, StudentKey: e.StudentKey}
-	sess.StartedAt = e.EnqueuedAt
+// placeOf is the view of e (session.Waiting) with its position and ETA in
+// the line of its capacity bucket.
+func (u *Usher) placeOf(ctx context.Context, e Entry) (session.Waiting, error) {
+	w := session.Waiting{ID: e.ID, Student: e.Student, Lab: e.Lab, StudentKey: e.StudentKey, JoinedAt: e.EnqueuedAt}
 	mine, ok := u.capacityOf(e.Lab)
 	if !ok {
-		return sess, fmt.Errorf("%w: lab %s left the catalog", session.ErrNoSession, e.Lab)
+		return w, fmt.Errorf("%w: lab %s left the catalog", session.ErrNoSession, e.Lab)
 	}
-	sess.Kind = mine.Kind
+	w.Kind = mine.Kind
 	line, err := u.waitlist.Line(ctx)
 	if err != nil {
-		return sess, err
+		return w, err
 	}
 	live, err := u.store.ListLive(ctx)
 	if err != nil {
-		return sess, err
+		return w, err
 	}
 	now := u.now()
 	ended, err := u.waitlist.RecentlyEnded(ctx, now.Add(-earlyWindow), earlySample)
 	if err != nil {
-		return sess, err
+		return w, err
 	}
 	share := EarlyCloseShare(ended)
 	in := ETAInput{Now: now, Capacity: mine.Limit, Lag: reapLag,
@@ -168,23 +166,23 @@ func (u *Usher) placeOf(ctx context.Context, e Entry) (session.Session, error) {
 		}
 	}
 	pos := 0
-	for _, w := range line {
-		c, ok := u.capacityOf(w.Lab)
+	for _, other := range line {
+		c, ok := u.capacityOf(other.Lab)
 		if !ok || c.Kind != mine.Kind {
 			continue
 		}
 		in.Waiting = append(in.Waiting, c.Need)
-		if w.ID == e.ID {
+		if other.ID == e.ID {
 			pos = len(in.Waiting)
 			break
 		}
 	}
 	if pos == 0 {
-		return sess, fmt.Errorf("%w: %s is no longer in the line", session.ErrNoSession, e.Student)
+		return w, fmt.Errorf("%w: %s is no longer in the line", session.ErrNoSession, e.Student)
 	}
 	eta := QueueETAs(in)[pos-1]
-	sess.Queue = session.Place{Position: pos, ETA: eta.Likely, ETALatest: eta.Latest}
-	return sess, nil
+	w.Place = session.Place{Position: pos, ETA: eta.Likely, ETALatest: eta.Latest}
+	return w, nil
 }
 
 // capacityOf is what a session of the named lab takes from its bucket;
@@ -248,13 +246,14 @@ func (u *Usher) Leave(ctx context.Context, student, id string, actor session.Act
 
 // enqueue puts the open's row sess into the line (called under the
 // capacity lock, so no capacity can free unseen between the count and the
-// join).
-func (u *Usher) enqueue(ctx context.Context, sess session.Session) (session.Session, error) {
+// join) and returns the student's place: their earlier entry's if they
+// already waited.
+func (u *Usher) enqueue(ctx context.Context, sess session.Session) (session.Waiting, error) {
 	now := u.now()
 	e, err := u.waitlist.Enqueue(ctx, Entry{ID: sess.ID, Student: sess.Student, Lab: sess.Lab,
 		StudentKey: sess.StudentKey, EnqueuedAt: now, PolledAt: now})
 	if err != nil && !errors.Is(err, session.ErrSessionExists) {
-		return session.Session{}, err
+		return session.Waiting{}, err
 	}
 	if err == nil {
 		u.metrics.QueueEvent(e.Lab, QueueJoined)

@@ -98,10 +98,11 @@ func TestOpenIssuesSessionKeys(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			svc, store := newService(t, &fakeCluster{}, &now)
-			s, err := svc.Open(context.Background(), "ann", "shell", tc.key)
+			opened, err := svc.Open(context.Background(), "ann", "shell", tc.key)
 			if err != nil {
 				t.Fatal(err)
 			}
+			s := opened.Session
 			if (s.Issued.StudentPrivateKey != "") != tc.wantPrivate || s.Issued.HostPrivateKey != "" {
 				t.Fatalf("issued %+v; want a student private key %v and never the host key", s.Issued, tc.wantPrivate)
 			}

@@ -20,10 +20,11 @@ func TestSessionsOutliveTheirLab(t *testing.T) {
 	c := &fakeCluster{ready: true}
 	svc, store := newService(t, c, &now)
 	ctx := context.Background()
-	s, err := svc.Open(ctx, "ann", "three", "")
+	opened, err := svc.Open(ctx, "ann", "three", "")
 	if err != nil {
 		t.Fatal(err)
 	}
+	s := opened.Session
 	without, err := labs.Parse([]byte("labs:\n- {name: one, kind: vm, nodes: [{role: vm}], disk: {containerDisk: img}}\n"))
 	if err != nil {
 		t.Fatal(err)

@@ -71,10 +71,11 @@ func TestMetricsCountWhatTheServiceDoes(t *testing.T) {
 	svc := newServiceOn(t, liveRows{store}, c, &now, metrics)
 	ctx := context.Background()
 
-	s, err := svc.Open(ctx, "ann", "one", "")
+	opened, err := svc.Open(ctx, "ann", "one", "")
 	if err != nil {
 		t.Fatal(err)
 	}
+	s := opened.Session
 	if _, err := svc.Open(ctx, "bob", "no-such-lab", ""); !errors.Is(err, ErrUnknownLab) {
 		t.Fatalf("open of an unknown lab = %v", err)
 	}

@@ -97,17 +97,18 @@ type Cluster interface {
 type Seating interface {
 	// Seat admits sess, an open's provisioning row already written, to
 	// lab's capacity under the capacity lock, and either creates its
-	// objects (started true), hands the student a ready warm-pool
-	// instance (started false, placed is the claimed session, Pool
-	// PoolClaimed), puts the student in the line if wait (started false,
-	// placed is their queued session), or refuses with ErrNoCapacity
-	// (started false: nothing was created). A row finished meanwhile
-	// yields ErrEndedWhileProvisioning before anything is created; a
-	// create the cluster refuses yields its error with started true.
-	Seat(ctx context.Context, sess Session, lab labs.Lab, wait bool) (started bool, placed Session, err error)
-	// Queued is the student's place in the line as a queued session,
-	// after a sign of life; ErrNoSession if they do not wait.
-	Queued(ctx context.Context, student string) (Session, error)
+	// objects (started true, placed zero), hands the student a ready
+	// warm-pool instance (started false, placed.Session is the claimed
+	// session, Pool PoolClaimed), puts the student in the line if wait
+	// (started false, placed.Waiting is their place), or refuses with
+	// ErrNoCapacity (started false: nothing was created). A row finished
+	// meanwhile yields ErrEndedWhileProvisioning before anything is
+	// created; a create the cluster refuses yields its error with started
+	// true.
+	Seat(ctx context.Context, sess Session, lab labs.Lab, wait bool) (started bool, placed Standing, err error)
+	// Queued is the student's place in the line, after a sign of life;
+	// ErrNoSession if they do not wait.
+	Queued(ctx context.Context, student string) (Waiting, error)
 	// Leave takes the student out of the line (a close while queued); id,
 	// if non-empty, must be their entry's. ErrNoSession if they do not
 	// wait.

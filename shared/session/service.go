@@ -49,11 +49,14 @@ func (s *Service) ListLive(ctx context.Context) ([]Session, error) { return s.St
 // has been deleted; the row keeps the status the other party gave it.
 var ErrEndedWhileProvisioning = fmt.Errorf("%w: session was ended while it was being provisioned", ErrProvisioning)
 
-// Open starts a session of lab for student and returns it (provisioning;
-// poll Get until running). The session gets its own SSH host key, and the
-// student logs in with publicKey (one authorized_keys line) or, if it is
-// empty, with a key pair generated here: its private half is in the
-// returned session's Issued, the only time anyone sees it. Returns:
+// Open starts a session of lab for student and returns it in
+// Standing.Session (provisioning; poll Get until running). The session
+// gets its own SSH host key, and the student logs in with publicKey (one
+// authorized_keys line) or, if it is empty, with a key pair generated
+// here: its private half is in the returned session's Issued, the only
+// time anyone sees it. A student already in the line gets their place
+// back in Standing.Waiting, unchanged: a repeated open is a poll, never a
+// second entry, with or without waiting. Returns:
 //   - ErrInvalidKey, saying what is wrong with publicKey;
 //   - ErrUnknownLab, listing the valid labs;
 //   - ErrSessionExists together with the student's live session (unless
@@ -71,89 +74,96 @@ var ErrEndedWhileProvisioning = fmt.Errorf("%w: session was ended while it was b
 // status its finisher gave it (closed, failed, expired). The row is
 // written before any object exists, so a crash mid-way leaves a live row
 // the reaper will find, never an object without a row.
-func (s *Service) Open(ctx context.Context, student, labName, publicKey string) (_ Session, err error) {
+func (s *Service) Open(ctx context.Context, student, labName, publicKey string) (_ Standing, err error) {
 	defer func() { s.opened(labName, err) }()
 	return s.open(ctx, student, labName, publicKey, false)
 }
 
 // OpenWaiting is Open for a student willing to wait: where Open would
 // refuse with ErrNoCapacity because the limit is reached (or someone
-// already waits), the student joins the line instead and gets a Session
-// with StatusQueued and its Place (the generated private key, if any, is
-// in Issued, as with Open). A student already in the line gets their entry
-// and place back, unchanged. Without a line (see Seating) it is Open.
-func (s *Service) OpenWaiting(ctx context.Context, student, labName, publicKey string) (Session, error) {
+// already waits), the student joins the line instead and gets their place
+// in Standing.Waiting (the generated private key, if any, is in its
+// Issued, as with Open). A student already in the line gets their place
+// back, unchanged. Without a line (see Seating) it is Open.
+func (s *Service) OpenWaiting(ctx context.Context, student, labName, publicKey string) (Standing, error) {
 	return s.open(ctx, student, labName, publicKey, true)
 }
 
-func (s *Service) open(ctx context.Context, student, labName, publicKey string, wait bool) (Session, error) {
+func (s *Service) open(ctx context.Context, student, labName, publicKey string, wait bool) (Standing, error) {
 	lab, ok := s.Labs.Get(labName)
 	if !ok {
-		return Session{}, fmt.Errorf("%w %q; valid labs: %s", ErrUnknownLab, labName, strings.Join(s.Labs.Names(), ", "))
+		return Standing{}, fmt.Errorf("%w %q; valid labs: %s", ErrUnknownLab, labName, strings.Join(s.Labs.Names(), ", "))
 	}
 	var studentKey string
 	if publicKey != "" {
 		var err error
 		if studentKey, err = NormalizeStudentKey(publicKey); err != nil {
-			return Session{}, err
+			return Standing{}, err
 		}
 	}
 	if live, err := s.Store.LiveFor(ctx, student); err == nil {
 		if !s.reclaimExpired(ctx, live) {
-			return live, fmt.Errorf("%w: student already has session %s (%s)", ErrSessionExists, live.ID, live.Status)
+			return Standing{Session: &live}, fmt.Errorf("%w: student already has session %s (%s)", ErrSessionExists, live.ID, live.Status)
 		}
 	} else if !errors.Is(err, ErrNoSession) {
-		return Session{}, err
+		return Standing{}, err
 	}
 	// A student already in the line keeps their place: a repeated open
 	// is a poll, never a second entry.
-	if q, err := s.Seating.Queued(ctx, student); err == nil {
-		return q, nil
+	if w, err := s.Seating.Queued(ctx, student); err == nil {
+		return Standing{Waiting: &w}, nil
 	} else if !errors.Is(err, ErrNoSession) {
-		return Session{}, err
+		return Standing{}, err
 	}
 	sess, err := s.New(uuid.NewString(), student, lab, studentKey)
 	if err != nil {
-		return Session{}, err
+		return Standing{}, err
 	}
 	if err := s.Store.Create(ctx, sess); err != nil {
 		if errors.Is(err, ErrSessionExists) {
 			live, gerr := s.Store.LiveFor(ctx, student)
 			if gerr != nil {
-				return Session{}, err
+				return Standing{}, err
 			}
-			return live, fmt.Errorf("%w: student already has session %s (%s)", ErrSessionExists, live.ID, live.Status)
+			return Standing{Session: &live}, fmt.Errorf("%w: student already has session %s (%s)", ErrSessionExists, live.ID, live.Status)
 		}
-		return Session{}, err
+		return Standing{}, err
 	}
 	log := s.Log.With("session", sess.ID, "lab", lab.Name)
-	started, queued, err := s.Seating.Seat(ctx, sess, lab, wait)
-	if err == nil && queued.Pool == PoolClaimed {
-		queued.Issued = Issued{StudentPrivateKey: sess.Issued.StudentPrivateKey}
-		return queued, nil
+	// The host private key stays in the cluster's Secret; only the
+	// student's generated key is handed back, this once.
+	issued := Issued{StudentPrivateKey: sess.Issued.StudentPrivateKey}
+	started, placed, err := s.Seating.Seat(ctx, sess, lab, wait)
+	if err == nil && placed.Session != nil { // claimed from the warm pool
+		placed.Session.Issued = issued
+		return placed, nil
 	}
-	if err == nil && !started {
+	if err == nil && placed.Waiting != nil {
 		// The line may have room nobody has handed on yet (an idle head
 		// was dropped just now): serve it, then answer with where the
-		// student stands — still queued, or served already.
+		// student stands — still in line, or served already.
 		s.Seating.Freed(ctx)
-		if cur, err := s.Get(ctx, student, queued.ID); err == nil {
-			queued = cur
+		if cur, err := s.Get(ctx, student, placed.Waiting.ID); err == nil {
+			placed = cur
 		}
-		if queued.ID == sess.ID { // not a place the student already had
-			queued.Issued = Issued{StudentPrivateKey: sess.Issued.StudentPrivateKey}
+		if placed.ID() == sess.ID { // not a place the student already had
+			if placed.Session != nil {
+				placed.Session.Issued = issued
+			} else {
+				placed.Waiting.Issued = issued
+			}
 		}
-		return queued, nil
+		return placed, nil
 	}
 	if errors.Is(err, ErrEndedWhileProvisioning) {
 		defer s.Seating.Freed(ctx)
-		return s.Abandon(ctx, log, sess, err, started)
+		return inSession(s.Abandon(ctx, log, sess, err, started))
 	}
 	if err != nil {
 		if started {
 			defer s.Seating.Freed(ctx)
 		}
-		return s.Rollback(ctx, log, sess, err, started)
+		return inSession(s.Rollback(ctx, log, sess, err, started))
 	}
 	// Someone may have finished the row while the objects were being
 	// created (the reaper's ghost rule, a close). Checked under the row
@@ -161,13 +171,17 @@ func (s *Service) open(ctx context.Context, student, labName, publicKey string, 
 	// finisher's Teardown runs after every create and catches everything.
 	cur, err := s.ConfirmLive(ctx, sess.ID)
 	if err != nil {
-		return s.Abandon(ctx, log, sess, err, true)
+		return inSession(s.Abandon(ctx, log, sess, err, true))
 	}
 	log.Info("session provisioned", "nodes", len(sess.Nodes))
-	// The host private key stays in the cluster's Secret; only the
-	// student's generated key is handed back, this once.
-	cur.Issued = Issued{StudentPrivateKey: sess.Issued.StudentPrivateKey}
-	return cur, nil
+	cur.Issued = issued
+	return Standing{Session: &cur}, nil
+}
+
+// inSession is the Standing of a student whose open ended in sess (an
+// unwound open's final row, returned with the error that ended it).
+func inSession(sess Session, err error) (Standing, error) {
+	return Standing{Session: &sess}, err
 }
 
 // reclaimExpired does the reaper's work for one session early: if live has
@@ -197,19 +211,20 @@ func (s *Service) reclaimExpired(ctx context.Context, live Session) bool {
 	return true
 }
 
-// Get returns the student's session: the one with id if id is non-empty,
-// else their live one or, failing that, their most recent. A student in
-// the line gets their queued session with its current place, and the poll
-// keeps the place (entries nobody polls are dropped, see
-// Limits.QueueIdle). A provisioning
-// session is checked against the cluster first and becomes running once
-// every node is ready. Returns ErrNoSession if there is none, or if id
-// belongs to another student (indistinguishable on purpose).
-func (s *Service) Get(ctx context.Context, student, id string) (Session, error) {
-	if q, err := s.Seating.Queued(ctx, student); err == nil && (id == "" || id == q.ID) {
-		return q, nil
+// Get returns where the student stands (Standing.Session): the session
+// with id if id is non-empty, else their live one or, failing that, their
+// most recent. A student in the line (whose entry has id, if id is
+// non-empty) gets their current place instead (Standing.Waiting), and the
+// poll keeps the place (entries nobody polls are dropped, see
+// Limits.QueueIdle). A provisioning session is checked against the
+// cluster first and becomes running once every node is ready. Returns
+// ErrNoSession if there is neither, or if id belongs to another student
+// (indistinguishable on purpose).
+func (s *Service) Get(ctx context.Context, student, id string) (Standing, error) {
+	if w, err := s.Seating.Queued(ctx, student); err == nil && (id == "" || id == w.ID) {
+		return Standing{Waiting: &w}, nil
 	} else if err != nil && !errors.Is(err, ErrNoSession) {
-		return Session{}, err
+		return Standing{}, err
 	}
 	var sess Session
 	var err error
@@ -222,9 +237,10 @@ func (s *Service) Get(ctx context.Context, student, id string) (Session, error) 
 		sess, err = s.Store.Latest(ctx, student)
 	}
 	if err != nil {
-		return Session{}, err
+		return Standing{}, err
 	}
-	return s.Refresh(ctx, sess), nil
+	sess = s.Refresh(ctx, sess)
+	return Standing{Session: &sess}, nil
 }
 
 // Extend pushes the student's running session's expiry to

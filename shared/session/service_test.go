@@ -194,17 +194,17 @@ func newServiceOn(t *testing.T, store Store, c *fakeCluster, now *time.Time, met
 // tests those, with this package's Service).
 type unlimited struct{ c Cluster }
 
-func (u unlimited) Seat(ctx context.Context, sess Session, lab labs.Lab, _ bool) (bool, Session, error) {
+func (u unlimited) Seat(ctx context.Context, sess Session, lab labs.Lab, _ bool) (bool, Standing, error) {
 	if err := u.c.Provision(ctx, sess, lab); err != nil {
 		if errors.Is(err, ErrNoCapacity) {
-			return true, Session{}, err
+			return true, Standing{}, err
 		}
-		return true, Session{}, fmt.Errorf("%w: %w", ErrProvisioning, err)
+		return true, Standing{}, fmt.Errorf("%w: %w", ErrProvisioning, err)
 	}
-	return true, Session{}, nil
+	return true, Standing{}, nil
 }
 
-func (unlimited) Queued(context.Context, string) (Session, error) { return Session{}, ErrNoSession }
+func (unlimited) Queued(context.Context, string) (Waiting, error) { return Waiting{}, ErrNoSession }
 
 func (unlimited) Leave(context.Context, string, string, Actor, string) (Session, error) {
 	return Session{}, ErrNoSession
@@ -228,10 +228,11 @@ func TestExtendRetriesConflicts(t *testing.T) {
 	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
 	c := &fakeCluster{ready: true}
 	svc, store := newService(t, c, &now)
-	s, err := svc.Open(context.Background(), "ann", "one", "")
+	opened, err := svc.Open(context.Background(), "ann", "one", "")
 	if err != nil {
 		t.Fatal(err)
 	}
+	s := opened.Session
 	now = now.Add(30 * time.Minute)
 	store.conflict = 2
 	got, err := svc.Extend(context.Background(), "ann", s.ID)
@@ -250,10 +251,11 @@ func TestCloseKeepsRowLiveWhenDeleteFails(t *testing.T) {
 	now := time.Now()
 	c := &fakeCluster{}
 	svc, store := newService(t, c, &now)
-	s, err := svc.Open(context.Background(), "ann", "one", "")
+	opened, err := svc.Open(context.Background(), "ann", "one", "")
 	if err != nil {
 		t.Fatal(err)
 	}
+	s := opened.Session
 	c.teardownErr = errors.New("api down")
 	if _, err := svc.Close(context.Background(), "ann", "", ActorStudent, "ann"); err == nil {
 		t.Fatal("Close succeeded although the delete failed")
@@ -295,10 +297,11 @@ func TestOpenReclaimsAnExpiredSession(t *testing.T) {
 	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
 	c := &fakeCluster{}
 	svc, store := newService(t, c, &now)
-	old, err := svc.Open(context.Background(), "ann", "one", "")
+	opened, err := svc.Open(context.Background(), "ann", "one", "")
 	if err != nil {
 		t.Fatal(err)
 	}
+	old := opened.Session
 	now = now.Add(59 * time.Minute)
 	if _, err := svc.Open(context.Background(), "ann", "one", ""); !errors.Is(err, ErrSessionExists) {
 		t.Fatalf("open before expiry = %v, want ErrSessionExists", err)
@@ -312,9 +315,9 @@ func TestOpenReclaimsAnExpiredSession(t *testing.T) {
 		t.Errorf("undeletable expired session = %s, want live for the reaper", row.Status)
 	}
 	c.teardownErr = nil
-	s, err := svc.Open(context.Background(), "ann", "one", "")
-	if err != nil || s.ID == old.ID {
-		t.Fatalf("open after expiry = %v, %v", s.ID, err)
+	reopened, err := svc.Open(context.Background(), "ann", "one", "")
+	if err != nil || reopened.Session == nil || reopened.Session.ID == old.ID {
+		t.Fatalf("open after expiry = %v, %v", reopened.ID(), err)
 	}
 	if row, _ := store.Get(context.Background(), old.ID); row.Status != StatusExpired || !row.FinishedAt.Equal(now) {
 		t.Errorf("old session = %s at %s, want expired now", row.Status, row.FinishedAt)
@@ -339,10 +342,11 @@ func TestCloseRecordsExpiryWhenTimeIsUp(t *testing.T) {
 			now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
 			c := &fakeCluster{}
 			svc, _ := newService(t, c, &now)
-			s, err := svc.Open(context.Background(), "ann", "one", "")
+			opened, err := svc.Open(context.Background(), "ann", "one", "")
 			if err != nil {
 				t.Fatal(err)
 			}
+			s := opened.Session
 			now = now.Add(tc.after)
 			got, err := svc.Close(context.Background(), "ann", "", ActorStudent, "ann")
 			if err != nil {

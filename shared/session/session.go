@@ -36,10 +36,6 @@ const (
 	StatusExpired      Status = "expired"
 	StatusFailed       Status = "failed"
 	StatusClosed       Status = "closed"
-	// StatusQueued is a student waiting in the seating package's line. It
-	// is never stored in a session row: a queued Session is the view of a
-	// waitlist entry, with its Place.
-	StatusQueued Status = "queued"
 )
 
 // Live reports whether the status holds cluster resources and counts for
@@ -80,8 +76,6 @@ type Session struct {
 	// cloud-init, so a grader can tell this session's submissions apart. It
 	// is never shown in API responses.
 	GradingToken string
-	// Queue is where a queued session (StatusQueued) stands in the line.
-	Queue Place
 	// Pool marks warm-pool rows: PoolIdle for an unclaimed instance,
 	// PoolClaimed for a session that came from the pool; empty otherwise.
 	Pool PoolState
@@ -89,15 +83,6 @@ type Session struct {
 	// student knew before the claim (their open's row or waitlist entry);
 	// that id names this session too.
 	ClaimedFor string
-}
-
-// Place is where a queued session stands; zero for any other session.
-type Place struct {
-	// Position is 1 for the head of the line.
-	Position int
-	// ETA is the likely wait until the session starts provisioning;
-	// ETALatest the longest it can take.
-	ETA, ETALatest time.Duration
 }
 
 // PoolState marks the rows of warm-pool instances (kept by the seating

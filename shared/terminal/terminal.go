@@ -113,9 +113,10 @@ type Executor func(rc *rest.Config, client kubernetes.Interface, namespace, pod 
 // Sessions is what the terminal asks of the session functions
 // (session.Service): the student's session, as getSession answers it.
 type Sessions interface {
-	// Get is student's session id; session.ErrNoSession if there is
-	// none or it belongs to another student.
-	Get(ctx context.Context, student, id string) (session.Session, error)
+	// Get is where student stands with id: their session, or their place
+	// in the line if id is their waitlist entry's; session.ErrNoSession
+	// if there is neither or it belongs to another student.
+	Get(ctx context.Context, student, id string) (session.Standing, error)
 }
 
 // Refusals is how the terminal answers a refused request: the status,
@@ -200,16 +201,18 @@ func Reach(ctx context.Context, svc Sessions, now time.Time, student, id, node s
 	if id == "" {
 		return Target{}, fmt.Errorf("%w: the session id is required", access.ErrBadRequest)
 	}
-	sess, err := svc.Get(ctx, student, id)
+	got, err := svc.Get(ctx, student, id)
 	if errors.Is(err, session.ErrNoSession) {
 		return Target{}, fmt.Errorf("%w: session %s is not a session of yours", access.ErrForbidden, id)
 	}
 	if err != nil {
 		return Target{}, err
 	}
-	switch st := sess.StatusAt(now); {
-	case st == session.StatusQueued:
+	if got.Waiting != nil {
 		return Target{}, fmt.Errorf("%w: session %s is still waiting in line; its terminal opens once it is running", session.ErrNotRunning, id)
+	}
+	sess := *got.Session
+	switch st := sess.StatusAt(now); {
 	case !st.Live():
 		return Target{}, fmt.Errorf("%w: session %s has ended (%s)", access.ErrForbidden, id, st)
 	case st != session.StatusRunning:

@@ -295,10 +295,11 @@ func TestInventoryIgnoresVirtLauncherPods(t *testing.T) {
 func TestInventoryWorkspacePodReady(t *testing.T) {
 	b := newBackend(t, stacktest.Options{})
 	ctx := context.Background()
-	s, err := b.App.Sessions.Open(ctx, "s-shell", "shell", "")
+	opened, err := b.App.Sessions.Open(ctx, "s-shell", "shell", "")
 	if err != nil {
 		t.Fatal(err)
 	}
+	s := *opened.Session
 	name := session.NodeName(s.ID, s.Nodes[0].Name)
 	ready := func() (bool, bool) {
 		t.Helper()

@@ -56,10 +56,11 @@ func TestEnvironmentsSharingADatabase(t *testing.T) {
 	// NetworkPolicy, Service, VMs) and a workspace Pod session (Pending: this
 	// suite has no node).
 	aVM := a.open("a-vm", "k8s-cluster")
-	aPod, err := a.App.Sessions.Open(ctx, "a-pod", "shell", "")
+	opened, err := a.App.Sessions.Open(ctx, "a-pod", "shell", "")
 	if err != nil {
 		t.Fatal(err)
 	}
+	aPod := *opened.Session
 	t.Cleanup(func() {
 		_ = a.App.Cluster.Teardown(context.Background(), aVM)
 		_ = a.App.Cluster.Teardown(context.Background(), aPod)

@@ -118,10 +118,11 @@ func TestRecreatedVMIIsNoGhost(t *testing.T) {
 func (b *backend) runningShell(student string) (session.Session, *corev1.Pod) {
 	b.t.Helper()
 	ctx := context.Background()
-	s, err := b.App.Sessions.Open(ctx, student, "shell", "")
+	opened, err := b.App.Sessions.Open(ctx, student, "shell", "")
 	if err != nil {
 		b.t.Fatal(err)
 	}
+	s := *opened.Session
 	pod, err := b.Kube.CoreV1().Pods(b.Namespace).Get(ctx, session.NodeName(s.ID, s.Nodes[0].Name), metav1.GetOptions{})
 	if err != nil {
 		b.t.Fatal(err)
@@ -131,8 +132,12 @@ func (b *backend) runningShell(student string) (session.Session, *corev1.Pod) {
 	if pod, err = b.Kube.CoreV1().Pods(b.Namespace).UpdateStatus(ctx, pod, metav1.UpdateOptions{}); err != nil {
 		b.t.Fatal(err)
 	}
-	if s, err = b.App.Sessions.Get(ctx, student, s.ID); err != nil || s.Status != session.StatusRunning {
-		b.t.Fatalf("shell session of %s: %s %v, want running", student, s.Status, err)
+	got, err := b.App.Sessions.Get(ctx, student, s.ID)
+	if err != nil {
+		b.t.Fatalf("shell session of %s: %v, want running", student, err)
+	}
+	if s = *got.Session; s.Status != session.StatusRunning {
+		b.t.Fatalf("shell session of %s: %s, want running", student, s.Status)
 	}
 	return s, pod
 }

@@ -61,14 +61,17 @@ func newBackend(t *testing.T, o stacktest.Options) *backend {
 func (b *backend) open(student, lab string) session.Session {
 	b.t.Helper()
 	ctx := context.Background()
-	s, err := b.App.Sessions.Open(ctx, student, lab, "")
+	opened, err := b.App.Sessions.Open(ctx, student, lab, "")
 	if err != nil {
 		b.t.Fatalf("open %s for %s: %v", lab, student, err)
 	}
+	s := *opened.Session
 	stacktest.Eventually(b.t, 30*time.Second, func() (bool, string) {
-		if s, err = b.App.Sessions.Get(ctx, student, s.ID); err != nil {
+		got, err := b.App.Sessions.Get(ctx, student, s.ID)
+		if err != nil {
 			b.t.Fatal(err)
 		}
+		s = *got.Session
 		return s.Status == session.StatusRunning, fmt.Sprintf("session %s is %s", s.ID, s.Status)
 	})
 	return s

@@ -189,11 +189,13 @@ func TestCrashOrphanReapedButNewSessionSurvives(t *testing.T) {
 	var fresh session.Session
 	b.App.Reaper.Store = &liveHook{Store: b.App.Store, after: func() {
 		// Opened after the run read the rows, before it lists the cluster.
-		s, err := b.App.Sessions.Open(ctx, "s-fresh", "linux-vm", "")
+		opened, err := b.App.Sessions.Open(ctx, "s-fresh", "linux-vm", "")
 		if err != nil {
 			t.Errorf("open during the run: %v", err)
 		}
-		fresh = s
+		if opened.Session != nil {
+			fresh = *opened.Session
+		}
 	}}
 	r := b.run()
 	if r.Counts[reap.Orphan] != 1 || len(r.Failures) != 0 {

@@ -254,10 +254,11 @@ func addHistory(b *testing.B, d *stacktest.Deployment, n int) {
 	var template string
 	if err := d.DB.QueryRow(ctx, `SELECT id::text FROM sessions WHERE status = 'closed' LIMIT 1`).Scan(&template); err != nil {
 		student := "history-" + stacktest.Suffix()
-		s, err := d.App.Sessions.Open(ctx, student, "linux-vm", "")
+		opened, err := d.App.Sessions.Open(ctx, student, "linux-vm", "")
 		if err != nil {
 			b.Fatal(err)
 		}
+		s := opened.Session
 		if _, err := d.App.Sessions.Close(ctx, student, s.ID, session.ActorStudent, student); err != nil {
 			b.Fatal(err)
 		}
@@ -311,21 +312,27 @@ func openLive(b *testing.B, d *stacktest.Deployment, have, want int) []string {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			s, err := svc.Open(ctx, student, "linux-vm", "")
+			opened, err := svc.Open(ctx, student, "linux-vm", "")
 			if err != nil {
 				b.Errorf("open %s: %v", student, err)
 				return
 			}
+			id := opened.Session.ID
 			// Each getSession asks the API server about the VM: poll
 			// no faster than virtsim boots, so a thousand set-up polls
 			// don't load the stack the measured runs share.
+			var status session.Status
 			for give := time.Now().Add(time.Minute); ; {
 				time.Sleep(liveBoot)
-				if s, err = svc.Get(ctx, student, s.ID); err == nil && s.Status == session.StatusRunning {
+				got, err := svc.Get(ctx, student, id)
+				if err == nil {
+					status = got.Session.Status
+				}
+				if err == nil && status == session.StatusRunning {
 					break
 				}
 				if time.Now().After(give) {
-					b.Errorf("session %s of %s not running within a minute: %s %v", s.ID, student, s.Status, err)
+					b.Errorf("session %s of %s not running within a minute: %s %v", id, student, status, err)
 					return
 				}
 			}
