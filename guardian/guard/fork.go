@@ -70,20 +70,19 @@ func (g *Guardian) forkCheck(ctx context.Context, det *victim.BombDetector) {
 	}
 	g.lowerReserve(tasks)
 	v := det.Observe(victim.BombSample{At: g.now(), Procs: len(pids), Tasks: tasks, Refused: refused})
-	parents := 0
 	if v.Growing && !v.Bomb {
 		procs, err := g.procs.Snapshot(pids)
 		if err != nil {
 			g.log.Error("fork: snapshot", "err", err)
 			return
 		}
-		v, parents = det.Branching(v, procs)
+		v = det.Branching(v, procs)
 	}
 	if !v.Bomb {
 		return
 	}
 	g.log.Warn("fork bomb detected", "reason", v.Reason, "processes", len(pids), "tasks", tasks, "pids_max", g.cfg.PidsMax,
-		"refused_forks", v.Refused, "growth_per_s", int(v.Rate), "reach_ms", v.Reach.Milliseconds(), "branching_parents", parents)
+		"refused_forks", v.Refused, "growth_per_s", int(v.Rate), "reach_ms", v.Reach.Milliseconds(), "branching_parents", v.Parents)
 	res := g.contain(ctx, "fork-bomb")
 	g.metrics.bombs.Inc()
 	g.mu.Lock()
@@ -94,7 +93,7 @@ func (g *Guardian) forkCheck(ctx context.Context, det *victim.BombDetector) {
 	case "growth":
 		why = fmt.Sprintf("%d processes growing by %d/s, pids.max %d within %v", len(pids), int(v.Rate), g.cfg.PidsMax, v.Reach.Round(time.Millisecond))
 	case "branching":
-		why = fmt.Sprintf("%d processes growing by %d/s, %d of them each starting two or more of the others", len(pids), int(v.Rate), parents)
+		why = fmt.Sprintf("%d processes growing by %d/s, %d of them each starting two or more of the others", len(pids), int(v.Rate), v.Parents)
 	}
 	g.raise("fork-bomb", "", alert.Critical,
 		fmt.Sprintf("fork bomb: %s; froze the workspace and killed %d unprotected processes in %d round(s), %v",

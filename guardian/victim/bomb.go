@@ -64,6 +64,7 @@ type BombVerdict struct {
 	Refused int           // forks refused within the window
 	Rate    float64       // process growth over the last two observations, per second
 	Reach   time.Duration // when growing: projected time until the tasks reach Limit
+	Parents int           // after Branching: processes that started two or more of the others
 }
 
 // BombDetector applies a BombPolicy to successive samples. The first
@@ -126,10 +127,10 @@ func (d *BombDetector) Observe(s BombSample) BombVerdict {
 // procs, and at least BranchFraction·GrowthFraction·Limit processes, are
 // the parent of two or more of procs (parents outside the workspace do
 // not count). It returns v unchanged when v is not Growing or
-// already a bomb, and the parents it counted otherwise.
-func (d *BombDetector) Branching(v BombVerdict, procs []Process) (BombVerdict, int) {
+// already a bomb, and with the parents it counted otherwise.
+func (d *BombDetector) Branching(v BombVerdict, procs []Process) BombVerdict {
 	if !v.Growing || v.Bomb || len(procs) == 0 || d.Policy.BranchFraction <= 0 {
-		return v, 0
+		return v
 	}
 	in := make(map[int]bool, len(procs))
 	for _, p := range procs {
@@ -141,17 +142,16 @@ func (d *BombDetector) Branching(v BombVerdict, procs []Process) (BombVerdict, i
 			children[p.PPID]++
 		}
 	}
-	parents := 0
 	for _, n := range children {
 		if n >= 2 {
-			parents++
+			v.Parents++
 		}
 	}
 	least := d.Policy.BranchFraction * max(float64(len(procs)), d.Policy.GrowthFraction*float64(d.Policy.Limit))
-	if float64(parents) >= least {
+	if float64(v.Parents) >= least {
 		v.Bomb, v.Reason = true, "branching"
 	}
-	return v, parents
+	return v
 }
 
 // Reset forgets every sample, after a bomb was contained, so that the

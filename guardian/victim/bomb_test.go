@@ -184,11 +184,11 @@ func TestBombDetectorBranching(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			v, parents := d.Branching(tt.v, tt.procs)
+			v := d.Branching(tt.v, tt.procs)
 			if v.Bomb != (v.Reason != "") {
 				t.Errorf("verdict %+v: Bomb and Reason disagree", v)
 			}
-			if diff := cmp.Diff([]any{tt.wantReason, tt.wantParents}, []any{v.Reason, parents}); diff != "" {
+			if diff := cmp.Diff([]any{tt.wantReason, tt.wantParents}, []any{v.Reason, v.Parents}); diff != "" {
 				t.Errorf("reason, parents (-want +got):\n%s", diff)
 			}
 		})
