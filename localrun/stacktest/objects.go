@@ -155,6 +155,13 @@ func (d *Deployment) WaitNoObjects() {
 	d.waitGone(func() []string { return d.Objects("") }, "objects left")
 }
 
+// WaitNoneMatching waits until no object matching selector is left in the
+// sessions namespace, anchor Pods included.
+func (d *Deployment) WaitNoneMatching(selector string) {
+	d.t.Helper()
+	d.waitGone(func() []string { return d.Objects(selector) }, "objects matching "+selector+" left")
+}
+
 // WaitGone waits until no object of session id is left.
 func (d *Deployment) WaitGone(id string) {
 	d.t.Helper()

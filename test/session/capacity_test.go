@@ -173,15 +173,7 @@ func labelled(e *stacktest.Deployment) []stacktest.Object {
 // id.
 func waitNoneOf(t *testing.T, e *stacktest.Deployment, id string) {
 	t.Helper()
-	stacktest.Eventually(t, 20*time.Second, func() (bool, string) {
-		var left []string
-		for _, o := range labelled(e) {
-			if o.Session == id {
-				left = append(left, o.String())
-			}
-		}
-		return len(left) == 0, fmt.Sprintf("objects of refused session %s left: %v", id, left)
-	})
+	e.WaitNoneMatching(kube.LabelEnv + "=" + e.Env + "," + kube.LabelSession + "=" + id)
 }
 
 // If the functions cannot list VMs (here: RBAC no longer grants it), opens

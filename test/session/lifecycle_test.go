@@ -2,7 +2,6 @@ package session_test
 
 import (
 	"context"
-	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -176,10 +175,7 @@ func TestOpenAfterExpiryReclaimsTheOldSession(t *testing.T) {
 	if second.Status != 201 || second.Session.ID == first.ID {
 		t.Fatalf("open at expiry = %d %s", second.Status, second.Body)
 	}
-	stacktest.Eventually(t, 20*time.Second, func() (bool, string) {
-		left := e.Objects(kube.LabelSession + "=" + first.ID)
-		return len(left) == 0, fmt.Sprintf("objects of the expired session left: %v", left)
-	})
+	e.WaitNoneMatching(kube.LabelSession + "=" + first.ID)
 	if n := e.Count(`SELECT count(*) FROM sessions WHERE id = $1 AND status = 'expired' AND finished_at IS NOT NULL`, first.ID); n != 1 {
 		t.Errorf("the old row is not expired")
 	}
