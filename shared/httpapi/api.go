@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"labkeep/shared/line"
 	"log/slog"
 	"mime"
 	"net/http"
@@ -454,7 +455,7 @@ type sessionJSON struct {
 	Warnings []warningJSON `json:"warnings,omitempty"`
 	// QueuePosition (1: next), ETASeconds (likely wait) and
 	// ETALatestSeconds (the longest wait) are a queued session's place in
-	// the waitlist (session.Place, seating.QueueETAs); a session has none.
+	// the waitlist (line.Place, seating.QueueETAs); a session has none.
 	QueuePosition    *int   `json:"queuePosition,omitempty"`
 	ETASeconds       *int64 `json:"etaSeconds,omitempty"`
 	ETALatestSeconds *int64 `json:"etaLatestSeconds,omitempty"`
@@ -463,7 +464,7 @@ type sessionJSON struct {
 // NotReadyToExtend is extendRefusal while a session is provisioning.
 const NotReadyToExtend = "the lab can be extended once it is ready"
 
-// StatusQueued is the status a place in the line (session.Waiting) reads
+// StatusQueued is the status a place in the line (line.Waiting) reads
 // as. It is no session.Status: a place has no session row; clients see
 // one JSON shape, the session's, whether the student has a session or
 // waits for one.
@@ -524,12 +525,12 @@ func (a *API) view(s session.Session, p access.Principal) sessionJSON {
 // the place's ETAs are in whole seconds, rounded up (an ETA under a second
 // is never shown as 0 while the wait is not over). The private key is
 // there only in the answer to the open that joined the line.
-func (a *API) waitingView(q session.Waiting) sessionJSON {
+func (a *API) waitingView(q line.Waiting) sessionJSON {
 	pos, eta, latest := q.Place.Position, ceilSeconds(q.Place.ETA), ceilSeconds(q.Place.ETALatest)
 	return sessionJSON{
 		ID: q.ID, Student: q.Student, Lab: q.Lab, Kind: string(q.Kind), Status: StatusQueued,
 		StartedAt: q.JoinedAt, ServerTime: a.now().UTC(), Nodes: []nodeJSON{},
-		StudentKey: q.StudentKey, PrivateKey: q.Issued.StudentPrivateKey,
+		StudentKey: q.StudentKey, PrivateKey: q.StudentPrivateKey,
 		QueuePosition: &pos, ETASeconds: &eta, ETALatestSeconds: &latest,
 	}
 }

@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"encoding/json"
+	"labkeep/shared/line"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -44,10 +45,10 @@ func TestViewQueuePlace(t *testing.T) {
 		st   session.Standing
 		want place
 	}{
-		{"queued, next in line", session.Standing{Waiting: &session.Waiting{
-			Place: session.Place{Position: 1, ETA: 1500 * time.Millisecond, ETALatest: 2 * time.Hour}}},
+		{"queued, next in line", session.Standing{Waiting: &line.Waiting{
+			Place: line.Place{Position: 1, ETA: 1500 * time.Millisecond, ETALatest: 2 * time.Hour}}},
 			place{pos(1), sec(2), sec(7200)}},
-		{"queued with room: ETA 0", session.Standing{Waiting: &session.Waiting{Place: session.Place{Position: 1}}},
+		{"queued with room: ETA 0", session.Standing{Waiting: &line.Waiting{Place: line.Place{Position: 1}}},
 			place{pos(1), sec(0), sec(0)}},
 		{"running: no place", session.Standing{Session: &session.Session{Status: session.StatusRunning}}, place{}},
 	}
@@ -70,17 +71,17 @@ func TestViewQueuePlace(t *testing.T) {
 // generated private key when the open that joined handed one out.
 func TestWaitingReadsAsAQueuedSession(t *testing.T) {
 	joined := time.Date(2026, 1, 1, 8, 59, 0, 0, time.UTC)
-	w := session.Waiting{ID: "e-1", Student: "ann", Lab: "linux-vm", Kind: "vm", StudentKey: "ssh-ed25519 AAAA ann",
-		JoinedAt: joined, Place: session.Place{Position: 2, ETA: 90*time.Second + time.Millisecond, ETALatest: time.Hour}}
+	w := line.Waiting{ID: "e-1", Student: "ann", Lab: "linux-vm", Kind: "vm", StudentKey: "ssh-ed25519 AAAA ann",
+		JoinedAt: joined, Place: line.Place{Position: 2, ETA: 90*time.Second + time.Millisecond, ETALatest: time.Hour}}
 	const head = `{"id":"e-1","student":"ann","lab":"linux-vm","kind":"vm","status":"queued","startedAt":"2026-01-01T08:59:00Z",` +
 		`"expiresAt":"0001-01-01T00:00:00Z","maxExpiresAt":"0001-01-01T00:00:00Z","remainingSeconds":0,"extendable":false,` +
 		`"serverTime":"2026-01-01T09:00:00Z","nodes":[],"failureReason":"","studentKey":"ssh-ed25519 AAAA ann",`
 	const place = `"queuePosition":2,"etaSeconds":91,"etaLatestSeconds":3600}`
 	issued := w
-	issued.Issued.StudentPrivateKey = "PRIV"
+	issued.StudentPrivateKey = "PRIV"
 	tests := []struct {
 		name    string
-		waiting session.Waiting
+		waiting line.Waiting
 		caller  access.Principal
 		want    string
 	}{

@@ -427,7 +427,7 @@ func TestWaitingIsIssuedTheKeyOnce(t *testing.T) {
 		if err != nil || st.Waiting == nil {
 			t.Fatalf("%s = %+v, %v; want a place in the line", call, st, err)
 		}
-		return answer{st.Waiting.ID, st.Waiting.Place.Position, st.Waiting.Issued.StudentPrivateKey != ""}
+		return answer{st.Waiting.ID, st.Waiting.Place.Position, st.Waiting.StudentPrivateKey != ""}
 	}
 	st, err := svc.OpenWaiting(ctx, "ann", "one", "")
 	joined := waitingOf("open with wait", st, err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"labkeep/shared/line"
 	"time"
 
 	"labkeep/shared/labs"
@@ -86,14 +87,14 @@ const (
 // Queued implements session.Seating: the student's entry with its place,
 // after a sign of life; session.ErrNoSession if they do not wait. Idle
 // entries of others are dropped first, so the place is current.
-func (u *Usher) Queued(ctx context.Context, student string) (session.Waiting, error) {
+func (u *Usher) Queued(ctx context.Context, student string) (line.Waiting, error) {
 	if u.waitlist == nil {
-		return session.Waiting{}, session.ErrNoSession
+		return line.Waiting{}, session.ErrNoSession
 	}
 	u.dropIdle(ctx)
 	e, err := u.waitlist.Touch(ctx, student, u.now())
 	if err != nil {
-		return session.Waiting{}, err
+		return line.Waiting{}, err
 	}
 	w, err := u.placeOf(ctx, e)
 	if err != nil || w.Place.Position != 1 || w.Place.ETA > 0 {
@@ -106,7 +107,7 @@ func (u *Usher) Queued(ctx context.Context, student string) (session.Waiting, er
 	// the session.
 	u.Freed(ctx)
 	if e, err = u.waitlist.Touch(ctx, student, u.now()); err != nil {
-		return session.Waiting{}, err
+		return line.Waiting{}, err
 	}
 	return u.placeOf(ctx, e)
 }
@@ -135,16 +136,16 @@ func (u *Usher) dropIdleEntries(ctx context.Context) ([]Entry, error) {
 	return dropped, err
 }
 
-// placeOf is the view of e (session.Waiting) with its position and ETA in
+// placeOf is the view of e (line.Waiting) with its position and ETA in
 // the line of its capacity bucket.
-func (u *Usher) placeOf(ctx context.Context, e Entry) (session.Waiting, error) {
-	w := session.Waiting{ID: e.ID, Student: e.Student, Lab: e.Lab, StudentKey: e.StudentKey, JoinedAt: e.EnqueuedAt}
+func (u *Usher) placeOf(ctx context.Context, e Entry) (line.Waiting, error) {
+	w := line.Waiting{ID: e.ID, Student: e.Student, Lab: e.Lab, StudentKey: e.StudentKey, JoinedAt: e.EnqueuedAt}
 	mine, ok := u.capacityOf(e.Lab)
 	if !ok {
 		return w, fmt.Errorf("%w: lab %s left the catalog", session.ErrNoSession, e.Lab)
 	}
 	w.Kind = mine.Kind
-	line, err := u.waitlist.Line(ctx)
+	entries, err := u.waitlist.Line(ctx)
 	if err != nil {
 		return w, err
 	}
@@ -166,7 +167,7 @@ func (u *Usher) placeOf(ctx context.Context, e Entry) (session.Waiting, error) {
 		}
 	}
 	pos := 0
-	for _, other := range line {
+	for _, other := range entries {
 		c, ok := u.capacityOf(other.Lab)
 		if !ok || c.Kind != mine.Kind {
 			continue
@@ -181,7 +182,7 @@ func (u *Usher) placeOf(ctx context.Context, e Entry) (session.Waiting, error) {
 		return w, fmt.Errorf("%w: %s is no longer in the line", session.ErrNoSession, e.Student)
 	}
 	eta := QueueETAs(in)[pos-1]
-	w.Place = session.Place{Position: pos, ETA: eta.Likely, ETALatest: eta.Latest}
+	w.Place = line.Place{Position: pos, ETA: eta.Likely, ETALatest: eta.Latest}
 	return w, nil
 }
 
@@ -248,12 +249,12 @@ func (u *Usher) Leave(ctx context.Context, student, id string, actor session.Act
 // capacity lock, so no capacity can free unseen between the count and the
 // join) and returns the student's place: their earlier entry's if they
 // already waited.
-func (u *Usher) enqueue(ctx context.Context, sess session.Session) (session.Waiting, error) {
+func (u *Usher) enqueue(ctx context.Context, sess session.Session) (line.Waiting, error) {
 	now := u.now()
 	e, err := u.waitlist.Enqueue(ctx, Entry{ID: sess.ID, Student: sess.Student, Lab: sess.Lab,
 		StudentKey: sess.StudentKey, EnqueuedAt: now, PolledAt: now})
 	if err != nil && !errors.Is(err, session.ErrSessionExists) {
-		return session.Waiting{}, err
+		return line.Waiting{}, err
 	}
 	if err == nil {
 		u.metrics.QueueEvent(e.Lab, QueueJoined)

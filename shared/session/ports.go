@@ -2,6 +2,7 @@ package session
 
 import (
 	"context"
+	"labkeep/shared/line"
 	"time"
 
 	"labkeep/shared/labs"
@@ -108,7 +109,7 @@ type Seating interface {
 	Seat(ctx context.Context, sess Session, lab labs.Lab, wait bool) (started bool, placed Standing, err error)
 	// Queued is the student's place in the line, after a sign of life;
 	// ErrNoSession if they do not wait.
-	Queued(ctx context.Context, student string) (Waiting, error)
+	Queued(ctx context.Context, student string) (line.Waiting, error)
 	// Leave takes the student out of the line (a close while queued); id,
 	// if non-empty, must be their entry's. ErrNoSession if they do not
 	// wait.

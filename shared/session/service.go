@@ -150,7 +150,7 @@ func (s *Service) open(ctx context.Context, student, labName, publicKey string, 
 			if placed.Session != nil {
 				placed.Session.Issued = issued
 			} else {
-				placed.Waiting.Issued = issued
+				placed.Waiting.StudentPrivateKey = issued.StudentPrivateKey
 			}
 		}
 		return placed, nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"labkeep/shared/line"
 	"log/slog"
 	"strings"
 	"sync"
@@ -204,7 +205,9 @@ func (u unlimited) Seat(ctx context.Context, sess Session, lab labs.Lab, _ bool)
 	return true, Standing{}, nil
 }
 
-func (unlimited) Queued(context.Context, string) (Waiting, error) { return Waiting{}, ErrNoSession }
+func (unlimited) Queued(context.Context, string) (line.Waiting, error) {
+	return line.Waiting{}, ErrNoSession
+}
 
 func (unlimited) Leave(context.Context, string, string, Actor, string) (Session, error) {
 	return Session{}, ErrNoSession

@@ -3,6 +3,7 @@ package terminal
 import (
 	"context"
 	"errors"
+	"labkeep/shared/line"
 	"testing"
 	"time"
 
@@ -45,7 +46,7 @@ func TestReach(t *testing.T) {
 		{"running: the first node", with(session.StatusRunning), "s-1", "", nil, session.NodeName("s-1", "cp")},
 		{"running: the named node", with(session.StatusRunning), "s-1", "w1", nil, session.NodeName("s-1", "w1")},
 		{"running: no such node", with(session.StatusRunning), "s-1", "w9", access.ErrBadRequest, ""},
-		{"waiting in line", session.Standing{Waiting: &session.Waiting{ID: "s-1", Place: session.Place{Position: 1}}}, "s-1", "", session.ErrNotRunning, ""},
+		{"waiting in line", session.Standing{Waiting: &line.Waiting{ID: "s-1", Place: line.Place{Position: 1}}}, "s-1", "", session.ErrNotRunning, ""},
 		{"provisioning", with(session.StatusProvisioning), "s-1", "", session.ErrNotRunning, ""},
 		{"ended", with(session.StatusClosed), "s-1", "", access.ErrForbidden, ""},
 		{"not the caller's", with(session.StatusRunning), "s-2", "", access.ErrForbidden, ""},

@@ -1,6 +1,9 @@
 package session
 
-import "testing"
+import (
+	"labkeep/shared/line"
+	"testing"
+)
 
 // A Standing's ID is the id the student knows, whichever side is set.
 func TestStandingID(t *testing.T) {
@@ -10,7 +13,7 @@ func TestStandingID(t *testing.T) {
 		want string
 	}{
 		{"a session", Standing{Session: &Session{ID: "s-1"}}, "s-1"},
-		{"a place in the line", Standing{Waiting: &Waiting{ID: "e-1"}}, "e-1"},
+		{"a place in the line", Standing{Waiting: &line.Waiting{ID: "e-1"}}, "e-1"},
 		{"neither", Standing{}, ""},
 	}
 	for _, tc := range tests {
