@@ -153,7 +153,7 @@ func TestWorkspacePodGhostsAreConfirmed(t *testing.T) {
 	if err := b.Kube.CoreV1().Pods(b.Namespace).Delete(ctx, gonePod.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	stacktest.Eventually(t, 30*time.Second, func() (bool, string) {
+	stacktest.Eventually(t, stacktest.GoneWithin, func() (bool, string) {
 		_, err := b.Kube.CoreV1().Pods(b.Namespace).Get(ctx, gonePod.Name, metav1.GetOptions{})
 		return apierrors.IsNotFound(err), "workspace Pod still there"
 	})
