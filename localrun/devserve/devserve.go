@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -96,13 +95,12 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 		return nil, err
 	}
 	if cfg.Kube.GuardianWebhookURL == "" && st.Node != nil {
-		// Workspace Pods reach the host at the first address of the node's
-		// Pod subnet: guardian's alerts go there, unless the functions
-		// listen on loopback only.
+		// Workspace Pods reach the host at its address on the node's link:
+		// guardian's alerts go there, unless the functions listen on
+		// loopback only.
 		host, port, err := net.SplitHostPort(cfg.HTTPAddr)
-		p, perr := netip.ParsePrefix(st.Node.PodCIDR)
-		if err == nil && perr == nil && (host == "" || host == "0.0.0.0" || host == "::") {
-			cfg.Kube.GuardianWebhookURL = "http://" + net.JoinHostPort(p.Masked().Addr().Next().String(), port) + "/guardianAlert"
+		if err == nil && (host == "" || host == "0.0.0.0" || host == "::") {
+			cfg.Kube.GuardianWebhookURL = "http://" + net.JoinHostPort(st.Node.HostIP, port) + "/guardianAlert"
 		}
 	}
 	if err := cfg.Validate(); err != nil {

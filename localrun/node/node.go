@@ -15,9 +15,10 @@
 //     volume mounts, the temp dir) is removed by Stop, or by the next Start
 //     once the owner is gone (see sweepStale).
 //
-// Pods get addresses on a bridge of the node's own, reachable from the host
-// and from each other, with no default route and no masquerading: no Pod
-// traffic can leave the machine.
+// The node has a network namespace of its own (see network.go): the Pods'
+// bridge, the kubelet and whatever filters the node's traffic live there,
+// and the host reaches the Pods through it. No Pod traffic can leave the
+// machine.
 package node
 
 import (
@@ -25,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,9 +81,13 @@ type Node struct {
 	Name string
 	// Dir holds the node's state, sockets, configs and logs; Stop removes it.
 	Dir string
-	// Bridge is the host interface the Pods are attached to, and PodCIDR
-	// their subnet; the host has the subnet's first address on the bridge.
-	Bridge  string
+	// Link is the host's end of the node's link (labkeep<i>); HostIP the
+	// host's address on it, where Pods reach the host; IP the node's
+	// address (its InternalIP, the kubelet's); PodCIDR the Pods' subnet,
+	// routed from the host through the node.
+	Link    string
+	HostIP  string
+	IP      string
 	PodCIDR string
 	// ContainerdSocket is containerd's gRPC socket (for ctr/crictl).
 	ContainerdSocket string
@@ -92,7 +98,9 @@ type Node struct {
 	Images []string
 
 	progress     io.Writer
-	net          *bridgeNet
+	net          *nodeNet
+	netPid       int         // a process in the node's network namespace (containerd's unshare)
+	api          *apiForward // the API server, inside that namespace
 	schedulerURL string // its /healthz
 	procs        []*childproc.Process
 	stopOnce     sync.Once
@@ -169,14 +177,21 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	defer cancel()
 	started := time.Now()
 
-	if n.net, err = allocateBridge(dir); err != nil {
+	if n.net, err = allocateNet(dir); err != nil {
 		return n, err
 	}
-	n.Bridge, n.PodCIDR = n.net.name, n.net.cidr
+	n.Link, n.HostIP, n.IP, n.PodCIDR = n.net.name, n.net.hostIP, n.net.nodeIP, n.net.cidr
 	if err := makeCgroupRoot(n.CgroupRoot); err != nil {
 		return n, err
 	}
 	if err := n.startContainerd(ctx); err != nil {
+		return n, err
+	}
+	api, err := url.Parse(cp.Node.Host)
+	if err != nil {
+		return n, err
+	}
+	if n.api, err = forwardAPI(n.netPid, api.Host); err != nil {
 		return n, err
 	}
 	b := <-imgc
@@ -198,7 +213,7 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	if err := n.waitScheduler(ctx); err != nil {
 		return n, err
 	}
-	fmt.Fprintf(progress, "labkeep: node %s Ready in %s (Pods on %s, bridge %s)\n", n.Name, time.Since(started).Round(10*time.Millisecond), n.PodCIDR, n.Bridge)
+	fmt.Fprintf(progress, "labkeep: node %s Ready in %s (at %s, Pods on %s, host link %s)\n", n.Name, time.Since(started).Round(10*time.Millisecond), n.IP, n.PodCIDR, n.Link)
 	return n, nil
 }
 
@@ -255,9 +270,9 @@ func nodeReady(node *corev1.Node) bool {
 }
 
 // Stop stops the scheduler, the kubelet and containerd (and with it every
-// container), then removes what they left on the host: the Pods' veths
-// (waited for), the bridge, the kubelet's mounts, the cgroup root and the
-// temp dir. It is safe to call more than once and on a partly started node;
+// container and the node's network namespace), then removes what they left
+// on the host: the host's end of the node's link, the kubelet's mounts,
+// the cgroup root and the temp dir. It is safe to call more than once and on a partly started node;
 // errors name what could not be removed.
 func (n *Node) Stop() error {
 	if n == nil {
@@ -265,15 +280,12 @@ func (n *Node) Stop() error {
 	}
 	n.stopOnce.Do(func() {
 		var errs []error
-		var veths []string
-		if n.net != nil {
-			veths = n.net.ports()
-		}
 		for i := len(n.procs) - 1; i >= 0; i-- {
 			n.procs[i].Stop(syscall.SIGTERM, 10*time.Second)
 		}
+		n.api.close()
 		if n.net != nil {
-			errs = append(errs, n.net.remove(veths))
+			errs = append(errs, n.net.remove())
 		}
 		errs = append(errs, unmountUnder(n.Dir))
 		if n.CgroupRoot != "" {

@@ -28,12 +28,12 @@ import (
 
 // footprint is what a node has on the host while it runs.
 type footprint struct {
-	Dir, Bridge, CgroupRoot string
+	Dir, Link, CgroupRoot string
 	Pids                    []int
 }
 
 func footprintOf(n *Node) footprint {
-	return footprint{Dir: n.Dir, Bridge: n.Bridge, CgroupRoot: n.CgroupRoot, Pids: n.Pids()}
+	return footprint{Dir: n.Dir, Link: n.Link, CgroupRoot: n.CgroupRoot, Pids: n.Pids()}
 }
 
 // netnsOnMachine lists the network namespaces the machine still has: those
@@ -63,7 +63,7 @@ func netnsOnMachine() []string {
 }
 
 // assertGone fails unless nothing of fp is left: no process of its process
-// groups or naming its dir, no cgroup, no bridge, no mount under its dir,
+// groups or naming its dir, no cgroup, no link, no mount under its dir,
 // no dir.
 func assertGone(t *testing.T, fp footprint) {
 	t.Helper()
@@ -80,8 +80,8 @@ func assertGone(t *testing.T, fp footprint) {
 			t.Errorf("cgroup %s%s still exists", h, fp.CgroupRoot)
 		}
 	}
-	if b := BridgeOf(fp.Dir); b != "" {
-		t.Errorf("bridge %s of %s still exists", b, fp.Dir)
+	if l := LinkOf(fp.Dir); l != "" {
+		t.Errorf("link %s of %s still exists", l, fp.Dir)
 	}
 	if mps := mountsUnder(fp.Dir); len(mps) > 0 {
 		t.Errorf("mounts left: %v", mps)
@@ -245,16 +245,23 @@ func TestNodeRunsPodsAndLeavesNothing(t *testing.T) {
 	if len(processesNaming(n.Dir)) == 0 {
 		t.Fatal("no containerd shim names the node dir: the leak check below would prove nothing")
 	}
-	veths := n.net.ports()
+	veths, err := n.net.podLinks(n.netPid)
+	if err != nil {
+		t.Fatal(err)
+	}
 	podNetNS := map[string]bool{}
 	hostNetNS, _ := os.Readlink("/proc/self/ns/net")
+	nodeNetNS, _ := os.Readlink(netnsPath(n.netPid))
+	if nodeNetNS == "" || nodeNetNS == hostNetNS {
+		t.Fatalf("the node's network namespace %q is not its own (the host's is %s)", nodeNetNS, hostNetNS)
+	}
 	for _, pid := range cgroupProcs(n.CgroupRoot) {
-		if l, err := os.Readlink("/proc/" + pid + "/ns/net"); err == nil && l != hostNetNS {
+		if l, err := os.Readlink("/proc/" + pid + "/ns/net"); err == nil && l != hostNetNS && l != nodeNetNS {
 			podNetNS[l] = true
 		}
 	}
 	if len(veths) != len(pods) || len(podNetNS) != len(pods) {
-		t.Fatalf("want a veth and a network namespace per Pod, have veths %v, netns %v", veths, podNetNS)
+		t.Fatalf("want a veth on the node's bridge and a network namespace per Pod, have veths %v, netns %v", veths, podNetNS)
 	}
 
 	stopStart := time.Now()
@@ -264,14 +271,12 @@ func TestNodeRunsPodsAndLeavesNothing(t *testing.T) {
 	stopped = true
 	t.Logf("node stopped in %s", time.Since(stopStart).Round(10*time.Millisecond))
 	assertGone(t, fp)
-	for _, v := range veths {
-		if _, err := os.Stat(filepath.Join("/sys/class/net", v)); err == nil {
-			t.Errorf("veth %s still exists", v)
-		}
-	}
 	for _, ns := range netnsOnMachine() {
 		if podNetNS[ns] {
 			t.Errorf("a Pod's network namespace %s still exists", ns)
+		}
+		if ns == nodeNetNS {
+			t.Errorf("the node's network namespace %s (with its bridge and the Pods' veths) still exists", ns)
 		}
 	}
 }

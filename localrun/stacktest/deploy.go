@@ -81,7 +81,7 @@ type Options struct {
 	KubeQPS   float32
 	KubeBurst int
 	// GuardianWebhookURL is LABKEEP_GUARDIAN_WEBHOOK_URL (workspace Pods
-	// must reach it: an address on the node's bridge, not loopback).
+	// must reach it: the host's address on the node's link, node.Node.HostIP, not loopback).
 	GuardianWebhookURL string
 	// WarmPool, WarmPoolTTL and WarmPoolLead are LABKEEP_WARM_POOL,
 	// LABKEEP_WARM_POOL_TTL and LABKEEP_WARM_POOL_LEAD (the schedule in

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"net/netip"
 	"net/url"
 	"strings"
 	"testing"
@@ -22,16 +21,11 @@ import (
 // id and token, as HTTP Basic user info of GUARDIAN_WEBHOOK_URL) in
 // guardian's environment, which the workspace's root cannot read. A memory
 // hog inside the workspace makes guardian kill it and raise memory-kill;
-// guardian posts it to labkeep's POST /guardianAlert (served on the node's
-// bridge address, which the Pod reaches), labkeep stores it with the
+// guardian posts it to labkeep's POST /guardianAlert (served on the host's
+// address on the node's link, which the Pod reaches), labkeep stores it with the
 // session, and the admin console shows it in a real Chromium.
 func TestGuardianAlertReachesTheAdminConsole(t *testing.T) {
-	prefix, err := netip.ParsePrefix(st.Node.PodCIDR)
-	if err != nil {
-		t.Fatal(err)
-	}
-	host := prefix.Masked().Addr().Next() // the host's address on the bridge
-	l, err := net.Listen("tcp", net.JoinHostPort(host.String(), "0"))
+	l, err := net.Listen("tcp", net.JoinHostPort(st.Node.HostIP, "0")) // where Pods reach the host
 	if err != nil {
 		t.Fatal(err)
 	}

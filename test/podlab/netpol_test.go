@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/netip"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -39,7 +38,7 @@ import (
 // Enforcement: the node's bridge CNI enforces no NetworkPolicy, so the test
 // first shows what a lab reaches without an engine — from inside alice's
 // workspace, bob's SSH, bob's guardian API, and the functions and the
-// database published on the node's bridge address — then runs
+// database published on the host's address on the node's link — then runs
 // kube-network-policies for the node and checks that the same probes fail
 // while alice's own SSH still works. Where the kernel refuses the engine,
 // the enforcement subtest is skipped with the engine's own words.
@@ -137,7 +136,7 @@ func TestSessionNetworkIsConfined(t *testing.T) {
 		t.Logf("alice's policy selects her workspace Pod %s; carol's selects her VM's virt-launcher Pod %s (labels copied from the VMI)", alice.podName(), launcher)
 	})
 
-	host := bridgeHost(t, alice.pod().Status.PodIP)
+	host := st.Node.HostIP
 	functions := publish(t, host, "tcp", strings.TrimPrefix(d.Server.URL, "http://"))
 	database := publish(t, host, "unix", filepath.Join(st.PG.Dir(), ".s.PGSQL.5432"))
 	targets := []struct{ name, addr string }{
@@ -228,18 +227,7 @@ func startEngine(t *testing.T, ctx context.Context) string {
 	return e.Log
 }
 
-// bridgeHost is the node's own address on the bridge its Pods hang off
-// (10.217.<n>.1 for a Pod at 10.217.<n>.x, localrun/node).
-func bridgeHost(t *testing.T, podIP string) string {
-	t.Helper()
-	p, err := netip.ParsePrefix(podIP + "/24")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return p.Masked().Addr().Next().String()
-}
-
-// publish forwards a TCP port on the node's bridge address to target
+// publish forwards a TCP port on the host's address on the node's link to target
 // (network "tcp" or "unix"), as an in-cluster Service would make the
 // functions or the database reachable from Pods; it returns the address.
 func publish(t *testing.T, host, network, target string) string {
