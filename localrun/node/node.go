@@ -101,7 +101,7 @@ type Node struct {
 	net          *nodeNet
 	netPid       int         // a process in the node's network namespace (containerd's unshare)
 	api          *apiForward // the API server, inside that namespace
-	schedulerURL string // its /healthz
+	schedulerURL string      // its /healthz
 	procs        []*childproc.Process
 	stopOnce     sync.Once
 	stopErr      error

@@ -29,7 +29,7 @@ import (
 // footprint is what a node has on the host while it runs.
 type footprint struct {
 	Dir, Link, CgroupRoot string
-	Pids                    []int
+	Pids                  []int
 }
 
 func footprintOf(n *Node) footprint {
