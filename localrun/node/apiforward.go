@@ -13,38 +13,41 @@ import (
 )
 
 // apiForward makes the API server, which listens on the host's loopback,
-// reachable at the same address inside the node's network namespace, so
-// the node's processes use the control plane's kubeconfigs unchanged (and
-// the server's certificate, issued for 127.0.0.1, verifies). It is a plain
-// TCP relay: TLS runs end to end between the client and the API server.
+// reachable inside the node's network namespace: at the same address, so
+// the node's processes use the control plane's kubeconfigs unchanged (the
+// server's certificate, issued for 127.0.0.1, verifies), and on the Pods'
+// gateway, where the default/kubernetes Service sends in-cluster clients
+// (the certificate holds the Service's ClusterIP). It is a plain TCP relay:
+// TLS runs end to end between the client and the API server.
 type apiForward struct {
-	l  net.Listener
+	ls []net.Listener
 	wg sync.WaitGroup
 }
 
-// forwardAPI listens on addr ("127.0.0.1:<port>") in the network namespace
-// of process pid and relays every connection to the same addr on the host.
-func forwardAPI(pid int, addr string) (*apiForward, error) {
-	l, err := listenIn(pid, addr)
-	if err != nil {
-		return nil, fmt.Errorf("relay to the API server in the node's network namespace: %w", err)
-	}
-	f := &apiForward{l: l}
-	f.wg.Add(1)
-	go func() {
-		defer f.wg.Done()
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			f.wg.Add(1)
-			go func() {
-				defer f.wg.Done()
-				relay(c, addr)
-			}()
+// forwardAPI listens on each of listen (host:port) in the network
+// namespace of process pid and relays every connection to target on the
+// host.
+func forwardAPI(pid int, target string, listen ...string) (*apiForward, error) {
+	f := &apiForward{}
+	for _, addr := range listen {
+		l, err := listenIn(pid, addr)
+		if err != nil {
+			f.close()
+			return nil, fmt.Errorf("relay to the API server in the node's network namespace: %w", err)
 		}
-	}()
+		f.ls = append(f.ls, l)
+		f.wg.Add(1)
+		go func() {
+			defer f.wg.Done()
+			for {
+				c, err := l.Accept()
+				if err != nil {
+					return
+				}
+				go relay(c, target)
+			}
+		}()
+	}
 	return f, nil
 }
 
@@ -74,7 +77,10 @@ func (f *apiForward) close() {
 	if f == nil {
 		return
 	}
-	_ = f.l.Close()
+	for _, l := range f.ls {
+		_ = l.Close()
+	}
+	f.wg.Wait()
 }
 
 // listenIn opens a TCP listener in the network namespace of process pid.

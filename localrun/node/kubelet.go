@@ -50,6 +50,8 @@ makeIPTablesUtilChains: false
 containerRuntimeEndpoint: %q
 podLogsDir: %q
 resolvConf: /etc/resolv.conf
+clusterDNS: [%q]
+clusterDomain: %q
 serializeImagePulls: false
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
@@ -63,7 +65,7 @@ shutdownGracePeriod: 0s
 syncFrequency: 10s
 fileCheckFrequency: 10s
 nodeStatusReportFrequency: 10s
-`, n.net.nodeIP, port, n.CgroupRoot, "unix://"+n.ContainerdSocket, n.path("pod-logs"))
+`, n.net.nodeIP, port, n.CgroupRoot, "unix://"+n.ContainerdSocket, n.path("pod-logs"), controlplane.ClusterDNSIP, controlplane.ClusterDomain)
 }
 
 // startKubelet starts the kubelet as the control plane's node identity.

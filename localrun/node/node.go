@@ -26,6 +26,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -41,6 +42,7 @@ import (
 	"labkeep/localrun/childproc"
 	"labkeep/localrun/controlplane"
 	"labkeep/localrun/images"
+	"labkeep/localrun/netpolicy"
 )
 
 // The images every node provides (see package images): Pods may name them
@@ -58,7 +60,7 @@ const (
 type Options struct {
 	// ControlPlane is the cluster the node joins (required).
 	ControlPlane *controlplane.ControlPlane
-	// Binaries gives Kubelet and Scheduler; if empty, they come from
+	// Binaries gives Kubelet, Scheduler and Proxy; if empty, they come from
 	// EnsureBinaries and BinCache.
 	Binaries controlplane.Binaries
 	// BinCache overrides the binary cache dir (LABKEEP_BIN_CACHE); images
@@ -125,12 +127,16 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.Binaries.Kubelet == "" || opts.Binaries.Scheduler == "" {
+	if opts.Binaries.Kubelet == "" || opts.Binaries.Scheduler == "" || opts.Binaries.Proxy == "" || opts.Binaries.CoreDNS == "" {
 		if opts.Binaries, err = controlplane.EnsureBinaries(ctx, cache, controlplane.DefaultVersions, progress); err != nil {
 			return nil, err
 		}
 	}
-	for _, tool := range []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "unshare", "tar"} {
+	engine, err := netpolicy.EnsureEngine(ctx, cache, controlplane.DefaultVersions, progress)
+	if err != nil {
+		return nil, err
+	}
+	for _, tool := range []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "unshare", "nsenter", "tar", "iptables", "ipset"} {
 		if _, err := lookPath(tool); err != nil {
 			return nil, fmt.Errorf("node: %s not found (localrun/setup.sh installs it): %w", tool, err)
 		}
@@ -147,7 +153,7 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	}
 	imgc := make(chan built, 1)
 	go func(ctx context.Context) {
-		a, err := images.Build(ctx, images.Options{CacheDir: filepath.Join(cache, "images"), Progress: progress, NoWorkspace: opts.NoWorkspaceImage})
+		a, err := images.Build(ctx, images.Options{CacheDir: filepath.Join(cache, "images"), Progress: progress, NoWorkspace: opts.NoWorkspaceImage, CoreDNS: opts.Binaries.CoreDNS})
 		imgc <- built{a, err}
 	}(ctx)
 	defer func() {
@@ -191,7 +197,18 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	if err != nil {
 		return n, err
 	}
-	if n.api, err = forwardAPI(n.netPid, api.Host); err != nil {
+	_, apiPort, err := net.SplitHostPort(api.Host)
+	if err != nil {
+		return n, err
+	}
+	if n.api, err = forwardAPI(n.netPid, api.Host, api.Host, net.JoinHostPort(n.net.gateway, apiPort)); err != nil {
+		return n, err
+	}
+	cs, err := kubernetes.NewForConfig(cp.Admin)
+	if err != nil {
+		return n, err
+	}
+	if err := n.publishAPI(ctx, cs, api.Host); err != nil {
 		return n, err
 	}
 	b := <-imgc
@@ -207,10 +224,19 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	if err := n.startScheduler(cp, opts.Binaries.Scheduler); err != nil {
 		return n, err
 	}
+	if err := n.startProxy(ctx, cp, opts.Binaries.Proxy); err != nil {
+		return n, err
+	}
+	if err := n.startPolicyEngine(ctx, cp, cs, engine); err != nil {
+		return n, err
+	}
 	if err := n.waitReady(ctx, cp); err != nil {
 		return n, err
 	}
 	if err := n.waitScheduler(ctx); err != nil {
+		return n, err
+	}
+	if err := n.startDNS(ctx, cs); err != nil {
 		return n, err
 	}
 	fmt.Fprintf(progress, "labkeep: node %s Ready in %s (at %s, Pods on %s, host link %s)\n", n.Name, time.Since(started).Round(10*time.Millisecond), n.IP, n.PodCIDR, n.Link)

@@ -23,6 +23,7 @@ import (
 
 	"labkeep/localrun/childproc"
 	"labkeep/localrun/controlplane"
+	"labkeep/localrun/images"
 	"labkeep/localrun/poll"
 )
 
@@ -206,7 +207,7 @@ func TestNodeRunsPodsAndLeavesNothing(t *testing.T) {
 			n.Stop()
 		}
 	}()
-	if diff := cmp.Diff([]string{PauseImage, VirtLauncherImage, GuardianImage, WorkspaceImage}, n.Images); diff != "" {
+	if diff := cmp.Diff([]string{PauseImage, VirtLauncherImage, GuardianImage, images.CoreDNS, WorkspaceImage}, n.Images); diff != "" {
 		t.Errorf("images (-want +got):\n%s", diff)
 	}
 	cs, err := kubernetes.NewForConfig(cp.Admin)
@@ -219,7 +220,9 @@ func TestNodeRunsPodsAndLeavesNothing(t *testing.T) {
 		pod("pause", PauseImage, "", small),
 		pod("launcher", VirtLauncherImage, corev1.PullNever, nil),
 		pod("workspace", WorkspaceImage, "", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}),
+		pod("client", WorkspaceImage, "", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}),
 	}
+	pods[2].Labels = map[string]string{"app": "workspace"}
 	pods[0].Spec.AutomountServiceAccountToken = ptr(true) // a projected token and kube-root-ca.crt, as virt-launcher Pods get
 	for _, p := range pods {
 		created := time.Now()
@@ -238,6 +241,17 @@ func TestNodeRunsPodsAndLeavesNothing(t *testing.T) {
 			}
 			assertSSHBanner(t, running.Status.PodIP)
 		}
+	}
+	t.Run("Services and the cluster DNS work from a Pod", func(t *testing.T) {
+		assertClusterNetwork(t, cp.Admin, cs, "client", pods[2])
+	})
+	// The cluster DNS's Pod is the node's too.
+	all, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all.Items) != len(pods)+1 {
+		t.Fatalf("want the test's %d Pods and the cluster DNS's, have %d", len(pods), len(all.Items))
 	}
 	// What the Pods have on the host, to look for after Stop. Other nodes
 	// may come and go meanwhile (parallel test binaries), so the checks
@@ -260,7 +274,7 @@ func TestNodeRunsPodsAndLeavesNothing(t *testing.T) {
 			podNetNS[l] = true
 		}
 	}
-	if len(veths) != len(pods) || len(podNetNS) != len(pods) {
+	if len(veths) != len(all.Items) || len(podNetNS) != len(all.Items) {
 		t.Fatalf("want a veth on the node's bridge and a network namespace per Pod, have veths %v, netns %v", veths, podNetNS)
 	}
 
