@@ -4,11 +4,13 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
@@ -70,4 +72,50 @@ func assertClusterNetwork(t *testing.T, rc *rest.Config, cs kubernetes.Interface
 			})
 		})
 	}
+}
+
+// assertPolicyEnforced checks that the node's NetworkPolicy engine
+// filters Pod traffic: a policy that admits nothing into Pod server closes
+// its sshd to Pod client (bridged on the node) and to the host (routed
+// through the node), and deleting it opens both again. Reachability is
+// shown on both sides of the policy, so the closed probe cannot pass for
+// a reason of its own.
+func assertPolicyEnforced(t *testing.T, rc *rest.Config, cs kubernetes.Interface, client string, server *corev1.Pod) {
+	t.Helper()
+	ctx := context.Background()
+	addr := net.JoinHostPort(server.Status.PodIP, "22")
+	fromPod := func() bool {
+		out, _ := execIn(ctx, rc, cs, client, fmt.Sprintf("timeout 3 bash -c 'exec 3<>/dev/tcp/%s/22' && echo open", server.Status.PodIP))
+		return out == "open"
+	}
+	fromHost := func() bool {
+		c, err := net.DialTimeout("tcp", addr, 3*time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}
+	want := func(open bool, why string) {
+		t.Helper()
+		poll.Eventually(t, 30*time.Second, func() (bool, string) {
+			p, h := fromPod(), fromHost()
+			return p == open && h == open, fmt.Sprintf("%s: from the client Pod open=%v, from the host open=%v, want %v", why, p, h, open)
+		})
+	}
+	want(true, "before any policy")
+	np := &networkingv1.NetworkPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: "deny-into-workspace", Namespace: "default"},
+		Spec: networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: server.Labels},
+			PolicyTypes: []networkingv1.PolicyType{networkingv1.PolicyTypeIngress},
+		},
+	}
+	if _, err := cs.NetworkingV1().NetworkPolicies("default").Create(ctx, np, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want(false, "under a policy that admits nothing")
+	if err := cs.NetworkingV1().NetworkPolicies("default").Delete(ctx, np.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	want(true, "once the policy is deleted")
 }

@@ -156,8 +156,9 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 		a, err := images.Build(ctx, images.Options{CacheDir: filepath.Join(cache, "images"), Progress: progress, NoWorkspace: opts.NoWorkspaceImage, CoreDNS: opts.Binaries.CoreDNS})
 		imgc <- built{a, err}
 	}(ctx)
+	imagesTaken := false
 	defer func() {
-		if err != nil {
+		if err != nil && !imagesTaken {
 			<-imgc // never leave a build running behind a failed start
 		}
 	}()
@@ -212,6 +213,7 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 		return n, err
 	}
 	b := <-imgc
+	imagesTaken = true
 	if b.err != nil {
 		return n, b.err
 	}
@@ -227,13 +229,15 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	if err := n.startProxy(ctx, cp, opts.Binaries.Proxy); err != nil {
 		return n, err
 	}
-	if err := n.startPolicyEngine(ctx, cp, cs, engine); err != nil {
-		return n, err
-	}
 	if err := n.waitReady(ctx, cp); err != nil {
 		return n, err
 	}
 	if err := n.waitScheduler(ctx); err != nil {
+		return n, err
+	}
+	// The engine finds its Node by name: only once the kubelet has
+	// registered it, and before any Pod but the cluster DNS's.
+	if err := n.startPolicyEngine(ctx, cp, cs, engine); err != nil {
 		return n, err
 	}
 	if err := n.startDNS(ctx, cs); err != nil {

@@ -188,7 +188,9 @@ func waitRunning(t *testing.T, cs kubernetes.Interface, n *Node, name string) *c
 // The node registers and is Ready; every image it provides runs as a Pod
 // without any pull (a Guaranteed Pod too, whose oom_score_adj containerd
 // must cap); Pods get addresses on the node's bridge that the host
-// reaches (the workspace's sshd answers on port 22); and Stop leaves no
+// reaches (the workspace's sshd answers on port 22); Services, the
+// cluster DNS and NetworkPolicies work from and between Pods as on a
+// production node; and Stop leaves no
 // process, container, mount, cgroup, network interface, network namespace
 // or temp dir behind.
 func TestNodeRunsPodsAndLeavesNothing(t *testing.T) {
@@ -242,8 +244,12 @@ func TestNodeRunsPodsAndLeavesNothing(t *testing.T) {
 			assertSSHBanner(t, running.Status.PodIP)
 		}
 	}
+	server := waitRunning(t, cs, n, "workspace")
 	t.Run("Services and the cluster DNS work from a Pod", func(t *testing.T) {
-		assertClusterNetwork(t, cp.Admin, cs, "client", pods[2])
+		assertClusterNetwork(t, cp.Admin, cs, "client", server)
+	})
+	t.Run("NetworkPolicies are enforced", func(t *testing.T) {
+		assertPolicyEnforced(t, cp.Admin, cs, "client", server)
 	})
 	// The cluster DNS's Pod is the node's too.
 	all, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
