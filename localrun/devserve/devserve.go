@@ -90,6 +90,8 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 		if len(dropped) > 0 {
 			log.Warn("workspace Pods on this machine lack capabilities its root cannot grant", "dropped", dropped)
 		}
+		cfg.Kube.SSHSourceCIDRs = append(cfg.Kube.SSHSourceCIDRs, st.Node.HostSource())
+		cfg.Kube.PlatformSourceCIDRs = append(cfg.Kube.PlatformSourceCIDRs, st.Node.HostSource())
 	}
 	if err := cfg.Settings().Read(os.LookupEnv); err != nil {
 		return nil, err

@@ -247,6 +247,13 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	return n, nil
 }
 
+// HostSource is the host's address on the node's link as a CIDR: where,
+// on this machine, students' SSH and the functions' calls to guardian
+// reach the node's Pods from (both run on the host). Sessions' policies
+// must name it (LABKEEP_SSH_SOURCE_CIDRS, LABKEEP_PLATFORM_SOURCE_CIDRS):
+// it lies in a range they block.
+func (n *Node) HostSource() string { return n.HostIP + "/32" }
+
 // dirPrefix names the node's temp dir, its cgroup root and (in the
 // bridge's alias) its owner, so sweepStale can recognise leftovers.
 const dirPrefix = "labkeep-node"

@@ -206,6 +206,8 @@ func Deploy(t testing.TB, st *stack.Stack, o Options) *Deployment {
 		if len(dropped) > 0 {
 			t.Logf("workspace Pods here lack %v: this host's root cannot grant them", dropped)
 		}
+		cfg.Kube.SSHSourceCIDRs = append(cfg.Kube.SSHSourceCIDRs, st.Node.HostSource())
+		cfg.Kube.PlatformSourceCIDRs = append(cfg.Kube.PlatformSourceCIDRs, st.Node.HostSource())
 	}
 	log := o.Log
 	if log == nil {
