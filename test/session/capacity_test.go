@@ -89,6 +89,7 @@ func TestQuotaRefusalIsNoCapacity(t *testing.T) {
 	for _, s := range []string{"q1", "q2"} {
 		e.Opened(s, "linux-vm")
 	}
+	waitQuotaUsed(t, e, 2)
 	r := e.Open("q3", "linux-vm")
 	if r.Status != 503 || r.Code != "no_capacity" || r.Header.Get("Retry-After") == "" {
 		t.Fatalf("third open = %d %s", r.Status, r.Body)
@@ -200,6 +201,7 @@ func TestUncountableClusterFallsBackToQuota(t *testing.T) {
 	})
 	limitVMs(t, e, 1)
 	e.Opened("u1", "linux-vm") // without a VM count
+	waitQuotaUsed(t, e, 1)
 	r := e.Open("u2", "linux-vm")
 	if r.Status != 503 || r.Code != "no_capacity" {
 		t.Fatalf("open beyond the quota = %d %s", r.Status, r.Body)
@@ -209,6 +211,24 @@ func TestUncountableClusterFallsBackToQuota(t *testing.T) {
 		t.Errorf("u2's refusal is not the quota's (%d rows)", n)
 	}
 	waitNoneOf(t, e, r.Session.ID)
+}
+
+// waitQuotaUsed waits until the VM quota of limitVMs counts n VMs. A VM
+// created before the API server's quota admission saw the new quota is
+// counted only when the quota controller next recomputes the usage; until
+// then one more VM would be admitted, so a refusal beyond the quota is
+// asserted only once the quota counts what exists.
+func waitQuotaUsed(t *testing.T, e *stacktest.Deployment, n int64) {
+	t.Helper()
+	ctx := context.Background()
+	stacktest.Eventually(t, 30*time.Second, func() (bool, string) {
+		q, err := e.Kube.CoreV1().ResourceQuotas(e.Namespace).Get(ctx, "test-vm-limit", metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		used := q.Status.Used["count/virtualmachines.kubevirt.io"]
+		return used.Value() == n, fmt.Sprintf("the quota counts %s VMs, want %d", used.String(), n)
+	})
 }
 
 // limitVMs adds a ResourceQuota of n VMs to the sessions namespace and
