@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"net/netip"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -237,4 +238,21 @@ func machineLock(name string) (unlock func(), err error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
+}
+
+// Listen opens a TCP listener at addr in the node's network namespace: a
+// service on the node itself, as Pods see it (on n.IP, the Pods' gateway,
+// or an address AddLocalAddress added).
+func (n *Node) Listen(addr string) (net.Listener, error) { return listenIn(n.netPid, addr) }
+
+// AddLocalAddress gives the node one more address of its own (a /32 or
+// /128 on its loopback), which its Pods route to through the node: a
+// stand-in for something a node reaches that is not a Pod, like a cloud's
+// metadata service at 169.254.169.254.
+func (n *Node) AddLocalAddress(ip string) error {
+	a, err := netip.ParseAddr(ip)
+	if err != nil {
+		return err
+	}
+	return inNetns(n.netPid, "ip", "addr", "add", netip.PrefixFrom(a, a.BitLen()).String(), "dev", "lo")
 }

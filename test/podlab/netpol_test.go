@@ -1,11 +1,12 @@
 package podlab_test
 
 import (
+	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"net"
+	"net/netip"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -14,13 +15,12 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/remotecommand"
 
-	"labkeep/localrun/controlplane"
-	"labkeep/localrun/netpolicy"
+	"labkeep/localrun/node"
 	"labkeep/localrun/stacktest"
 	"labkeep/shared/kube"
 	"labkeep/shared/labs"
@@ -32,16 +32,19 @@ import (
 // policy each select exactly that session's Pods that carry traffic (the
 // workspace Pod; the virt-launcher Pod virtsim runs on the node with the
 // VMI's labels), deny by default, and let in only SSH on the lab's port
-// (and a workspace's guardian API from the platform's namespace); closing
-// a session deletes its policy.
+// (and a workspace's guardian API from the platform); closing a session
+// deletes its policy.
 //
-// Enforcement: the node's bridge CNI enforces no NetworkPolicy, so the test
-// first shows what a lab reaches without an engine — from inside alice's
-// workspace, bob's SSH, bob's guardian API, and the functions and the
-// database published on the host's address on the node's link — then runs
-// kube-network-policies for the node and checks that the same probes fail
-// while alice's own SSH still works. Where the kernel refuses the engine,
-// the enforcement subtest is skipped with the engine's own words.
+// Enforcement is shown by trying traffic, with the node's NetworkPolicy
+// engine (kube-router's controller, localrun/node): from inside alice's
+// workspace, as root, bob's SSH and guardian API, the functions and the
+// database (published on the host), the API server (its Service and its
+// relay on the node), a listener on the node's address, a stand-in for a
+// cloud's metadata service and one for an outside resolver's DNS all
+// refuse her, while the cluster DNS answers her and her own SSH works from
+// the host. A control Pod in a namespace without policies reaches every
+// one of those targets, so each refusal is the policy's, not a dead
+// address.
 func TestSessionNetworkIsConfined(t *testing.T) {
 	// Two workspaces and a launcher Pod share the node's two CPUs.
 	d := stacktest.Deploy(t, st, stacktest.Options{LabsYAML: `labs:
@@ -139,35 +142,46 @@ func TestSessionNetworkIsConfined(t *testing.T) {
 	host := st.Node.HostIP
 	functions := publish(t, host, "tcp", strings.TrimPrefix(d.Server.URL, "http://"))
 	database := publish(t, host, "unix", filepath.Join(st.PG.Dir(), ".s.PGSQL.5432"))
+	nodeService := serveOnNode(t, net.JoinHostPort(st.Node.IP, "0"))
+	metadata := serveOnNode(t, "169.254.169.254:80")
+	resolver := serveOnNode(t, "192.0.2.53:53")
+	apiPort := strings.TrimPrefix(st.CP.APIServerURL, "https://127.0.0.1:")
+	gateway := netip.MustParsePrefix(st.Node.PodCIDR).Addr().Next().String()
 	targets := []struct{ name, addr string }{
 		{"bob's SSH", bob.addr()},
 		{"bob's guardian API", net.JoinHostPort(bob.pod().Status.PodIP, "9090")},
 		{"the functions", functions},
 		{"the database", database},
+		{"the API server's Service", "10.0.0.1:443"},
+		{"the API server's relay on the node", net.JoinHostPort(gateway, apiPort)},
+		{"a service on the node's address", nodeService},
+		{"the metadata service's address", metadata},
+		{"an outside resolver's DNS port", resolver},
 	}
-	probe := func(addr string) bool {
-		h, p, _ := net.SplitHostPort(addr)
-		out := alice.mustRun(fmt.Sprintf("timeout 3 bash -c 'echo > /dev/tcp/%s/%s' 2>/dev/null && echo open || echo closed", h, p))
-		return strings.TrimSpace(out) == "open"
-	}
-	var baseline []string
+	probe := "timeout 3 bash -c 'exec 3<>/dev/tcp/%s/%s' 2>/dev/null && echo open || echo closed"
+	control := controlPod(t, d)
 	for _, tg := range targets {
-		if !probe(tg.addr) {
-			t.Fatalf("without an engine, %s (%s) is not reachable from alice's workspace: the probe shows nothing", tg.name, tg.addr)
+		h, p, _ := net.SplitHostPort(tg.addr)
+		if out := control.run(t, fmt.Sprintf(probe, h, p)); out != "open" {
+			t.Fatalf("the control Pod (no policy) cannot reach %s (%s): %q; the probes from alice would prove nothing", tg.name, tg.addr, out)
 		}
-		baseline = append(baseline, tg.name)
 	}
-	t.Logf("without a NetworkPolicy engine (the node's bridge CNI enforces none), alice's workspace reaches %s", strings.Join(baseline, ", "))
-
-	t.Run("enforced by kube-network-policies", func(t *testing.T) {
-		engine := startEngine(t, ctx)
+	t.Run("a workspace reaches nothing of the cluster or the platform", func(t *testing.T) {
 		for _, tg := range targets {
-			stacktest.Eventually(t, 30*time.Second, func() (bool, string) {
-				return !probe(tg.addr), fmt.Sprintf("%s (%s) still reachable from alice's workspace", tg.name, tg.addr)
-			})
+			h, p, _ := net.SplitHostPort(tg.addr)
+			if out := strings.TrimSpace(alice.mustRun(fmt.Sprintf(probe, h, p))); out != "closed" {
+				t.Errorf("alice's workspace reaches %s (%s): %q", tg.name, tg.addr, out)
+			}
 		}
+	})
+	t.Run("the cluster DNS answers a workspace", func(t *testing.T) {
+		if out := strings.TrimSpace(alice.mustRun("getent hosts kubernetes.default.svc.cluster.local | cut -d' ' -f1")); out != "10.0.0.1" {
+			t.Errorf("alice's workspace resolves kubernetes.default.svc.cluster.local to %q, want 10.0.0.1", out)
+		}
+	})
+	t.Run("the student's SSH works from the host", func(t *testing.T) {
 		if _, err := alice.run("true", nil); err != nil {
-			t.Errorf("alice's own SSH under the engine: %v\nengine log:\n%s", err, engine)
+			t.Errorf("alice's own SSH: %v", err)
 		}
 	})
 
@@ -182,49 +196,6 @@ func TestSessionNetworkIsConfined(t *testing.T) {
 		}
 	}
 	d.WaitNoObjects()
-}
-
-// startEngine runs kube-network-policies for the node as a ServiceAccount
-// allowed to watch what it needs, and returns its log path; it skips t,
-// with the engine's own words, where the kernel refuses the engine.
-func startEngine(t *testing.T, ctx context.Context) string {
-	t.Helper()
-	cache, err := controlplane.DefaultCacheDir("")
-	if err != nil {
-		t.Fatal(err)
-	}
-	bin, err := netpolicy.EnsureEngine(ctx, cache, io.Discard)
-	if err != nil {
-		t.Fatal(err)
-	}
-	const ns, name = "kube-system", "kube-network-policies"
-	rc, err := st.CP.ServiceAccountConfig(ctx, ns, name)
-	if err != nil {
-		t.Fatal(err)
-	}
-	admin, _ := stacktest.AdminClients(t, st)
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods", "namespaces", "nodes"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"get", "list", "watch"}},
-	}}
-	if _, err := admin.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: name},
-		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: name},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: ns, Name: name}}}
-	if _, err := admin.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
-		t.Fatal(err)
-	}
-	e, err := netpolicy.Start(ctx, netpolicy.Options{Binary: bin, API: rc, NodeName: st.Node.Name, Dir: t.TempDir(), Wait: time.Minute})
-	if errors.Is(err, netpolicy.ErrUnsupported) {
-		t.Skipf("enforcement cannot be shown on this machine: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(e.Stop)
-	return e.Log
 }
 
 // publish forwards a TCP port on the host's address on the node's link to target
@@ -261,4 +232,89 @@ func publish(t *testing.T, host, network, target string) string {
 		}
 	}()
 	return l.Addr().String()
+}
+
+// serveOnNode accepts TCP connections at addr in the node's network
+// namespace (adding the address to the node first unless it is the
+// node's own), answering each with a line: a service on the node, as its
+// Pods see it. It returns the address.
+func serveOnNode(t *testing.T, addr string) string {
+	t.Helper()
+	h, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if h != st.Node.IP {
+		if err := st.Node.AddLocalAddress(h); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := st.Node.Listen(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	t.Cleanup(func() { l.Close(); wg.Wait() })
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			_, _ = io.WriteString(c, "hello\n")
+			c.Close()
+		}
+	}()
+	return l.Addr().String()
+}
+
+// podShell is a Pod a test runs shell commands in through the API server.
+type podShell struct {
+	d    *stacktest.Deployment
+	ns   string
+	name string
+}
+
+// controlPod starts a workspace-image Pod in a namespace of its own with
+// no NetworkPolicy: what any Pod reaches on the node without confinement.
+func controlPod(t *testing.T, d *stacktest.Deployment) podShell {
+	t.Helper()
+	ctx := context.Background()
+	ns := "netcheck-" + d.Env
+	if _, err := d.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = d.Kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	one := int64(1)
+	p := &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Name: "control", Namespace: ns},
+		Spec: corev1.PodSpec{
+			TerminationGracePeriodSeconds: &one,
+			Containers:                    []corev1.Container{{Name: "main", Image: node.WorkspaceImage, Command: []string{"sleep", "infinity"}}},
+		},
+	}
+	if _, err := d.Kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	stacktest.Eventually(t, 2*time.Minute, func() (bool, string) {
+		got, err := d.Kube.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
+		return err == nil && got.Status.Phase == corev1.PodRunning, fmt.Sprintf("control Pod not running (%v)", err)
+	})
+	return podShell{d: d, ns: ns, name: p.Name}
+}
+
+// run runs script with bash in the Pod and returns its trimmed output.
+func (p podShell) run(t *testing.T, script string) string {
+	t.Helper()
+	ex, err := kube.WorkspaceExecutor(st.CP.Admin, p.d.Kube, p.ns, p.name, corev1.PodExecOptions{Container: "main", Command: []string{"bash", "-c", script}, Stdout: true, Stderr: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	if err := ex.StreamWithContext(context.Background(), remotecommand.StreamOptions{Stdout: &out, Stderr: &out}); err != nil {
+		t.Fatalf("%q in the control Pod: %v: %s", script, err, out.String())
+	}
+	return strings.TrimSpace(out.String())
 }
