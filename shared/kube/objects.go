@@ -386,7 +386,7 @@ func (b builder) networkPolicy(anchor *batchv1.Job) *networkingv1.NetworkPolicy 
 		},
 	}
 	if b.lab.Kind == labs.KindPod && (b.cfg.PlatformNamespace != "" || len(b.cfg.PlatformSourceCIDRs) > 0) {
-		guardian := intstr.FromString(labs.GuardianAPIPort)
+		guardian := b.guardianAPIPort()
 		var from []networkingv1.NetworkPolicyPeer
 		if b.cfg.PlatformNamespace != "" {
 			from = append(from, networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{
@@ -413,6 +413,24 @@ func (b builder) networkPolicy(anchor *batchv1.Job) *networkingv1.NetworkPolicy 
 		ObjectMeta: b.owned(session.NetworkName(b.sess.ID), RoleNetwork, "", anchor),
 		Spec:       spec,
 	}
+}
+
+// guardianAPIPort is guardian's API port by number, as the workspace Pod
+// definition declares it: a named port of an init container (guardian is a
+// native sidecar) is not resolved by every NetworkPolicy engine (kube-router
+// reads the regular containers only), a number is. Without a definition it
+// is the name.
+func (b builder) guardianAPIPort() intstr.IntOrString {
+	if b.pod != nil {
+		for _, c := range append(slices.Clone(b.pod.Spec.InitContainers), b.pod.Spec.Containers...) {
+			for _, p := range c.Ports {
+				if p.Name == labs.GuardianAPIPort {
+					return intstr.FromInt32(p.ContainerPort)
+				}
+			}
+		}
+	}
+	return intstr.FromString(labs.GuardianAPIPort)
 }
 
 // alertReceiver is the address (as a one-address CIDR) and TCP port of

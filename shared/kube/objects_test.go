@@ -422,7 +422,7 @@ func TestNetworkPolicy(t *testing.T) {
 	guardian := func(ns string) networkingv1.NetworkPolicyIngressRule {
 		return networkingv1.NetworkPolicyIngressRule{
 			From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}}},
-			Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &intstr.IntOrString{Type: intstr.String, StrVal: "guardian-api"}}},
+			Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: port(9090)}}, // the definition's guardian-api, by number
 		}
 	}
 	tests := []struct {
@@ -494,7 +494,7 @@ func TestNetworkPolicy(t *testing.T) {
 			PodSelector: metav1.LabelSelector{MatchLabels: sel}, PolicyTypes: both,
 			Ingress: []networkingv1.NetworkPolicyIngressRule{ssh(2222, defaultSources...), {
 				From:  []networkingv1.NetworkPolicyPeer{block("10.216.3.1/32")},
-				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &intstr.IntOrString{Type: intstr.String, StrVal: "guardian-api"}}},
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: port(9090)}}, // the definition's guardian-api, by number
 			}},
 			Egress: []networkingv1.NetworkPolicyEgressRule{{
 				To: []networkingv1.NetworkPolicyPeer{{

@@ -23,7 +23,6 @@ import (
 	"labkeep/localrun/node"
 	"labkeep/localrun/stacktest"
 	"labkeep/shared/kube"
-	"labkeep/shared/labs"
 	"labkeep/shared/session"
 )
 
@@ -103,13 +102,16 @@ func TestSessionNetworkIsConfined(t *testing.T) {
 			if len(in) == 0 || len(in[0].Ports) != 1 || in[0].Ports[0].Port.IntVal != wantPort {
 				t.Errorf("policy of %s lets in %+v, want SSH on %d first", id, in, wantPort)
 			}
-			// Beside SSH, only a workspace's guardian API, only from the platform's namespace.
+			// Beside SSH, only a workspace's guardian API (by number: 9090),
+			// only from the platform: its namespace, and the host the local
+			// stack's functions run on.
 			wantRules := 1
 			if id == alice.opened.ID {
 				wantRules = 2
-				if len(in) < 2 || len(in[1].From) != 1 || in[1].From[0].NamespaceSelector == nil || in[1].From[0].PodSelector != nil ||
-					len(in[1].Ports) != 1 || in[1].Ports[0].Port.StrVal != labs.GuardianAPIPort {
-					t.Errorf("policy of %s lets in %+v, want guardian's API from the platform's namespace second", id, in)
+				if len(in) < 2 || len(in[1].From) != 2 || in[1].From[0].NamespaceSelector == nil || in[1].From[0].PodSelector != nil ||
+					in[1].From[1].IPBlock == nil || in[1].From[1].IPBlock.CIDR != st.Node.HostSource() ||
+					len(in[1].Ports) != 1 || in[1].Ports[0].Port.IntVal != 9090 {
+					t.Errorf("policy of %s lets in %+v, want guardian's API from the platform second", id, in)
 				}
 			}
 			if len(in) != wantRules {
