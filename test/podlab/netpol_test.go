@@ -23,6 +23,7 @@ import (
 	"labkeep/localrun/node"
 	"labkeep/localrun/stacktest"
 	"labkeep/shared/kube"
+	"labkeep/shared/labs"
 	"labkeep/shared/session"
 )
 
@@ -149,23 +150,37 @@ func TestSessionNetworkIsConfined(t *testing.T) {
 	resolver := serveOnNode(t, "192.0.2.53:53")
 	apiPort := strings.TrimPrefix(st.CP.APIServerURL, "https://127.0.0.1:")
 	gateway := netip.MustParsePrefix(st.Node.PodCIDR).Addr().Next().String()
-	targets := []struct{ name, addr string }{
-		{"bob's SSH", bob.addr()},
-		{"bob's guardian API", net.JoinHostPort(bob.pod().Status.PodIP, "9090")},
-		{"the functions", functions},
-		{"the database", database},
-		{"the API server's Service", "10.0.0.1:443"},
-		{"the API server's relay on the node", net.JoinHostPort(gateway, apiPort)},
-		{"a service on the node's address", nodeService},
-		{"the metadata service's address", metadata},
-		{"an outside resolver's DNS port", resolver},
+	// fromHost: bob's own policy admits no Pod, so the host (a permitted
+	// SSH and platform source here) shows his ports answer; every other
+	// target is shown live from a Pod without any policy.
+	targets := []struct {
+		name, addr string
+		fromHost   bool
+	}{
+		{"bob's SSH", bob.addr(), true},
+		{"bob's guardian API", net.JoinHostPort(bob.pod().Status.PodIP, "9090"), true},
+		{"the functions", functions, false},
+		{"the database", database, false},
+		{"the API server's Service", "10.0.0.1:443", false},
+		{"the API server's relay on the node", net.JoinHostPort(gateway, apiPort), false},
+		{"a service on the node's address", nodeService, false},
+		{"the metadata service's address", metadata, false},
+		{"an outside resolver's DNS port", resolver, false},
 	}
 	probe := "timeout 3 bash -c 'exec 3<>/dev/tcp/%s/%s' 2>/dev/null && echo open || echo closed"
 	control := controlPod(t, d)
 	for _, tg := range targets {
+		if tg.fromHost {
+			c, err := net.DialTimeout("tcp", tg.addr, 3*time.Second)
+			if err != nil {
+				t.Fatalf("the host cannot reach %s (%s): %v; the probe from alice would prove nothing", tg.name, tg.addr, err)
+			}
+			c.Close()
+			continue
+		}
 		h, p, _ := net.SplitHostPort(tg.addr)
 		if out := control.run(t, fmt.Sprintf(probe, h, p)); out != "open" {
-			t.Fatalf("the control Pod (no policy) cannot reach %s (%s): %q; the probes from alice would prove nothing", tg.name, tg.addr, out)
+			t.Fatalf("the control Pod (no policy) cannot reach %s (%s): %q; the probe from alice would prove nothing", tg.name, tg.addr, out)
 		}
 	}
 	t.Run("a workspace reaches nothing of the cluster or the platform", func(t *testing.T) {
@@ -228,7 +243,10 @@ func publish(t *testing.T, host, network, target string) string {
 					return
 				}
 				defer u.Close()
-				go func() { _, _ = io.Copy(u, c) }()
+				// Whichever side ends first ends both: a probe that only
+				// opens and closes must not keep the relay (and the
+				// test's cleanup) waiting on a server that never speaks.
+				go func() { _, _ = io.Copy(u, c); u.Close() }()
 				_, _ = io.Copy(c, u)
 			}()
 		}
@@ -294,7 +312,7 @@ func controlPod(t *testing.T, d *stacktest.Deployment) podShell {
 		ObjectMeta: metav1.ObjectMeta{Name: "control", Namespace: ns},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: &one,
-			Containers:                    []corev1.Container{{Name: "main", Image: node.WorkspaceImage, Command: []string{"sleep", "infinity"}}},
+			Containers:                    []corev1.Container{{Name: labs.WorkspaceContainer, Image: node.WorkspaceImage, Command: []string{"sleep", "infinity"}}},
 		},
 	}
 	if _, err := d.Kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
@@ -307,16 +325,17 @@ func controlPod(t *testing.T, d *stacktest.Deployment) podShell {
 	return podShell{d: d, ns: ns, name: p.Name}
 }
 
-// run runs script with bash in the Pod and returns its trimmed output.
+// run runs script with bash in the Pod and returns its trimmed standard
+// output.
 func (p podShell) run(t *testing.T, script string) string {
 	t.Helper()
-	ex, err := kube.WorkspaceExecutor(st.CP.Admin, p.d.Kube, p.ns, p.name, corev1.PodExecOptions{Container: "main", Command: []string{"bash", "-c", script}, Stdout: true, Stderr: true})
+	ex, err := kube.WorkspaceExecutor(st.CP.Admin, p.d.Kube, p.ns, p.name, corev1.PodExecOptions{Command: []string{"bash", "-c", script}, Stdout: true, Stderr: true})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out bytes.Buffer
-	if err := ex.StreamWithContext(context.Background(), remotecommand.StreamOptions{Stdout: &out, Stderr: &out}); err != nil {
-		t.Fatalf("%q in the control Pod: %v: %s", script, err, out.String())
+	var out, errOut bytes.Buffer
+	if err := ex.StreamWithContext(context.Background(), remotecommand.StreamOptions{Stdout: &out, Stderr: &errOut}); err != nil {
+		t.Fatalf("%q in the control Pod: %v: %s%s", script, err, out.String(), errOut.String())
 	}
 	return strings.TrimSpace(out.String())
 }
