@@ -213,6 +213,13 @@ func TestUncountableClusterFallsBackToQuota(t *testing.T) {
 	waitNoneOf(t, e, r.Session.ID)
 }
 
+// vmLimit is the ResourceQuota limitVMs adds, over vmCount, the number of
+// VirtualMachines.
+const (
+	vmLimit = "test-vm-limit"
+	vmCount = corev1.ResourceName("count/virtualmachines.kubevirt.io")
+)
+
 // waitQuotaUsed waits until the VM quota of limitVMs counts n VMs. A VM
 // created before the API server's quota admission saw the new quota is
 // counted only when the quota controller next recomputes the usage; until
@@ -222,11 +229,11 @@ func waitQuotaUsed(t *testing.T, e *stacktest.Deployment, n int64) {
 	t.Helper()
 	ctx := context.Background()
 	stacktest.Eventually(t, 30*time.Second, func() (bool, string) {
-		q, err := e.Kube.CoreV1().ResourceQuotas(e.Namespace).Get(ctx, "test-vm-limit", metav1.GetOptions{})
+		q, err := e.Kube.CoreV1().ResourceQuotas(e.Namespace).Get(ctx, vmLimit, metav1.GetOptions{})
 		if err != nil {
 			return false, err.Error()
 		}
-		used := q.Status.Used["count/virtualmachines.kubevirt.io"]
+		used := q.Status.Used[vmCount]
 		return used.Value() == n, fmt.Sprintf("the quota counts %s VMs, want %d", used.String(), n)
 	})
 }
@@ -238,8 +245,8 @@ func limitVMs(t *testing.T, e *stacktest.Deployment, n int) {
 	t.Helper()
 	ctx := context.Background()
 	quota := &corev1.ResourceQuota{
-		ObjectMeta: metav1.ObjectMeta{Name: "test-vm-limit"},
-		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/virtualmachines.kubevirt.io": *resource.NewQuantity(int64(n), resource.DecimalSI)}},
+		ObjectMeta: metav1.ObjectMeta{Name: vmLimit},
+		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{vmCount: *resource.NewQuantity(int64(n), resource.DecimalSI)}},
 	}
 	if _, err := e.Kube.CoreV1().ResourceQuotas(e.Namespace).Create(ctx, quota, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
