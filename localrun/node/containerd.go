@@ -143,6 +143,9 @@ func (n *Node) startContainerd(ctx context.Context) error {
 	}
 	n.procs = append(n.procs, p)
 	n.netPid = p.Pid()
+	if err := waitOwnNetns(ctx, n.netPid); err != nil {
+		return fmt.Errorf("containerd's network namespace: %w; log:\n%s", err, p.LogTail(3000))
+	}
 	if err := n.net.join(n.netPid); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"net"
@@ -125,6 +126,30 @@ func (nn *nodeNet) join(pid int) error {
 		}
 	}
 	return ipCmd("route", "add", nn.cidr, "via", nn.nodeIP, "dev", nn.name)
+}
+
+// waitOwnNetns waits until process pid is in a network namespace other
+// than this process's: unshare creates it only once it runs, and a link
+// moved to pid's namespace before that lands back on the host.
+func waitOwnNetns(ctx context.Context, pid int) error {
+	self, err := os.Readlink(netnsPath(os.Getpid()))
+	if err != nil {
+		return err
+	}
+	for {
+		ns, err := os.Readlink(netnsPath(pid))
+		if err != nil {
+			return err // the process is gone
+		}
+		if ns != self {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
 }
 
 // netnsPath is the network namespace of process pid.
