@@ -41,8 +41,11 @@ const (
 	// default for 1.33) and the anchor Job's container: a static program of
 	// labkeep's that reaps orphans as PID 1 and exits on SIGTERM/SIGINT.
 	Pause = "registry.k8s.io/pause:3.10"
-	// VirtLauncher is what virtsim's virt-launcher Pods run: the same
-	// pause program, so a "VM" costs next to nothing.
+	// VirtLauncher is what virtsim's virt-launcher Pods run: a static
+	// program of labkeep's that sleeps like pause and answers on a few TCP
+	// ports as a guest would, and can probe addresses from inside the Pod
+	// (localrun/images/launcher), so a "VM" costs next to nothing and its
+	// network confinement can still be tried by traffic.
 	VirtLauncher = "virtsim.labkeep.io/virt-launcher:latest"
 	// Guardian is the workspace Pod's sidecar, built as infra/guardian/.ko.yaml
 	// describes (static, CGO_ENABLED=0, -trimpath, -s -w, at /ko-app/guardian).
@@ -111,7 +114,8 @@ func Build(ctx context.Context, opts Options) ([]Archive, error) {
 		pkg, file string // Go package, path in the image
 		names     []string
 	}{
-		{"labkeep/localrun/images/pause", "/pause", []string{Pause, VirtLauncher}},
+		{"labkeep/localrun/images/pause", "/pause", []string{Pause}},
+		{"labkeep/localrun/images/launcher", "/launcher", []string{VirtLauncher}},
 		{"labkeep/guardian/cmd/guardian", "/ko-app/guardian", []string{Guardian}},
 	} {
 		start := time.Now()

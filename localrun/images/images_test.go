@@ -79,7 +79,7 @@ func TestStaticImages(t *testing.T) {
 			ref, entrypoint string
 		}{
 			{Pause, "/pause"},
-			{VirtLauncher, "/pause"},
+			{VirtLauncher, "/launcher"},
 			{Guardian, "/ko-app/guardian"},
 			{CoreDNS, "/coredns"},
 		} {

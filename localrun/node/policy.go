@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"strings"
 	"time"
 
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -67,4 +68,17 @@ func (n *Node) startPolicyEngine(ctx context.Context, cp *controlplane.ControlPl
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// Confines reports whether the policy engine has put the Pod address ip
+// under a firewall chain in the node's filter table: from then on a
+// connection to that Pod passes its NetworkPolicies (or, selected by none,
+// is let through by the chain). A Pod whose address is not there yet is
+// reachable as if no policy existed.
+func (n *Node) Confines(ip string) (bool, error) {
+	out, err := exec.Command("nsenter", "--net="+netnsPath(n.netPid), "--", "iptables", "-w", "-S", policyChain).CombinedOutput()
+	if err != nil {
+		return false, fmt.Errorf("iptables -S %s: %w: %s", policyChain, err, out)
+	}
+	return strings.Contains(string(out), " -d "+ip+"/32 "), nil
 }
