@@ -5,8 +5,8 @@
 #   and `make bench` pass test; test is the default)
 #   - run, as root: the Debian packages the local stack needs (PostgreSQL
 #     server; for the local node: containerd, runc, the CNI plugins,
-#     iproute2, iptables for the portmap plugin, unshare, debootstrap for
-#     the workspace image);
+#     iproute2, iptables and ipset for kube-proxy and the NetworkPolicy
+#     engine, unshare and nsenter, debootstrap for the workspace image);
 #   - test adds what only tests use: OpenSSH server for the guardian
 #     end-to-end tests, setpriv and procps, nginx and envsubst for the
 #     reapTick forwarder test, kubectl for the kustomize check, qemu for the
@@ -14,7 +14,8 @@
 #     portal's headless-browser tests;
 #     packaged services are never started: tests run their own instances;
 #   - both: the local Kubernetes binaries (etcd, kube-apiserver,
-#     kube-controller-manager, kubelet, kube-scheduler), built once from the
+#     kube-controller-manager, kubelet, kube-scheduler, kube-proxy, CoreDNS,
+#     kube-router's network policy controller), built once from the
 #     Go module proxy and cached in $LABKEEP_BIN_CACHE (default: the user
 #     cache dir), KubeVirt's CRDs (generated from kubevirt.io/kubevirt at
 #     go.mod's kubevirt.io/api version, cached beside them) and, as root,
@@ -36,6 +37,7 @@ have_cmd runc || need+=(runc)
 [ -x /usr/lib/cni/bridge ] || need+=(containernetworking-plugins)
 have_cmd ip || need+=(iproute2)
 have_cmd iptables || need+=(iptables)
+have_cmd ipset || need+=(ipset)
 have_cmd debootstrap || need+=(debootstrap)
 have_cmd unshare || need+=(util-linux)
 if [ "$mode" = test ]; then

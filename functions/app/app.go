@@ -204,6 +204,18 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 // endpoints and the reaper's.
 func (a *App) Handler() http.Handler { return a.handler }
 
+// AlertHandler serves POST /guardianAlert alone (any other path is 404):
+// what the workspaces' network may reach when the platform's other
+// endpoints must stay closed to it — a listener of its own that
+// GUARDIAN_WEBHOOK_URL names, or an ingress route. A workspace shares its
+// network with guardian, so whatever guardian's alerts reach, its root
+// reaches too.
+func (a *App) AlertHandler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(httpapi.GuardianAlertPath, a.handler)
+	return mux
+}
+
 // Close releases the database connections.
 func (a *App) Close() {
 	if a.stop != nil {

@@ -189,6 +189,10 @@ func (c *Config) Settings() setting.Table {
 			&k.EgressBlockedCIDRs),
 		setting.String("PLATFORM_NAMESPACE", "the functions' namespace: its Pods alone may reach guardian's API port of a workspace "+
 			"Pod (the terminal's cleanup button); empty: none may", &k.PlatformNamespace),
+		setting.List("PLATFORM_SOURCE_CIDRS", "ranges the functions' calls reach guardian's API from where they do not run as Pods "+
+			"of `PLATFORM_NAMESPACE` (a cloud's fixed egress address, the local stack's host), blocked ranges included", &k.PlatformSourceCIDRs),
+		setting.String("CLUSTER_DNS", "the cluster's DNS Pods, `namespace/key=value[,key=value]`: the only resolver a lab may ask",
+			&k.ClusterDNS),
 	}}
 }
 

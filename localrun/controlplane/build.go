@@ -24,10 +24,19 @@ type Versions struct {
 	Etcd       string // e.g. "v3.5.21"
 	KubeVirt   string // e.g. "v1.7.0"
 	CDIAPI     string // e.g. "v1.63.1"
+	// CoreDNS is the cluster DNS's release, built against Kubernetes'
+	// own client libraries (see buildCoreDNS).
+	CoreDNS string // e.g. "v1.12.3"
 }
 
+// ClientLibraries is the release of Kubernetes' Go libraries (k8s.io/api,
+// apimachinery, client-go, ...) that matches v.Kubernetes: v0.<minor>.<patch>.
+// Programs built beside the control plane pin them to it, so their packages
+// come from the same build cache.
+func (v Versions) ClientLibraries() string { return "v0" + strings.TrimPrefix(v.Kubernetes, "v1") }
+
 // DefaultVersions are the versions labkeep tests against.
-var DefaultVersions = Versions{Kubernetes: "v1.33.13", Etcd: "v3.5.21", KubeVirt: "v1.7.0", CDIAPI: "v1.63.1"}
+var DefaultVersions = Versions{Kubernetes: "v1.33.13", Etcd: "v3.5.21", KubeVirt: "v1.7.0", CDIAPI: "v1.63.1", CoreDNS: "v1.12.3"}
 
 // stagingModules are the k8s.io modules that k8s.io/kubernetes requires at
 // v0.0.0 and replaces with its own staging directory; outside that repository
@@ -44,10 +53,12 @@ var stagingModules = []string{
 }
 
 // Binaries are the paths of the programs the local stack runs: the three
-// of the control plane, and the node's kubelet and kube-scheduler.
+// of the control plane, the node's kubelet, kube-scheduler and kube-proxy,
+// and the cluster DNS (which runs in a Pod: package images wraps it).
 type Binaries struct {
 	Etcd, APIServer, ControllerManager string
-	Kubelet, Scheduler                 string
+	Kubelet, Scheduler, Proxy          string
+	CoreDNS                            string
 }
 
 // kubeCommands are the k8s.io/kubernetes commands EnsureBinaries builds,
@@ -60,6 +71,7 @@ var kubeCommands = []struct {
 	{"k8s.io/kubernetes/cmd/kube-controller-manager", func(b *Binaries) *string { return &b.ControllerManager }},
 	{"k8s.io/kubernetes/cmd/kubelet", func(b *Binaries) *string { return &b.Kubelet }},
 	{"k8s.io/kubernetes/cmd/kube-scheduler", func(b *Binaries) *string { return &b.Scheduler }},
+	{"k8s.io/kubernetes/cmd/kube-proxy", func(b *Binaries) *string { return &b.Proxy }},
 }
 
 // DefaultCacheDir is where built binaries are kept between runs:
@@ -89,8 +101,10 @@ func EnsureBinaries(ctx context.Context, cacheDir string, v Versions, progress i
 		ControllerManager: filepath.Join(dir, "kube-controller-manager"),
 		Kubelet:           filepath.Join(dir, "kubelet"),
 		Scheduler:         filepath.Join(dir, "kube-scheduler"),
+		Proxy:             filepath.Join(dir, "kube-proxy"),
+		CoreDNS:           filepath.Join(dir, "coredns-"+v.CoreDNS),
 	}
-	if exists(b.Etcd) && len(b.missingKube()) == 0 {
+	if exists(b.Etcd) && len(b.missingKube()) == 0 && exists(b.CoreDNS) {
 		return b, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
@@ -112,7 +126,41 @@ func EnsureBinaries(ctx context.Context, cacheDir string, v Versions, progress i
 			return Binaries{}, fmt.Errorf("build kubernetes %s: %w", v.Kubernetes, err)
 		}
 	}
+	if !exists(b.CoreDNS) {
+		if err := buildCoreDNS(ctx, dir, v, b.CoreDNS, progress); err != nil {
+			return Binaries{}, fmt.Errorf("build coredns %s: %w", v.CoreDNS, err)
+		}
+	}
 	return b, nil
+}
+
+// corednsPlugins are the CoreDNS plugins the cluster DNS is built with, in
+// the order CoreDNS runs them (its plugin.cfg's): a cluster's DNS and its
+// health and readiness endpoints. There is no forward plugin: nothing
+// outside the machine can be reached, so names outside the cluster's zones
+// get no answer.
+var corednsPlugins = []string{"reload", "ready", "health", "errors", "cache", "kubernetes"}
+
+// buildCoreDNS builds CoreDNS with corednsPlugins only, in a wrapper
+// module that pins Kubernetes' client libraries to the control plane's
+// release, so their packages come from the same build cache as the
+// control plane's.
+func buildCoreDNS(ctx context.Context, dir string, v Versions, out string, progress io.Writer) error {
+	gomod := fmt.Sprintf("module labkeep.local/corednsbuild\n\ngo 1.24\n\nrequire (\n\tgithub.com/coredns/coredns %s\n\tk8s.io/api %[2]s\n\tk8s.io/apimachinery %[2]s\n\tk8s.io/client-go %[2]s\n)\n",
+		v.CoreDNS, v.ClientLibraries())
+	var main strings.Builder
+	main.WriteString("package main\n\nimport (\n\t\"github.com/coredns/coredns/core/dnsserver\"\n\t\"github.com/coredns/coredns/coremain\"\n\n")
+	for _, p := range corednsPlugins {
+		fmt.Fprintf(&main, "\t_ \"github.com/coredns/coredns/plugin/%s\"\n", p)
+	}
+	fmt.Fprintf(&main, ")\n\nfunc main() {\n\tdnsserver.Directives = %#v\n\tcoremain.Run()\n}\n", corednsPlugins)
+	start := time.Now()
+	fmt.Fprintf(progress, "labkeep: building coredns %s (once; cached in %s)\n", v.CoreDNS, dir)
+	if err := BuildWrapper(ctx, dir, map[string]string{"go.mod": gomod, "main.go": main.String()}, out, progress); err != nil {
+		return err
+	}
+	fmt.Fprintf(progress, "labkeep: built coredns in %s\n", time.Since(start).Round(time.Second))
+	return nil
 }
 
 // kubeBuild is one k8s.io/kubernetes command to build into out.
@@ -136,20 +184,27 @@ func exists(p string) bool {
 }
 
 func buildEtcd(ctx context.Context, dir, version, out string, progress io.Writer) error {
-	mod, err := os.MkdirTemp(dir, "etcd-build-")
+	gomod := fmt.Sprintf("module labkeep.local/etcdbuild\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 %s\n", version)
+	main := "package main\n\nimport (\n\t\"os\"\n\n\t\"go.etcd.io/etcd/server/v3/etcdmain\"\n)\n\nfunc main() { etcdmain.Main(os.Args) }\n"
+	fmt.Fprintf(progress, "labkeep: building etcd %s (once; cached in %s)\n", version, dir)
+	return BuildWrapper(ctx, dir, map[string]string{"go.mod": gomod, "main.go": main}, out, progress)
+}
+
+// BuildWrapper builds a program from a wrapper module of its own (files:
+// go.mod and the main package, by name) in a temp dir under dir: `go mod
+// tidy`, then a static, stripped build to out (through a temp name, so an
+// interrupted build never leaves a file a later run would trust).
+func BuildWrapper(ctx context.Context, dir string, files map[string]string, out string, progress io.Writer) error {
+	mod, err := os.MkdirTemp(dir, filepath.Base(out)+"-build-")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(mod)
-	gomod := fmt.Sprintf("module labkeep.local/etcdbuild\n\ngo 1.24\n\nrequire go.etcd.io/etcd/server/v3 %s\n", version)
-	main := "package main\n\nimport (\n\t\"os\"\n\n\t\"go.etcd.io/etcd/server/v3/etcdmain\"\n)\n\nfunc main() { etcdmain.Main(os.Args) }\n"
-	if err := os.WriteFile(filepath.Join(mod, "go.mod"), []byte(gomod), 0o644); err != nil {
-		return err
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(mod, name), []byte(content), 0o644); err != nil {
+			return err
+		}
 	}
-	if err := os.WriteFile(filepath.Join(mod, "main.go"), []byte(main), 0o644); err != nil {
-		return err
-	}
-	fmt.Fprintf(progress, "labkeep: building etcd %s (once; cached in %s)\n", version, dir)
 	if err := goCmd(ctx, mod, progress, "mod", "tidy"); err != nil {
 		return err
 	}
@@ -162,7 +217,7 @@ func buildKubernetes(ctx context.Context, dir, version string, builds []kubeBuil
 		return err
 	}
 	defer os.RemoveAll(mod)
-	staging := "v0" + strings.TrimPrefix(version, "v1")
+	staging := Versions{Kubernetes: version}.ClientLibraries()
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "module labkeep.local/k8sbuild\n\ngo 1.24\n\nrequire k8s.io/kubernetes %s\n\nreplace (\n", version)
 	for _, m := range stagingModules {

@@ -17,7 +17,7 @@ import (
 // after announcing exactly the binaries it would build. A half-written
 // ".partial" file from an interrupted build is never taken for a binary.
 func TestEnsureBinariesBuildsOnlyWhatIsMissing(t *testing.T) {
-	all := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kubelet", "kube-scheduler"}
+	all := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kubelet", "kube-scheduler", "kube-proxy", "coredns-v1.12.99"}
 	for _, tc := range []struct {
 		name    string
 		present []string
@@ -28,29 +28,34 @@ func TestEnsureBinariesBuildsOnlyWhatIsMissing(t *testing.T) {
 		{name: "all cached", present: all},
 		{
 			name:      "control plane cached, node binaries missing",
-			present:   []string{"etcd", "kube-apiserver", "kube-controller-manager"},
-			announced: "labkeep: building kubelet, kube-scheduler v1.33.99",
+			present:   []string{"etcd", "kube-apiserver", "kube-controller-manager", "coredns-v1.12.99"},
+			announced: "labkeep: building kubelet, kube-scheduler, kube-proxy v1.33.99",
 		},
 		{
 			name:      "only the scheduler missing",
-			present:   []string{"etcd", "kube-apiserver", "kube-controller-manager", "kubelet"},
+			present:   []string{"etcd", "kube-apiserver", "kube-controller-manager", "kubelet", "kube-proxy", "coredns-v1.12.99"},
 			announced: "labkeep: building kube-scheduler v1.33.99",
 		},
 		{
 			name:      "a partial apiserver is not a binary",
-			present:   []string{"etcd", "kube-controller-manager", "kubelet", "kube-scheduler"},
+			present:   []string{"etcd", "kube-controller-manager", "kubelet", "kube-scheduler", "kube-proxy", "coredns-v1.12.99"},
 			partial:   "kube-apiserver",
 			announced: "labkeep: building kube-apiserver v1.33.99",
 		},
 		{
+			name:      "only the cluster DNS missing",
+			present:   []string{"etcd", "kube-apiserver", "kube-controller-manager", "kubelet", "kube-scheduler", "kube-proxy"},
+			announced: "labkeep: building coredns v1.12.99",
+		},
+		{
 			name:      "etcd missing",
-			present:   []string{"kube-apiserver", "kube-controller-manager", "kubelet", "kube-scheduler"},
+			present:   []string{"kube-apiserver", "kube-controller-manager", "kubelet", "kube-scheduler", "kube-proxy", "coredns-v1.12.99"},
 			announced: "labkeep: building etcd v3.5.99",
 		},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cache := t.TempDir()
-			v := Versions{Kubernetes: "v1.33.99", Etcd: "v3.5.99"}
+			v := Versions{Kubernetes: "v1.33.99", Etcd: "v3.5.99", CoreDNS: "v1.12.99"}
 			dir := filepath.Join(cache, "k8s-v1.33.99_etcd-v3.5.99")
 			if err := os.MkdirAll(dir, 0o755); err != nil {
 				t.Fatal(err)
@@ -77,6 +82,7 @@ func TestEnsureBinariesBuildsOnlyWhatIsMissing(t *testing.T) {
 					Etcd: filepath.Join(dir, "etcd"), APIServer: filepath.Join(dir, "kube-apiserver"),
 					ControllerManager: filepath.Join(dir, "kube-controller-manager"),
 					Kubelet:           filepath.Join(dir, "kubelet"), Scheduler: filepath.Join(dir, "kube-scheduler"),
+					Proxy: filepath.Join(dir, "kube-proxy"), CoreDNS: filepath.Join(dir, "coredns-v1.12.99"),
 				}
 				if diff := cmp.Diff(want, b); diff != "" || progress.Len() != 0 {
 					t.Fatalf("binaries (-want +got):\n%s\nprogress %q", diff, progress.String())

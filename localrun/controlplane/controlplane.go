@@ -78,6 +78,15 @@ type ControlPlane struct {
 	stopOnce sync.Once
 }
 
+// The cluster's Service range, the cluster DNS Service's address in it and
+// the cluster's DNS domain. The API server's certificate holds the
+// range's first address (the default/kubernetes Service's).
+const (
+	ServiceCIDR   = "10.0.0.0/24"
+	ClusterDNSIP  = "10.0.0.10"
+	ClusterDomain = "cluster.local"
+)
+
 // ControllersRun lists the kube-controller-manager controllers the local
 // control plane runs: exactly those labkeep's behaviour depends on.
 var ControllersRun = []string{
@@ -93,6 +102,11 @@ var ControllersRun = []string{
 	// Publishes kube-root-ca.crt into every namespace: the kubelet needs it
 	// for a Pod that mounts a ServiceAccount token.
 	"root-ca-certificate-publisher-controller",
+	// A Service's endpoints, which kube-proxy and the cluster DNS read.
+	"endpointslice-controller",
+	// The cluster DNS runs as a Deployment, as on a production cluster.
+	"deployment-controller",
+	"replicaset-controller",
 }
 
 // NodeName is the name of the one node of the local stack; the control
@@ -195,7 +209,11 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		"--service-account-issuer=https://kubernetes.default.svc.cluster.local",
 		"--service-account-key-file="+cp.pki.saPubFile,
 		"--service-account-signing-key-file="+cp.pki.saKeyFile,
-		"--service-cluster-ip-range=10.0.0.0/24",
+		"--service-cluster-ip-range="+ServiceCIDR,
+		// The API server listens on the host's loopback, which no Pod
+		// reaches: the node publishes where Pods reach it (the endpoints of
+		// the default/kubernetes Service) itself.
+		"--endpoint-reconciler-type=none",
 		"--allow-privileged=true",
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",

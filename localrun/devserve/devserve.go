@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -36,6 +35,7 @@ import (
 	"labkeep/localrun/node"
 	"labkeep/localrun/stack"
 	"labkeep/shared/access"
+	"labkeep/shared/httpapi"
 )
 
 // Server is the running functions.
@@ -52,6 +52,7 @@ type Server struct {
 	// printed example calls work once it is sourced.
 	EnvFile        string
 	srv            *http.Server
+	alerts         *http.Server // nil unless Start opened guardian's alert listener
 	done           chan error
 	schedulerToken string
 	log            *slog.Logger
@@ -64,7 +65,7 @@ const SampleStudent = "student-1"
 // infra/ into st, builds the functions as the infra ServiceAccount and
 // serves them; it prints the URL, tokens and example calls to out. Files
 // (labs.yaml, the functions' kubeconfig, the JWT secret) go to stateDir.
-func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logger, out io.Writer) (*Server, error) {
+func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logger, out io.Writer) (s *Server, err error) {
 	labsFile := filepath.Join(stateDir, "labs.yaml")
 	saKubeconfig := filepath.Join(stateDir, "functions.kubeconfig")
 	secret, err := localSecret(filepath.Join(stateDir, "jwt-secret"))
@@ -91,19 +92,27 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 		if len(dropped) > 0 {
 			log.Warn("workspace Pods on this machine lack capabilities its root cannot grant", "dropped", dropped)
 		}
+		cfg.Kube.SSHSourceCIDRs = append(cfg.Kube.SSHSourceCIDRs, st.Node.HostSource())
+		cfg.Kube.PlatformSourceCIDRs = append(cfg.Kube.PlatformSourceCIDRs, st.Node.HostSource())
 	}
 	if err := cfg.Settings().Read(os.LookupEnv); err != nil {
 		return nil, err
 	}
-	if cfg.Kube.GuardianWebhookURL == "" && st.Node != nil {
-		// Workspace Pods reach the host at the first address of the node's
-		// Pod subnet: guardian's alerts go there, unless the functions
-		// listen on loopback only.
-		host, port, err := net.SplitHostPort(cfg.HTTPAddr)
-		p, perr := netip.ParsePrefix(st.Node.PodCIDR)
-		if err == nil && perr == nil && (host == "" || host == "0.0.0.0" || host == "::") {
-			cfg.Kube.GuardianWebhookURL = "http://" + net.JoinHostPort(p.Masked().Addr().Next().String(), port) + "/guardianAlert"
+	var alertLn net.Listener
+	defer func() {
+		if s == nil && alertLn != nil {
+			alertLn.Close()
 		}
+	}()
+	if cfg.Kube.GuardianWebhookURL == "" && st.Node != nil {
+		// guardian's alerts reach the host at its address on the node's
+		// link, on a listener that serves nothing else: a workspace
+		// reaches whatever its guardian reaches, and the functions' other
+		// endpoints stay closed to it.
+		if alertLn, err = net.Listen("tcp", net.JoinHostPort(st.Node.HostIP, "0")); err != nil {
+			return nil, fmt.Errorf("guardian's alert listener: %w", err)
+		}
+		cfg.Kube.GuardianWebhookURL = "http://" + alertLn.Addr().String() + httpapi.GuardianAlertPath
 	}
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -142,7 +151,7 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 		a.Close()
 		return nil, fmt.Errorf("LABKEEP_HTTP_ADDR: %w", err)
 	}
-	s := &Server{App: a, URL: "http://" + ln.Addr().String(), done: make(chan error, 1), schedulerToken: cfg.SchedulerToken, log: log}
+	s = &Server{App: a, URL: "http://" + ln.Addr().String(), done: make(chan error, 1), schedulerToken: cfg.SchedulerToken, log: log}
 	rules, now := cfg.Tokens, time.Now()
 	if s.StudentToken, err = rules.Issue([]byte(cfg.JWTSecret), SampleStudent, access.RoleStudent, now); err == nil {
 		s.AdminToken, err = rules.Issue([]byte(cfg.JWTSecret), "admin-1", access.RoleAdmin, now)
@@ -160,6 +169,11 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 	}
 	s.srv = &http.Server{Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { s.done <- s.srv.Serve(ln) }()
+	if alertLn != nil {
+		s.alerts = &http.Server{Handler: a.AlertHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = s.alerts.Serve(alertLn) }()
+		fmt.Fprintf(out, "guardian's alerts (POST %s only) at http://%s\n", httpapi.GuardianAlertPath, alertLn.Addr())
+	}
 	fmt.Fprintf(out, "session functions (env %q, namespace %q, max %d VMs, lifetime %s, max %s) at %s\n",
 		cfg.Env, cfg.Kube.Namespace, cfg.Limits.MaxVMs, cfg.Policy.Lifetime, cfg.Policy.MaxLifetime, s.URL)
 	fmt.Fprintf(out, "  labs:          %v (from %s)\n", a.Labs.Names(), cfg.LabsFile)
@@ -246,6 +260,9 @@ func (s *Server) Stop() error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	err := s.srv.Shutdown(ctx)
+	if s.alerts != nil {
+		err = errors.Join(err, s.alerts.Shutdown(ctx))
+	}
 	if serveErr := <-s.done; serveErr != nil && !errors.Is(serveErr, http.ErrServerClosed) {
 		err = errors.Join(err, serveErr)
 	}

@@ -41,8 +41,11 @@ const (
 	// default for 1.33) and the anchor Job's container: a static program of
 	// labkeep's that reaps orphans as PID 1 and exits on SIGTERM/SIGINT.
 	Pause = "registry.k8s.io/pause:3.10"
-	// VirtLauncher is what virtsim's virt-launcher Pods run: the same
-	// pause program, so a "VM" costs next to nothing.
+	// VirtLauncher is what virtsim's virt-launcher Pods run: a static
+	// program of labkeep's that sleeps like pause and answers on a few TCP
+	// ports as a guest would, and can probe addresses from inside the Pod
+	// (localrun/images/launcher), so a "VM" costs next to nothing and its
+	// network confinement can still be tried by traffic.
 	VirtLauncher = "virtsim.labkeep.io/virt-launcher:latest"
 	// Guardian is the workspace Pod's sidecar, built as infra/guardian/.ko.yaml
 	// describes (static, CGO_ENABLED=0, -trimpath, -s -w, at /ko-app/guardian).
@@ -52,8 +55,13 @@ const (
 	Workspace = "ghcr.io/labkeep/workspace:debian12"
 )
 
+// CoreDNS is the cluster DNS, under the name production clusters pull it
+// by: CoreDNS's own release, built with a cluster DNS's plugins only
+// (controlplane.EnsureBinaries).
+var CoreDNS = "registry.k8s.io/coredns/coredns:" + controlplane.DefaultVersions.CoreDNS
+
 // All lists every image name Build provides.
-var All = []string{Pause, VirtLauncher, Guardian, Workspace}
+var All = []string{Pause, VirtLauncher, Guardian, Workspace, CoreDNS}
 
 // Options configures Build.
 type Options struct {
@@ -65,6 +73,9 @@ type Options struct {
 	// NoWorkspace skips the Debian workspace image (minutes on a cold
 	// cache; tests of the node alone do not need it).
 	NoWorkspace bool
+	// CoreDNS is the built CoreDNS binary the CoreDNS image holds
+	// (required).
+	CoreDNS string
 }
 
 // Archive is one docker-archive tarball (what `docker save` writes and
@@ -103,7 +114,8 @@ func Build(ctx context.Context, opts Options) ([]Archive, error) {
 		pkg, file string // Go package, path in the image
 		names     []string
 	}{
-		{"labkeep/localrun/images/pause", "/pause", []string{Pause, VirtLauncher}},
+		{"labkeep/localrun/images/pause", "/pause", []string{Pause}},
+		{"labkeep/localrun/images/launcher", "/launcher", []string{VirtLauncher}},
 		{"labkeep/guardian/cmd/guardian", "/ko-app/guardian", []string{Guardian}},
 	} {
 		start := time.Now()
@@ -114,6 +126,13 @@ func Build(ctx context.Context, opts Options) ([]Archive, error) {
 		fmt.Fprintf(progress, "labkeep: image %s ready in %s\n", b.names[0], time.Since(start).Round(10*time.Millisecond))
 		out = append(out, a)
 	}
+	start := time.Now()
+	a, err := binaryImage(ctx, work, opts.CacheDir, opts.CoreDNS, "/coredns", []string{CoreDNS})
+	if err != nil {
+		return nil, fmt.Errorf("image %s: %w", CoreDNS, err)
+	}
+	fmt.Fprintf(progress, "labkeep: image %s ready in %s\n", CoreDNS, time.Since(start).Round(10*time.Millisecond))
+	out = append(out, a)
 	if !opts.NoWorkspace {
 		start := time.Now()
 		a, err := workspaceImage(ctx, work, opts.CacheDir, progress)
@@ -140,15 +159,60 @@ func goImage(ctx context.Context, work, cache, pkg, file string, names []string)
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return Archive{}, fmt.Errorf("go build %s: %w\n%s", pkg, err, out)
 	}
-	sum, err := fileHash(bin)
+	return rootImage(ctx, work, cache, root, filepath.Base(pkg), file, names)
+}
+
+// binaryImage wraps the static binary src, alone, at file as an image
+// whose entrypoint it is (see rootImage).
+func binaryImage(ctx context.Context, work, cache, src, file string, names []string) (Archive, error) {
+	if src == "" {
+		return Archive{}, errors.New("no binary given")
+	}
+	prefix := filepath.Base(file)
+	root := filepath.Join(work, prefix+"-root")
+	bin := filepath.Join(root, file)
+	if err := os.MkdirAll(filepath.Dir(bin), 0o755); err != nil {
+		return Archive{}, err
+	}
+	if err := os.Link(src, bin); err != nil { // a copy where src is on another file system
+		if err := copyFile(src, bin); err != nil {
+			return Archive{}, err
+		}
+	}
+	return rootImage(ctx, work, cache, root, prefix, file, names)
+}
+
+// copyFile copies src to dst, executable.
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+// rootImage writes root, whose only file is the binary file, as an image
+// whose entrypoint it is. The archive is named prefix-<the binary's
+// hash>, so an unchanged binary reuses its archive.
+func rootImage(ctx context.Context, work, cache, root, prefix, file string, names []string) (Archive, error) {
+	sum, err := fileHash(filepath.Join(root, file))
 	if err != nil {
 		return Archive{}, err
 	}
-	path := filepath.Join(cache, fmt.Sprintf("%s-%s.tar", filepath.Base(pkg), sum[:16]))
+	path := filepath.Join(cache, fmt.Sprintf("%s-%s.tar", prefix, sum[:16]))
 	if exists(path) {
 		return Archive{Path: path, Names: names}, nil
 	}
-	pruneArchives(cache, filepath.Base(pkg))
+	pruneArchives(cache, prefix)
 	cfg := v1.Config{Entrypoint: []string{file}, WorkingDir: "/", Env: []string{"PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}}
 	if err := writeImage(ctx, work, root, path, cfg, names); err != nil {
 		return Archive{}, err

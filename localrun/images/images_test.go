@@ -60,14 +60,18 @@ func load(t *testing.T, a Archive, ref string) v1.Image {
 func TestStaticImages(t *testing.T) {
 	ctx := context.Background()
 	var digests [2]map[string]string
+	coredns := filepath.Join(t.TempDir(), "coredns")
+	if err := os.WriteFile(coredns, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for i := range digests {
-		archives, err := Build(ctx, Options{CacheDir: t.TempDir(), NoWorkspace: true})
+		archives, err := Build(ctx, Options{CacheDir: t.TempDir(), NoWorkspace: true, CoreDNS: coredns})
 		if err != nil {
 			t.Fatal(err)
 		}
 		names := Names(archives)
 		sort.Strings(names)
-		if diff := cmp.Diff([]string{Guardian, Pause, VirtLauncher}, names); diff != "" {
+		if diff := cmp.Diff([]string{Guardian, CoreDNS, Pause, VirtLauncher}, names); diff != "" {
 			t.Fatalf("names (-want +got):\n%s", diff)
 		}
 		digests[i] = map[string]string{}
@@ -75,8 +79,9 @@ func TestStaticImages(t *testing.T) {
 			ref, entrypoint string
 		}{
 			{Pause, "/pause"},
-			{VirtLauncher, "/pause"},
+			{VirtLauncher, "/launcher"},
 			{Guardian, "/ko-app/guardian"},
+			{CoreDNS, "/coredns"},
 		} {
 			var a Archive
 			for _, x := range archives {

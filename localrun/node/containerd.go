@@ -73,12 +73,11 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 		n.ContainerdSocket, images.Pause, cniBinDir, n.path("cni", "net.d"))
 }
 
-// cniConfig is the Pod network: a bridge of the node's own with host-local
-// addresses from its subnet, kept under the node dir. The bridge is no
-// gateway (the host holds the subnet's first address itself, see
-// allocateBridge, so the bridge plugin never turns on IP forwarding), Pods
-// get no default route and nothing is masqueraded: Pods reach the host and
-// each other, and nothing beyond.
+// cniConfig is the Pod network: the bridge in the node's network
+// namespace (see network.go) with host-local addresses from the node's
+// subnet, kept under the node dir. Pods route everything through the
+// bridge's address (the node), and nothing is masqueraded: Pods reach each
+// other, the node and the host, and nothing beyond.
 func (n *Node) cniConfig() string {
 	return fmt.Sprintf(`{
   "cniVersion": "1.0.0",
@@ -87,8 +86,8 @@ func (n *Node) cniConfig() string {
     {
       "type": "bridge",
       "bridge": %q,
-      "isGateway": false,
-      "isDefaultGateway": false,
+      "isGateway": true,
+      "isDefaultGateway": true,
       "ipMasq": false,
       "hairpinMode": false,
       "ipam": {
@@ -100,11 +99,12 @@ func (n *Node) cniConfig() string {
     {"type": "portmap", "capabilities": {"portMappings": true}}
   ]
 }
-`, n.net.name, n.net.cidr, n.net.firstPodIP, n.path("cni", "ipam"))
+`, podBridge, n.net.cidr, n.net.firstPodIP, n.path("cni", "ipam"))
 }
 
 // startContainerd starts containerd as PID 1 of new PID and mount
-// namespaces (see the package doc): `unshare --kill-child` makes it die
+// namespaces (see the package doc), in the node's new network namespace,
+// which it then sets up (nodeNet.join): `unshare --kill-child` makes it die
 // with unshare, which dies with this process (PDEATHSIG), and the kernel
 // kills everything in the namespace when containerd ends. /run is a
 // private tmpfs in there (shim sockets, runc state), so nothing of it lands
@@ -136,12 +136,19 @@ func (n *Node) startContainerd(ctx context.Context) error {
 	script := `mount -t tmpfs -o mode=0755,size=64m labkeep-run /run && exec containerd --config "$1"`
 	p, err := childproc.Start("containerd", n.path("containerd.log"), childproc.Attr{
 		Env: []string{"PATH=" + sbinPath, "TMPDIR=" + n.path("containerd", "tmp"), "HOME=" + n.Dir},
-	}, "unshare", "--mount", "--propagation=slave", "--pid", "--fork", "--kill-child", "--mount-proc",
+	}, "unshare", "--mount", "--propagation=slave", "--pid", "--net", "--fork", "--kill-child", "--mount-proc",
 		"--", "/bin/sh", "-c", script, "containerd", n.path("containerd", "config.toml"))
 	if err != nil {
 		return err
 	}
 	n.procs = append(n.procs, p)
+	n.netPid = p.Pid()
+	if err := waitOwnNetns(ctx, n.netPid); err != nil {
+		return fmt.Errorf("containerd's network namespace: %w; log:\n%s", err, p.LogTail(3000))
+	}
+	if err := n.net.join(n.netPid); err != nil {
+		return err
+	}
 	for {
 		if done, err := p.Exited(); done {
 			return fmt.Errorf("containerd %w (%v); log:\n%s", childproc.ErrExited, err, p.LogTail(3000))

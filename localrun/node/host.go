@@ -178,7 +178,7 @@ func sweepStale(tempRoot string) {
 	if tempRoot == "" {
 		tempRoot = os.TempDir()
 	}
-	sweepBridges()
+	sweepLinks()
 	stale := map[string]bool{}
 	dirs, _ := filepath.Glob(filepath.Join(tempRoot, dirPrefix+"-*-*"))
 	for _, d := range dirs {

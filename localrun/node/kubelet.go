@@ -19,10 +19,10 @@ import (
 //   - failSwapOn false, oomScoreAdj 0 (root here cannot lower
 //     oom_score_adj), no iptables chains (nothing to protect on loopback,
 //     and nothing left behind);
-//   - it listens only on the host's address on the node's Pod bridge (the
-//     kubelet refuses a loopback node IP), which it registers as the
-//     node's InternalIP, and trusts every caller there (the API server
-//     connects without a client certificate);
+//   - it runs in the node's network namespace and listens only on the
+//     node's address, which it registers as the node's InternalIP, and
+//     trusts every caller there (the API server connects without a client
+//     certificate); it reaches the API server through apiForward;
 //   - image garbage collection is off (imported images cannot be pulled
 //     again) and eviction thresholds are low (a shared build machine's
 //     disk is often fuller than a node's).
@@ -50,6 +50,8 @@ makeIPTablesUtilChains: false
 containerRuntimeEndpoint: %q
 podLogsDir: %q
 resolvConf: /etc/resolv.conf
+clusterDNS: [%q]
+clusterDomain: %q
 serializeImagePulls: false
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
@@ -63,7 +65,7 @@ shutdownGracePeriod: 0s
 syncFrequency: 10s
 fileCheckFrequency: 10s
 nodeStatusReportFrequency: 10s
-`, n.net.hostIP, port, n.CgroupRoot, "unix://"+n.ContainerdSocket, n.path("pod-logs"))
+`, n.net.nodeIP, port, n.CgroupRoot, "unix://"+n.ContainerdSocket, n.path("pod-logs"), controlplane.ClusterDNSIP, controlplane.ClusterDomain)
 }
 
 // startKubelet starts the kubelet as the control plane's node identity.
@@ -79,12 +81,13 @@ func (n *Node) startKubelet(ctx context.Context, cp *controlplane.ControlPlane, 
 	if err := n.writeFiles(map[string]string{"kubelet-config.yaml": n.kubeletConfig(ports[0])}); err != nil {
 		return err
 	}
-	p, err := childproc.Start("kubelet", n.path("kubelet.log"), childproc.Attr{Env: []string{"PATH=" + sbinPath, "HOME=" + n.Dir}}, bin,
+	p, err := childproc.Start("kubelet", n.path("kubelet.log"), childproc.Attr{Env: []string{"PATH=" + sbinPath, "HOME=" + n.Dir}},
+		"nsenter", "--net="+netnsPath(n.netPid), "--", bin,
 		"--config="+n.path("kubelet-config.yaml"),
 		"--kubeconfig="+kubeconfig,
 		"--root-dir="+n.path("kubelet"),
 		"--hostname-override="+n.Name,
-		"--node-ip="+n.net.hostIP,
+		"--node-ip="+n.net.nodeIP,
 		"--v=0")
 	if err != nil {
 		return err

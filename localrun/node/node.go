@@ -15,9 +15,10 @@
 //     volume mounts, the temp dir) is removed by Stop, or by the next Start
 //     once the owner is gone (see sweepStale).
 //
-// Pods get addresses on a bridge of the node's own, reachable from the host
-// and from each other, with no default route and no masquerading: no Pod
-// traffic can leave the machine.
+// The node has a network namespace of its own (see network.go): the Pods'
+// bridge, the kubelet and whatever filters the node's traffic live there,
+// and the host reaches the Pods through it. No Pod traffic can leave the
+// machine.
 package node
 
 import (
@@ -25,6 +26,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
+	"net/url"
 	"os"
 	"path/filepath"
 	"strings"
@@ -39,6 +42,7 @@ import (
 	"labkeep/localrun/childproc"
 	"labkeep/localrun/controlplane"
 	"labkeep/localrun/images"
+	"labkeep/localrun/netpolicy"
 )
 
 // The images every node provides (see package images): Pods may name them
@@ -56,7 +60,7 @@ const (
 type Options struct {
 	// ControlPlane is the cluster the node joins (required).
 	ControlPlane *controlplane.ControlPlane
-	// Binaries gives Kubelet and Scheduler; if empty, they come from
+	// Binaries gives Kubelet, Scheduler and Proxy; if empty, they come from
 	// EnsureBinaries and BinCache.
 	Binaries controlplane.Binaries
 	// BinCache overrides the binary cache dir (LABKEEP_BIN_CACHE); images
@@ -79,9 +83,13 @@ type Node struct {
 	Name string
 	// Dir holds the node's state, sockets, configs and logs; Stop removes it.
 	Dir string
-	// Bridge is the host interface the Pods are attached to, and PodCIDR
-	// their subnet; the host has the subnet's first address on the bridge.
-	Bridge  string
+	// Link is the host's end of the node's link (labkeep<i>); HostIP the
+	// host's address on it, where Pods reach the host; IP the node's
+	// address (its InternalIP, the kubelet's); PodCIDR the Pods' subnet,
+	// routed from the host through the node.
+	Link    string
+	HostIP  string
+	IP      string
 	PodCIDR string
 	// ContainerdSocket is containerd's gRPC socket (for ctr/crictl).
 	ContainerdSocket string
@@ -92,8 +100,10 @@ type Node struct {
 	Images []string
 
 	progress     io.Writer
-	net          *bridgeNet
-	schedulerURL string // its /healthz
+	net          *nodeNet
+	netPid       int         // a process in the node's network namespace (containerd's unshare)
+	api          *apiForward // the API server, inside that namespace
+	schedulerURL string      // its /healthz
 	procs        []*childproc.Process
 	stopOnce     sync.Once
 	stopErr      error
@@ -117,12 +127,16 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
-	if opts.Binaries.Kubelet == "" || opts.Binaries.Scheduler == "" {
+	if opts.Binaries.Kubelet == "" || opts.Binaries.Scheduler == "" || opts.Binaries.Proxy == "" || opts.Binaries.CoreDNS == "" {
 		if opts.Binaries, err = controlplane.EnsureBinaries(ctx, cache, controlplane.DefaultVersions, progress); err != nil {
 			return nil, err
 		}
 	}
-	for _, tool := range []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "unshare", "tar"} {
+	engine, err := netpolicy.EnsureEngine(ctx, cache, controlplane.DefaultVersions, progress)
+	if err != nil {
+		return nil, err
+	}
+	for _, tool := range []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "unshare", "nsenter", "tar", "iptables", "ipset"} {
 		if _, err := lookPath(tool); err != nil {
 			return nil, fmt.Errorf("node: %s not found (localrun/setup.sh installs it): %w", tool, err)
 		}
@@ -139,11 +153,12 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	}
 	imgc := make(chan built, 1)
 	go func(ctx context.Context) {
-		a, err := images.Build(ctx, images.Options{CacheDir: filepath.Join(cache, "images"), Progress: progress, NoWorkspace: opts.NoWorkspaceImage})
+		a, err := images.Build(ctx, images.Options{CacheDir: filepath.Join(cache, "images"), Progress: progress, NoWorkspace: opts.NoWorkspaceImage, CoreDNS: opts.Binaries.CoreDNS})
 		imgc <- built{a, err}
 	}(ctx)
+	imagesTaken := false
 	defer func() {
-		if err != nil {
+		if err != nil && !imagesTaken {
 			<-imgc // never leave a build running behind a failed start
 		}
 	}()
@@ -169,17 +184,36 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	defer cancel()
 	started := time.Now()
 
-	if n.net, err = allocateBridge(dir); err != nil {
+	if n.net, err = allocateNet(dir); err != nil {
 		return n, err
 	}
-	n.Bridge, n.PodCIDR = n.net.name, n.net.cidr
+	n.Link, n.HostIP, n.IP, n.PodCIDR = n.net.name, n.net.hostIP, n.net.nodeIP, n.net.cidr
 	if err := makeCgroupRoot(n.CgroupRoot); err != nil {
 		return n, err
 	}
 	if err := n.startContainerd(ctx); err != nil {
 		return n, err
 	}
+	api, err := url.Parse(cp.Node.Host)
+	if err != nil {
+		return n, err
+	}
+	_, apiPort, err := net.SplitHostPort(api.Host)
+	if err != nil {
+		return n, err
+	}
+	if n.api, err = forwardAPI(n.netPid, api.Host, api.Host, net.JoinHostPort(n.net.gateway, apiPort)); err != nil {
+		return n, err
+	}
+	cs, err := kubernetes.NewForConfig(cp.Admin)
+	if err != nil {
+		return n, err
+	}
+	if err := n.publishAPI(ctx, cs, api.Host); err != nil {
+		return n, err
+	}
 	b := <-imgc
+	imagesTaken = true
 	if b.err != nil {
 		return n, b.err
 	}
@@ -192,15 +226,33 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	if err := n.startScheduler(cp, opts.Binaries.Scheduler); err != nil {
 		return n, err
 	}
+	if err := n.startProxy(ctx, cp, opts.Binaries.Proxy); err != nil {
+		return n, err
+	}
 	if err := n.waitReady(ctx, cp); err != nil {
 		return n, err
 	}
 	if err := n.waitScheduler(ctx); err != nil {
 		return n, err
 	}
-	fmt.Fprintf(progress, "labkeep: node %s Ready in %s (Pods on %s, bridge %s)\n", n.Name, time.Since(started).Round(10*time.Millisecond), n.PodCIDR, n.Bridge)
+	// The engine finds its Node by name: only once the kubelet has
+	// registered it, and before any Pod but the cluster DNS's.
+	if err := n.startPolicyEngine(ctx, cp, cs, engine); err != nil {
+		return n, err
+	}
+	if err := n.startDNS(ctx, cs); err != nil {
+		return n, err
+	}
+	fmt.Fprintf(progress, "labkeep: node %s Ready in %s (at %s, Pods on %s, host link %s)\n", n.Name, time.Since(started).Round(10*time.Millisecond), n.IP, n.PodCIDR, n.Link)
 	return n, nil
 }
+
+// HostSource is the host's address on the node's link as a CIDR: where,
+// on this machine, students' SSH and the functions' calls to guardian
+// reach the node's Pods from (both run on the host). Sessions' policies
+// must name it (LABKEEP_SSH_SOURCE_CIDRS, LABKEEP_PLATFORM_SOURCE_CIDRS):
+// it lies in a range they block.
+func (n *Node) HostSource() string { return n.HostIP + "/32" }
 
 // dirPrefix names the node's temp dir, its cgroup root and (in the
 // bridge's alias) its owner, so sweepStale can recognise leftovers.
@@ -255,9 +307,9 @@ func nodeReady(node *corev1.Node) bool {
 }
 
 // Stop stops the scheduler, the kubelet and containerd (and with it every
-// container), then removes what they left on the host: the Pods' veths
-// (waited for), the bridge, the kubelet's mounts, the cgroup root and the
-// temp dir. It is safe to call more than once and on a partly started node;
+// container and the node's network namespace), then removes what they left
+// on the host: the host's end of the node's link, the kubelet's mounts,
+// the cgroup root and the temp dir. It is safe to call more than once and on a partly started node;
 // errors name what could not be removed.
 func (n *Node) Stop() error {
 	if n == nil {
@@ -265,15 +317,12 @@ func (n *Node) Stop() error {
 	}
 	n.stopOnce.Do(func() {
 		var errs []error
-		var veths []string
-		if n.net != nil {
-			veths = n.net.ports()
-		}
 		for i := len(n.procs) - 1; i >= 0; i-- {
 			n.procs[i].Stop(syscall.SIGTERM, 10*time.Second)
 		}
+		n.api.close()
 		if n.net != nil {
-			errs = append(errs, n.net.remove(veths))
+			errs = append(errs, n.net.remove())
 		}
 		errs = append(errs, unmountUnder(n.Dir))
 		if n.CgroupRoot != "" {

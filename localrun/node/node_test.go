@@ -23,17 +23,18 @@ import (
 
 	"labkeep/localrun/childproc"
 	"labkeep/localrun/controlplane"
+	"labkeep/localrun/images"
 	"labkeep/localrun/poll"
 )
 
 // footprint is what a node has on the host while it runs.
 type footprint struct {
-	Dir, Bridge, CgroupRoot string
-	Pids                    []int
+	Dir, Link, CgroupRoot string
+	Pids                  []int
 }
 
 func footprintOf(n *Node) footprint {
-	return footprint{Dir: n.Dir, Bridge: n.Bridge, CgroupRoot: n.CgroupRoot, Pids: n.Pids()}
+	return footprint{Dir: n.Dir, Link: n.Link, CgroupRoot: n.CgroupRoot, Pids: n.Pids()}
 }
 
 // netnsOnMachine lists the network namespaces the machine still has: those
@@ -63,7 +64,7 @@ func netnsOnMachine() []string {
 }
 
 // assertGone fails unless nothing of fp is left: no process of its process
-// groups or naming its dir, no cgroup, no bridge, no mount under its dir,
+// groups or naming its dir, no cgroup, no link, no mount under its dir,
 // no dir.
 func assertGone(t *testing.T, fp footprint) {
 	t.Helper()
@@ -80,8 +81,8 @@ func assertGone(t *testing.T, fp footprint) {
 			t.Errorf("cgroup %s%s still exists", h, fp.CgroupRoot)
 		}
 	}
-	if b := BridgeOf(fp.Dir); b != "" {
-		t.Errorf("bridge %s of %s still exists", b, fp.Dir)
+	if l := LinkOf(fp.Dir); l != "" {
+		t.Errorf("link %s of %s still exists", l, fp.Dir)
 	}
 	if mps := mountsUnder(fp.Dir); len(mps) > 0 {
 		t.Errorf("mounts left: %v", mps)
@@ -187,7 +188,9 @@ func waitRunning(t *testing.T, cs kubernetes.Interface, n *Node, name string) *c
 // The node registers and is Ready; every image it provides runs as a Pod
 // without any pull (a Guaranteed Pod too, whose oom_score_adj containerd
 // must cap); Pods get addresses on the node's bridge that the host
-// reaches (the workspace's sshd answers on port 22); and Stop leaves no
+// reaches (the workspace's sshd answers on port 22); Services, the
+// cluster DNS and NetworkPolicies work from and between Pods as on a
+// production node; and Stop leaves no
 // process, container, mount, cgroup, network interface, network namespace
 // or temp dir behind.
 func TestNodeRunsPodsAndLeavesNothing(t *testing.T) {
@@ -206,7 +209,7 @@ func TestNodeRunsPodsAndLeavesNothing(t *testing.T) {
 			n.Stop()
 		}
 	}()
-	if diff := cmp.Diff([]string{PauseImage, VirtLauncherImage, GuardianImage, WorkspaceImage}, n.Images); diff != "" {
+	if diff := cmp.Diff([]string{PauseImage, VirtLauncherImage, GuardianImage, images.CoreDNS, WorkspaceImage}, n.Images); diff != "" {
 		t.Errorf("images (-want +got):\n%s", diff)
 	}
 	cs, err := kubernetes.NewForConfig(cp.Admin)
@@ -219,7 +222,9 @@ func TestNodeRunsPodsAndLeavesNothing(t *testing.T) {
 		pod("pause", PauseImage, "", small),
 		pod("launcher", VirtLauncherImage, corev1.PullNever, nil),
 		pod("workspace", WorkspaceImage, "", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}),
+		pod("client", WorkspaceImage, "", corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("128Mi")}),
 	}
+	pods[2].Labels = map[string]string{"app": "workspace"}
 	pods[0].Spec.AutomountServiceAccountToken = ptr(true) // a projected token and kube-root-ca.crt, as virt-launcher Pods get
 	for _, p := range pods {
 		created := time.Now()
@@ -239,22 +244,44 @@ func TestNodeRunsPodsAndLeavesNothing(t *testing.T) {
 			assertSSHBanner(t, running.Status.PodIP)
 		}
 	}
+	server := waitRunning(t, cs, n, "workspace")
+	t.Run("Services and the cluster DNS work from a Pod", func(t *testing.T) {
+		assertClusterNetwork(t, cp.Admin, cs, "client", server)
+	})
+	t.Run("NetworkPolicies are enforced", func(t *testing.T) {
+		assertPolicyEnforced(t, cp.Admin, cs, "client", server)
+	})
+	// The cluster DNS's Pod is the node's too.
+	all, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(all.Items) != len(pods)+1 {
+		t.Fatalf("want the test's %d Pods and the cluster DNS's, have %d", len(pods), len(all.Items))
+	}
 	// What the Pods have on the host, to look for after Stop. Other nodes
 	// may come and go meanwhile (parallel test binaries), so the checks
 	// name this node's things rather than compare the whole machine.
 	if len(processesNaming(n.Dir)) == 0 {
 		t.Fatal("no containerd shim names the node dir: the leak check below would prove nothing")
 	}
-	veths := n.net.ports()
+	veths, err := n.net.podLinks(n.netPid)
+	if err != nil {
+		t.Fatal(err)
+	}
 	podNetNS := map[string]bool{}
 	hostNetNS, _ := os.Readlink("/proc/self/ns/net")
+	nodeNetNS, _ := os.Readlink(netnsPath(n.netPid))
+	if nodeNetNS == "" || nodeNetNS == hostNetNS {
+		t.Fatalf("the node's network namespace %q is not its own (the host's is %s)", nodeNetNS, hostNetNS)
+	}
 	for _, pid := range cgroupProcs(n.CgroupRoot) {
-		if l, err := os.Readlink("/proc/" + pid + "/ns/net"); err == nil && l != hostNetNS {
+		if l, err := os.Readlink("/proc/" + pid + "/ns/net"); err == nil && l != hostNetNS && l != nodeNetNS {
 			podNetNS[l] = true
 		}
 	}
-	if len(veths) != len(pods) || len(podNetNS) != len(pods) {
-		t.Fatalf("want a veth and a network namespace per Pod, have veths %v, netns %v", veths, podNetNS)
+	if len(veths) != len(all.Items) || len(podNetNS) != len(all.Items) {
+		t.Fatalf("want a veth on the node's bridge and a network namespace per Pod, have veths %v, netns %v", veths, podNetNS)
 	}
 
 	stopStart := time.Now()
@@ -264,14 +291,12 @@ func TestNodeRunsPodsAndLeavesNothing(t *testing.T) {
 	stopped = true
 	t.Logf("node stopped in %s", time.Since(stopStart).Round(10*time.Millisecond))
 	assertGone(t, fp)
-	for _, v := range veths {
-		if _, err := os.Stat(filepath.Join("/sys/class/net", v)); err == nil {
-			t.Errorf("veth %s still exists", v)
-		}
-	}
 	for _, ns := range netnsOnMachine() {
 		if podNetNS[ns] {
 			t.Errorf("a Pod's network namespace %s still exists", ns)
+		}
+		if ns == nodeNetNS {
+			t.Errorf("the node's network namespace %s (with its bridge and the Pods' veths) still exists", ns)
 		}
 	}
 }

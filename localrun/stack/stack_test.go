@@ -28,7 +28,7 @@ type footprint struct {
 	Pids  []int
 	Ports []int    // loopback ports of the control plane
 	Dirs  []string // temp dirs of the control plane, PostgreSQL and node
-	// NodeDir is the node's temp dir, which names its Pod bridge;
+	// NodeDir is the node's temp dir, which its host link's alias names;
 	// CgroupRoot is its kubelet's cgroup root.
 	NodeDir, CgroupRoot string
 }
@@ -74,8 +74,8 @@ func assertGone(t *testing.T, what string, fp footprint, wait time.Duration) {
 		}
 	}
 	if fp.NodeDir != "" {
-		if b := node.BridgeOf(fp.NodeDir); b != "" {
-			t.Fatalf("%s: bridge %s of the node still exists", what, b)
+		if b := node.LinkOf(fp.NodeDir); b != "" {
+			t.Fatalf("%s: link %s of the node still exists", what, b)
 		}
 	}
 	if fp.CgroupRoot != "" {
@@ -100,7 +100,7 @@ func tempRoot(t *testing.T) string {
 }
 
 // Starting and stopping the whole stack (node included) 10 times leaves no
-// process, listening port, temp dir, bridge or cgroup behind; each time PostgreSQL
+// process, listening port, temp dir, host link or cgroup behind; each time PostgreSQL
 // accepts a pgx connection and is gone after Stop.
 func TestStartStopTenTimesLeavesNothing(t *testing.T) {
 	if testing.Short() {

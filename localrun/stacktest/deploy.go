@@ -3,6 +3,8 @@ package stacktest
 import (
 	"context"
 	"log/slog"
+	"net"
+	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -22,6 +24,7 @@ import (
 	"labkeep/localrun/images"
 	"labkeep/localrun/node"
 	"labkeep/localrun/stack"
+	"labkeep/shared/httpapi"
 )
 
 // JWTSecret signs the tokens of every Deployment (LABKEEP_JWT_SECRET).
@@ -81,7 +84,10 @@ type Options struct {
 	KubeQPS   float32
 	KubeBurst int
 	// GuardianWebhookURL is LABKEEP_GUARDIAN_WEBHOOK_URL (workspace Pods
-	// must reach it: an address on the node's bridge, not loopback).
+	// must reach it: the host's address on the node's link,
+	// node.Node.HostIP, not loopback). Empty on a stack with a node: the
+	// deployment serves guardian's alerts alone on a listener of its own
+	// there, as make run does (app.App.AlertHandler).
 	GuardianWebhookURL string
 	// WarmPool, WarmPoolTTL and WarmPoolLead are LABKEEP_WARM_POOL,
 	// LABKEEP_WARM_POOL_TTL and LABKEEP_WARM_POOL_LEAD (the schedule in
@@ -206,6 +212,16 @@ func Deploy(t testing.TB, st *stack.Stack, o Options) *Deployment {
 		if len(dropped) > 0 {
 			t.Logf("workspace Pods here lack %v: this host's root cannot grant them", dropped)
 		}
+		cfg.Kube.SSHSourceCIDRs = append(cfg.Kube.SSHSourceCIDRs, st.Node.HostSource())
+		cfg.Kube.PlatformSourceCIDRs = append(cfg.Kube.PlatformSourceCIDRs, st.Node.HostSource())
+	}
+	var alertLn net.Listener
+	if st.Node != nil && cfg.Kube.GuardianWebhookURL == "" {
+		if alertLn, err = net.Listen("tcp", net.JoinHostPort(st.Node.HostIP, "0")); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { alertLn.Close() })
+		cfg.Kube.GuardianWebhookURL = "http://" + alertLn.Addr().String() + httpapi.GuardianAlertPath
 	}
 	log := o.Log
 	if log == nil {
@@ -217,6 +233,11 @@ func Deploy(t testing.TB, st *stack.Stack, o Options) *Deployment {
 	t.Cleanup(d.App.Close)
 	d.Server = httptest.NewServer(d.App.Handler())
 	t.Cleanup(d.Server.Close)
+	if alertLn != nil {
+		alerts := &http.Server{Handler: d.App.AlertHandler(), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = alerts.Serve(alertLn) }()
+		t.Cleanup(func() { _ = alerts.Close() })
+	}
 	if d.DB, err = pgxpool.New(ctx, dsn); err != nil {
 		t.Fatal(err)
 	}

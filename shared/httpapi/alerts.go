@@ -21,11 +21,14 @@ type AdminOptions struct {
 	Key alerts.Key
 }
 
+// GuardianAlertPath is where guardian posts its alerts.
+const GuardianAlertPath = "/guardianAlert"
+
 // adminRoutes lists the paths of WithAdmin with their only method.
 var adminRoutes = map[string]string{
-	"/guardianAlert": http.MethodPost,
-	"/adminSessions": http.MethodGet,
-	"/adminAlerts":   http.MethodGet,
+	GuardianAlertPath: http.MethodPost,
+	"/adminSessions":  http.MethodGet,
+	"/adminAlerts":    http.MethodGet,
 }
 
 // WithAdmin returns a handler serving, in front of next:
@@ -41,7 +44,7 @@ var adminRoutes = map[string]string{
 //     ?limit= up to 500), for admins.
 func (a *API) WithAdmin(o AdminOptions, next http.Handler) http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/guardianAlert", func(w http.ResponseWriter, r *http.Request) { a.guardianAlert(w, r, o) })
+	mux.HandleFunc(GuardianAlertPath, func(w http.ResponseWriter, r *http.Request) { a.guardianAlert(w, r, o) })
 	mux.HandleFunc("/adminSessions", func(w http.ResponseWriter, r *http.Request) { a.adminSessions(w, r, o.Alerts) })
 	mux.HandleFunc("/adminAlerts", func(w http.ResponseWriter, r *http.Request) { a.adminAlerts(w, r, o.Alerts) })
 	mux.Handle("/", next)

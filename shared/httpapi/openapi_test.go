@@ -200,6 +200,12 @@ func registered(t *testing.T) map[string]string {
 				}
 				sel, ok := call.Fun.(*ast.SelectorExpr)
 				lit, isLit := call.Args[0].(*ast.BasicLit)
+				if id, named := call.Args[0].(*ast.Ident); named && id.Obj != nil && id.Obj.Kind == ast.Con {
+					// A path constant declared in the same file.
+					if spec, ok := id.Obj.Decl.(*ast.ValueSpec); ok && len(spec.Values) == len(spec.Names) {
+						lit, isLit = spec.Values[slices.IndexFunc(spec.Names, func(n *ast.Ident) bool { return n.Name == id.Name })].(*ast.BasicLit)
+					}
+				}
 				if !ok || (sel.Sel.Name != "HandleFunc" && sel.Sel.Name != "Handle") || !isLit || lit.Kind != token.STRING {
 					return true
 				}

@@ -93,6 +93,17 @@ type Config struct {
 	// Pods may reach guardian's API port of a workspace Pod (the terminal's
 	// cleanup button) and nothing else of a lab. Empty: no Pod may.
 	PlatformNamespace string
+	// PlatformSourceCIDRs are where the functions' calls to guardian come
+	// from when they do not run as Pods of PlatformNamespace (a cloud's
+	// functions behind a fixed egress address, the local stack's host):
+	// these ranges may reach guardian's API port too, blocked ranges
+	// included. Empty: only PlatformNamespace's Pods.
+	PlatformSourceCIDRs []string
+	// ClusterDNS selects the cluster's DNS Pods, "namespace/key=value"
+	// (more labels after commas): the only resolver a lab may ask. DNS to
+	// any other address is refused, so a lab cannot tunnel through a
+	// resolver of its own choice.
+	ClusterDNS string
 	// CallTimeout bounds every single API call.
 	CallTimeout time.Duration
 	// QPS and Burst are the client-side rate limits towards the API server
@@ -117,6 +128,7 @@ func DefaultConfig() Config {
 		// and node addresses from (RFC 1918, RFC 6598, IPv6 ULA).
 		EgressBlockedCIDRs: []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"},
 		PlatformNamespace:  infra.FunctionsNamespace,
+		ClusterDNS:         "kube-system/k8s-app=kube-dns",
 		CallTimeout:        10 * time.Second,
 		QPS:                50,
 		Burst:              100,
@@ -181,10 +193,13 @@ func (c Config) validate() (*corev1.Pod, error) {
 	if len(c.SSHSourceCIDRs) == 0 {
 		bad("SSHSourceCIDRs", "must name at least one range, or no student could reach a lab")
 	}
+	if _, err := parseClusterDNS(c.ClusterDNS); err != nil {
+		bad("ClusterDNS", "%v", err)
+	}
 	for _, f := range []struct {
 		field string
 		cidrs []string
-	}{{"SSHSourceCIDRs", c.SSHSourceCIDRs}, {"EgressBlockedCIDRs", c.EgressBlockedCIDRs}} {
+	}{{"SSHSourceCIDRs", c.SSHSourceCIDRs}, {"EgressBlockedCIDRs", c.EgressBlockedCIDRs}, {"PlatformSourceCIDRs", c.PlatformSourceCIDRs}} {
 		for _, s := range f.cidrs {
 			if p, err := netip.ParsePrefix(s); err != nil || p.Masked() != p {
 				bad(f.field, "%q is not a CIDR with its host bits zero (like 10.0.0.0/8)", s)
@@ -192,6 +207,32 @@ func (c Config) validate() (*corev1.Pod, error) {
 		}
 	}
 	return pod, errors.Join(errs...)
+}
+
+// dnsPods is ClusterDNS parsed: the DNS Pods' namespace and labels.
+type dnsPods struct {
+	namespace string
+	labels    map[string]string
+}
+
+// parseClusterDNS parses "namespace/key=value[,key=value...]".
+func parseClusterDNS(s string) (dnsPods, error) {
+	ns, sel, ok := strings.Cut(s, "/")
+	if !ok || ns == "" || sel == "" {
+		return dnsPods{}, fmt.Errorf("%q is not namespace/key=value (like kube-system/k8s-app=kube-dns)", s)
+	}
+	if msgs := validation.IsDNS1123Label(ns); len(msgs) > 0 {
+		return dnsPods{}, fmt.Errorf("%q is not a valid namespace name", ns)
+	}
+	d := dnsPods{namespace: ns, labels: map[string]string{}}
+	for _, kv := range strings.Split(sel, ",") {
+		k, v, ok := strings.Cut(kv, "=")
+		if !ok || len(validation.IsQualifiedName(k)) > 0 || len(validation.IsValidLabelValue(v)) > 0 {
+			return dnsPods{}, fmt.Errorf("%q is not a label key=value", kv)
+		}
+		d.labels[k] = v
+	}
+	return d, nil
 }
 
 // linkLocal is always blocked: the cloud metadata service (169.254.169.254)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -326,7 +327,11 @@ func (b builder) service(anchor *batchv1.Job) *corev1.Service {
 }
 
 // networkPolicy confines one session's network; every session has one,
-// created before any of its nodes, so no node ever runs unconfined. It
+// created before any of its nodes, so an engine's first rules for a node's
+// Pod already carry it. An engine still programs a new Pod only after the
+// Pod has an address: on the local node 0.35 s later (guardian answers
+// after 0.05 s; the student's first login comes about 3 s after the open),
+// measured by test/podlab's BenchmarkTablePolicyEnforcement. It
 // selects, by the session and environment labels, every Pod that carries
 // the session's traffic: the workspace Pod of a Pod lab, and the
 // virt-launcher Pods of a VM lab (KubeVirt and virtsim both label a
@@ -335,11 +340,18 @@ func (b builder) service(anchor *batchv1.Job) *corev1.Service {
 //   - in: the lab's SSH port from cfg.SSHSourceCIDRs (a blocked range
 //     inside a source range stays blocked, so other sessions' Pods cannot
 //     reach it);
-//   - out: DNS (53 UDP and TCP) to any resolver, and anything outside the
-//     blocked ranges (egressBlocked): the internet, never the cluster's
-//     Pods, Services, nodes or a cloud's metadata service;
+//   - out: DNS (53 UDP and TCP) to the cluster's DNS Pods only
+//     (cfg.ClusterDNS), and TCP and UDP on every other port to anything
+//     outside the blocked ranges (egressBlocked): the internet, never the
+//     cluster's Pods, Services, nodes or a cloud's metadata service, and
+//     no resolver but the cluster's (NetworkPolicy matches the DNS Pods
+//     after the Service address is translated);
 //   - in, for a Pod lab: guardian's API port from the Pods of
-//     cfg.PlatformNamespace (the functions' cleanup call);
+//     cfg.PlatformNamespace and from cfg.PlatformSourceCIDRs (the
+//     functions' cleanup call);
+//   - out, for a Pod lab whose guardian posts alerts to an address
+//     (cfg.GuardianWebhookURL names an IP): that address and port, even
+//     inside a blocked range (alertReceiver);
 //   - for a multi-node lab, anything to and from the session's own nodes.
 //
 // Connections from the Pod's own node (the kubelet's probes) are allowed
@@ -349,6 +361,9 @@ func (b builder) networkPolicy(anchor *batchv1.Job) *networkingv1.NetworkPolicy 
 	sel := map[string]string{LabelSession: b.sess.ID, LabelEnv: b.cfg.Env}
 	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
 	ssh, dns := intstr.FromInt32(b.lab.SSHPort), intstr.FromInt32(53)
+	belowDNS, aboveDNS := intstr.FromInt32(1), intstr.FromInt32(54)
+	lastBelow, lastAbove := int32(52), int32(65535)
+	resolver, _ := parseClusterDNS(b.cfg.ClusterDNS) // Validate refused a bad one
 	blocked := b.cfg.egressBlocked()
 	spec := networkingv1.NetworkPolicySpec{
 		PodSelector: metav1.LabelSelector{MatchLabels: sel},
@@ -358,16 +373,39 @@ func (b builder) networkPolicy(anchor *batchv1.Job) *networkingv1.NetworkPolicy 
 			Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &ssh}},
 		}},
 		Egress: []networkingv1.NetworkPolicyEgressRule{
-			{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}}},
-			{To: ipBlocks(everywhere, blocked)},
+			{
+				To: []networkingv1.NetworkPolicyPeer{{
+					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{corev1.LabelMetadataName: resolver.namespace}},
+					PodSelector:       &metav1.LabelSelector{MatchLabels: resolver.labels},
+				}},
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: &dns}, {Protocol: &tcp, Port: &dns}},
+			},
+			{
+				To: ipBlocks(everywhere, blocked),
+				Ports: []networkingv1.NetworkPolicyPort{
+					{Protocol: &tcp, Port: &belowDNS, EndPort: &lastBelow}, {Protocol: &tcp, Port: &aboveDNS, EndPort: &lastAbove},
+					{Protocol: &udp, Port: &belowDNS, EndPort: &lastBelow}, {Protocol: &udp, Port: &aboveDNS, EndPort: &lastAbove},
+				},
+			},
 		},
 	}
-	if b.lab.Kind == labs.KindPod && b.cfg.PlatformNamespace != "" {
-		guardian := intstr.FromString(labs.GuardianAPIPort)
+	if b.lab.Kind == labs.KindPod && (b.cfg.PlatformNamespace != "" || len(b.cfg.PlatformSourceCIDRs) > 0) {
+		guardian := b.guardianAPIPort()
+		var from []networkingv1.NetworkPolicyPeer
+		if b.cfg.PlatformNamespace != "" {
+			from = append(from, networkingv1.NetworkPolicyPeer{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{corev1.LabelMetadataName: b.cfg.PlatformNamespace}}})
+		}
+		from = append(from, ipBlocks(b.cfg.PlatformSourceCIDRs, nil)...)
 		spec.Ingress = append(spec.Ingress, networkingv1.NetworkPolicyIngressRule{
-			From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
-				MatchLabels: map[string]string{corev1.LabelMetadataName: b.cfg.PlatformNamespace}}}},
+			From:  from,
 			Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &guardian}},
+		})
+	}
+	if to, port, ok := alertReceiver(b.cfg.GuardianWebhookURL); ok && b.lab.Kind == labs.KindPod {
+		spec.Egress = append(spec.Egress, networkingv1.NetworkPolicyEgressRule{
+			To:    ipBlocks([]string{to}, nil),
+			Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &port}},
 		})
 	}
 	if b.multiNode() {
@@ -379,6 +417,49 @@ func (b builder) networkPolicy(anchor *batchv1.Job) *networkingv1.NetworkPolicy 
 		ObjectMeta: b.owned(session.NetworkName(b.sess.ID), RoleNetwork, "", anchor),
 		Spec:       spec,
 	}
+}
+
+// guardianAPIPort is guardian's API port by number, as the workspace Pod
+// definition declares it: a named port of an init container (guardian is a
+// native sidecar) is not resolved by every NetworkPolicy engine (kube-router
+// reads the regular containers only), a number is. Without a definition it
+// is the name.
+func (b builder) guardianAPIPort() intstr.IntOrString {
+	if b.pod != nil {
+		for _, c := range append(slices.Clone(b.pod.Spec.InitContainers), b.pod.Spec.Containers...) {
+			for _, p := range c.Ports {
+				if p.Name == labs.GuardianAPIPort {
+					return intstr.FromInt32(p.ContainerPort)
+				}
+			}
+		}
+	}
+	return intstr.FromString(labs.GuardianAPIPort)
+}
+
+// alertReceiver is the address (as a one-address CIDR) and TCP port of
+// guardian's webhook when base names an IP address, which may be inside a
+// blocked range (a platform address); ok is false for a host name, which
+// the internet rule (or the platform's own Service) covers, and for no
+// webhook.
+func alertReceiver(base string) (cidr string, port intstr.IntOrString, ok bool) {
+	u, err := url.Parse(base)
+	if err != nil || base == "" {
+		return "", port, false
+	}
+	addr, err := netip.ParseAddr(u.Hostname())
+	if err != nil {
+		return "", port, false
+	}
+	p := u.Port()
+	if p == "" {
+		p = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	n, err := strconv.Atoi(p)
+	if err != nil {
+		return "", port, false
+	}
+	return netip.PrefixFrom(addr, addr.BitLen()).String(), intstr.FromInt(n), true
 }
 
 // everywhere is every IPv4 and IPv6 address.

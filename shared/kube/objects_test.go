@@ -19,6 +19,7 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"labkeep/infra"
+	"labkeep/shared/alerts"
 	"labkeep/shared/labs"
 	"labkeep/shared/session"
 )
@@ -239,6 +240,11 @@ func TestNewValidatesSettings(t *testing.T) {
 		"blocked CIDR with host bits": func(c *Config) {
 			c.EgressBlockedCIDRs = []string{"10.1.2.3/8"}
 		},
+		"platform source not a CIDR":   func(c *Config) { c.PlatformSourceCIDRs = []string{"10.216.0.1"} },
+		"cluster DNS without labels":   func(c *Config) { c.ClusterDNS = "kube-system" },
+		"cluster DNS, bad namespace":   func(c *Config) { c.ClusterDNS = "Kube_System/k8s-app=kube-dns" },
+		"cluster DNS, not key=value":   func(c *Config) { c.ClusterDNS = "kube-system/kube-dns" },
+		"cluster DNS, bad label value": func(c *Config) { c.ClusterDNS = "kube-system/k8s-app=kube dns" },
 	} {
 		cfg := base
 		mutate(&cfg)
@@ -381,13 +387,25 @@ func hasEnv(env []corev1.EnvVar, name, value string) bool {
 
 // Every session's NetworkPolicy lets in only SSH on the lab's port from
 // the SSH sources (minus the blocked ranges inside them) and, to a
-// workspace Pod, guardian's API from the platform's namespace; lets out only
-// DNS and the internet (never a blocked or link-local range), and, for a
+// workspace Pod, guardian's API from the platform (its namespace, or its
+// ranges); lets out only DNS to the cluster's resolver and the internet on
+// every other port (never a blocked or link-local range), and, for a
 // multi-node lab only, anything between the session's own nodes.
 func TestNetworkPolicy(t *testing.T) {
 	tcp, udp := corev1.ProtocolTCP, corev1.ProtocolUDP
 	port := func(p int32) *intstr.IntOrString { v := intstr.FromInt32(p); return &v }
-	dns := networkingv1.NetworkPolicyEgressRule{Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: port(53)}, {Protocol: &tcp, Port: port(53)}}}
+	dns := networkingv1.NetworkPolicyEgressRule{
+		To: []networkingv1.NetworkPolicyPeer{{
+			NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "kube-system"}},
+			PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"k8s-app": "kube-dns"}},
+		}},
+		Ports: []networkingv1.NetworkPolicyPort{{Protocol: &udp, Port: port(53)}, {Protocol: &tcp, Port: port(53)}},
+	}
+	end := func(p int32) *int32 { return &p }
+	notDNS := []networkingv1.NetworkPolicyPort{
+		{Protocol: &tcp, Port: port(1), EndPort: end(52)}, {Protocol: &tcp, Port: port(54), EndPort: end(65535)},
+		{Protocol: &udp, Port: port(1), EndPort: end(52)}, {Protocol: &udp, Port: port(54), EndPort: end(65535)},
+	}
 	sel := map[string]string{LabelSession: "0b3c6a4e-1f6f-4a50-9d7e-2f3b7d1c9a11", LabelEnv: "dev"}
 	self := []networkingv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: sel}}}
 	block := func(cidr string, except ...string) networkingv1.NetworkPolicyPeer {
@@ -396,7 +414,7 @@ func TestNetworkPolicy(t *testing.T) {
 	v4 := []string{"169.254.0.0/16", "10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10"}
 	v6 := []string{"fe80::/10", "fc00::/7"}
 	defaultSources := []networkingv1.NetworkPolicyPeer{block("0.0.0.0/0", v4...), block("::/0", v6...)}
-	internet := networkingv1.NetworkPolicyEgressRule{To: defaultSources}
+	internet := networkingv1.NetworkPolicyEgressRule{To: defaultSources, Ports: notDNS}
 	ssh := func(p int32, from ...networkingv1.NetworkPolicyPeer) networkingv1.NetworkPolicyIngressRule {
 		return networkingv1.NetworkPolicyIngressRule{From: from, Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: port(p)}}}
 	}
@@ -404,7 +422,7 @@ func TestNetworkPolicy(t *testing.T) {
 	guardian := func(ns string) networkingv1.NetworkPolicyIngressRule {
 		return networkingv1.NetworkPolicyIngressRule{
 			From:  []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": ns}}}},
-			Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &intstr.IntOrString{Type: intstr.String, StrVal: "guardian-api"}}},
+			Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: port(9090)}}, // the definition's guardian-api, by number
 		}
 	}
 	tests := []struct {
@@ -441,7 +459,50 @@ func TestNetworkPolicy(t *testing.T) {
 			Ingress: []networkingv1.NetworkPolicyIngressRule{ssh(2222,
 				block("10.20.0.0/16"), block("198.51.100.0/24", "198.51.100.128/25"), block("10.0.0.0/8")), guardian("labkeep")},
 			Egress: []networkingv1.NetworkPolicyEgressRule{dns, {To: []networkingv1.NetworkPolicyPeer{
-				block("0.0.0.0/0", "169.254.0.0/16", "10.0.0.0/8", "198.51.100.128/25"), block("::/0", "fe80::/10")}}},
+				block("0.0.0.0/0", "169.254.0.0/16", "10.0.0.0/8", "198.51.100.128/25"), block("::/0", "fe80::/10")}, Ports: notDNS}},
+		}},
+		{"pod lab whose guardian posts to an address: that address and port out, even in a blocked range", "shell", func(c *Config) {
+			c.GuardianWebhookURL = "http://10.216.3.1:8080/guardianAlert"
+			c.GuardianAlertKey = alerts.Key{Secret: []byte("0123456789abcdef0123456789abcdef"), Env: "dev"}
+		}, networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: sel}, PolicyTypes: both,
+			Ingress: []networkingv1.NetworkPolicyIngressRule{ssh(2222, defaultSources...), guardian("labkeep")},
+			Egress: []networkingv1.NetworkPolicyEgressRule{dns, internet, {
+				To: []networkingv1.NetworkPolicyPeer{block("10.216.3.1/32")}, Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: port(8080)}}}},
+		}},
+		{"pod lab whose guardian posts to a name: the internet rule covers it", "shell", func(c *Config) {
+			c.GuardianWebhookURL = "https://labkeep.example/guardianAlert"
+			c.GuardianAlertKey = alerts.Key{Secret: []byte("0123456789abcdef0123456789abcdef"), Env: "dev"}
+		}, networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: sel}, PolicyTypes: both,
+			Ingress: []networkingv1.NetworkPolicyIngressRule{ssh(2222, defaultSources...), guardian("labkeep")},
+			Egress:  []networkingv1.NetworkPolicyEgressRule{dns, internet},
+		}},
+		{"VM lab: no guardian, no alert receiver", "linux", func(c *Config) {
+			c.GuardianWebhookURL = "http://10.216.3.1:8080/guardianAlert"
+			c.GuardianAlertKey = alerts.Key{Secret: []byte("0123456789abcdef0123456789abcdef"), Env: "dev"}
+		}, networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: sel}, PolicyTypes: both,
+			Ingress: []networkingv1.NetworkPolicyIngressRule{ssh(22, defaultSources...)},
+			Egress:  []networkingv1.NetworkPolicyEgressRule{dns, internet},
+		}},
+		{"the platform outside the cluster reaches guardian's API from its ranges, blocked or not; another DNS", "shell", func(c *Config) {
+			c.PlatformNamespace = ""
+			c.PlatformSourceCIDRs = []string{"10.216.3.1/32"}
+			c.ClusterDNS = "dns/app=coredns,tier=node"
+		}, networkingv1.NetworkPolicySpec{
+			PodSelector: metav1.LabelSelector{MatchLabels: sel}, PolicyTypes: both,
+			Ingress: []networkingv1.NetworkPolicyIngressRule{ssh(2222, defaultSources...), {
+				From:  []networkingv1.NetworkPolicyPeer{block("10.216.3.1/32")},
+				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: port(9090)}}, // the definition's guardian-api, by number
+			}},
+			Egress: []networkingv1.NetworkPolicyEgressRule{{
+				To: []networkingv1.NetworkPolicyPeer{{
+					NamespaceSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"kubernetes.io/metadata.name": "dns"}},
+					PodSelector:       &metav1.LabelSelector{MatchLabels: map[string]string{"app": "coredns", "tier": "node"}},
+				}},
+				Ports: dns.Ports,
+			}, internet},
 		}},
 	}
 	for _, tc := range tests {

@@ -3,9 +3,6 @@ package podlab_test
 import (
 	"context"
 	"fmt"
-	"net"
-	"net/http"
-	"net/netip"
 	"net/url"
 	"strings"
 	"testing"
@@ -22,23 +19,16 @@ import (
 // id and token, as HTTP Basic user info of GUARDIAN_WEBHOOK_URL) in
 // guardian's environment, which the workspace's root cannot read. A memory
 // hog inside the workspace makes guardian kill it and raise memory-kill;
-// guardian posts it to labkeep's POST /guardianAlert (served on the node's
-// bridge address, which the Pod reaches), labkeep stores it with the
-// session, and the admin console shows it in a real Chromium.
+// guardian posts it to labkeep's POST /guardianAlert (served alone on a
+// listener at the host's address on the node's link, which the Pod reaches,
+// as make run serves it), labkeep stores it with the session, and the admin
+// console shows it in a real Chromium.
 func TestGuardianAlertReachesTheAdminConsole(t *testing.T) {
-	prefix, err := netip.ParsePrefix(st.Node.PodCIDR)
-	if err != nil {
-		t.Fatal(err)
+	d := stacktest.Deploy(t, st, stacktest.Options{})
+	route, err := url.Parse(d.App.Config.Kube.GuardianWebhookURL)
+	if err != nil || route.Hostname() != st.Node.HostIP {
+		t.Fatalf("the deployment's guardian webhook is %q (%v): want a listener on the host's address on the node's link %s", d.App.Config.Kube.GuardianWebhookURL, err, st.Node.HostIP)
 	}
-	host := prefix.Masked().Addr().Next() // the host's address on the bridge
-	l, err := net.Listen("tcp", net.JoinHostPort(host.String(), "0"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := stacktest.Deploy(t, st, stacktest.Options{GuardianWebhookURL: "http://" + l.Addr().String() + "/guardianAlert"})
-	srv := &http.Server{Handler: d.App.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(l) }()
-	t.Cleanup(func() { _ = srv.Close() })
 
 	workload := buildWorkload(t)
 	s := openLab(t, d, "grace", "shell", nil)
@@ -57,7 +47,7 @@ func TestGuardianAlertReachesTheAdminConsole(t *testing.T) {
 		t.Fatalf("GUARDIAN_WEBHOOK_URL %q: %v", hook, err)
 	}
 	token, _ := u.User.Password()
-	if u.User.Username() != id || !d.App.Config.AlertKey().Verify(id, token) || u.Host != l.Addr().String() || u.Path != "/guardianAlert" {
+	if u.User.Username() != id || !d.App.Config.AlertKey().Verify(id, token) || u.Host != route.Host || u.Path != "/guardianAlert" {
 		t.Fatalf("guardian's GUARDIAN_WEBHOOK_URL is %q: want labkeep's endpoint with session %s's own credentials", hook, id)
 	}
 

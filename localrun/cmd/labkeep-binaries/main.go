@@ -23,6 +23,7 @@ import (
 	"labkeep/localrun/controlplane"
 	"labkeep/localrun/guestvm"
 	"labkeep/localrun/images"
+	"labkeep/localrun/netpolicy"
 )
 
 type config struct {
@@ -59,13 +60,16 @@ func run() error {
 	if _, err := controlplane.EnsureKubeVirtCRDs(ctx, dir, controlplane.DefaultVersions, os.Stderr); err != nil {
 		return err
 	}
+	if _, err := netpolicy.EnsureEngine(ctx, dir, controlplane.DefaultVersions, os.Stderr); err != nil {
+		return err
+	}
 	if *mode == "test" {
 		if _, err := guestvm.EnsureKernel(ctx, dir, os.Stderr); err != nil {
 			return err
 		}
 	}
 	if os.Geteuid() == 0 {
-		if _, err := images.Build(ctx, images.Options{CacheDir: filepath.Join(dir, "images"), Progress: os.Stderr}); err != nil {
+		if _, err := images.Build(ctx, images.Options{CacheDir: filepath.Join(dir, "images"), Progress: os.Stderr, CoreDNS: b.CoreDNS}); err != nil {
 			return err
 		}
 	}
