@@ -32,9 +32,10 @@ func execIn(ctx context.Context, rc *rest.Config, cs kubernetes.Interface, name,
 	if err != nil {
 		return "", err
 	}
-	var out bytes.Buffer
-	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &out})
-	return strings.TrimSpace(out.String()), err
+	// Two buffers: the executor copies both streams at once.
+	var out, errOut bytes.Buffer
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errOut})
+	return strings.TrimSpace(out.String() + errOut.String()), err
 }
 
 // assertClusterNetwork checks, from inside Pod client, what a Pod of a

@@ -43,8 +43,10 @@ func footprintOf(s *Stack) footprint {
 	}
 }
 
-// stackPids is the number of process groups of a stack with a node.
-const stackPids = 7
+// stackPids is the number of process groups of a stack with a node: the
+// control plane's three, PostgreSQL, and the node's containerd, kubelet,
+// scheduler, kube-proxy and policy engine.
+const stackPids = 9
 
 // nodeOpts is the node of these tests: without the workspace image, which
 // they do not run.
