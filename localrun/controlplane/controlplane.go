@@ -102,8 +102,11 @@ var ControllersRun = []string{
 	// Publishes kube-root-ca.crt into every namespace: the kubelet needs it
 	// for a Pod that mounts a ServiceAccount token.
 	"root-ca-certificate-publisher-controller",
-	// A Service's endpoints, which kube-proxy and the cluster DNS read.
+	// A Service's endpoints, which kube-proxy and the cluster DNS read
+	// (slices) and the API server reads to call a webhook behind a
+	// Service (see --enable-aggregator-routing).
 	"endpointslice-controller",
+	"endpoints-controller",
 	// The cluster DNS runs as a Deployment, as on a production cluster.
 	"deployment-controller",
 	"replicaset-controller",
@@ -214,6 +217,11 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		// reaches: the node publishes where Pods reach it (the endpoints of
 		// the default/kubernetes Service) itself.
 		"--endpoint-reconciler-type=none",
+		// The host has no route to ClusterIPs (kube-proxy's rules live in
+		// the node's namespace), so the API server calls a webhook or an
+		// aggregated API behind a Service at one of its Pods' addresses,
+		// which the host routes to the node.
+		"--enable-aggregator-routing=true",
 		"--allow-privileged=true",
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",

@@ -251,13 +251,16 @@ func TestNodeRunsPodsAndLeavesNothing(t *testing.T) {
 	t.Run("NetworkPolicies are enforced", func(t *testing.T) {
 		assertPolicyEnforced(t, cp.Admin, cs, "client", server)
 	})
-	// The cluster DNS's Pod is the node's too.
+	t.Run("the API server calls a webhook behind a Service", func(t *testing.T) {
+		assertWebhookReached(t, cs)
+	})
+	// The webhook's and the cluster DNS's Pods are the node's too.
 	all, err := cs.CoreV1().Pods("").List(ctx, metav1.ListOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(all.Items) != len(pods)+1 {
-		t.Fatalf("want the test's %d Pods and the cluster DNS's, have %d", len(pods), len(all.Items))
+	if len(all.Items) != len(pods)+2 {
+		t.Fatalf("want the test's %d Pods, the webhook's and the cluster DNS's, have %d", len(pods), len(all.Items))
 	}
 	// What the Pods have on the host, to look for after Stop. Other nodes
 	// may come and go meanwhile (parallel test binaries), so the checks
