@@ -57,6 +57,11 @@ const VMQuota = "labkeep-vms"
 // namespace (keep it equal to LABKEEP_MAX_CONCURRENT_PODS).
 const PodQuota = "labkeep-workspaces"
 
+// SessionsDefaultDeny is the NetworkPolicy of namespaces.yaml that denies
+// every Pod of the sessions namespace all traffic that no session's own
+// policy allows: it belongs to the namespace, never to a session.
+const SessionsDefaultDeny = "labkeep-default-deny"
+
 //go:embed guardian/workspace-pod.yaml
 var workspacePod []byte
 

@@ -27,7 +27,7 @@ func TestManifestsDecode(t *testing.T) {
 		}
 	}
 	if kinds["Namespace"] != 2 || kinds["Role"] != 2 || kinds["RoleBinding"] != 2 || kinds["ServiceAccount"] != 1 ||
-		kinds["ResourceQuota"] != 2 || kinds["Service"] != 1 || kinds["CronJob"] != 1 {
+		kinds["ResourceQuota"] != 2 || kinds["Service"] != 1 || kinds["CronJob"] != 1 || kinds["NetworkPolicy"] != 1 {
 		t.Errorf("kinds = %v", kinds)
 	}
 }

@@ -84,48 +84,54 @@ func (f *apiForward) close() {
 }
 
 // listenIn opens a TCP listener in the network namespace of process pid.
-// A socket belongs to the namespace of the thread that made it, so a
-// locked OS thread enters the namespace, listens and returns; if it
-// cannot return, the thread is left locked and dies with its goroutine,
-// so no other goroutine ever runs in the node's namespace.
 func listenIn(pid int, addr string) (net.Listener, error) {
+	return openIn(pid, func() (net.Listener, error) { return net.Listen("tcp", addr) })
+}
+
+// openIn runs open (which makes a socket) in the network namespace of
+// process pid. A socket belongs to the namespace of the thread that made
+// it, so a locked OS thread enters the namespace, opens and returns; if it
+// cannot return, the thread is left locked and dies with its goroutine, so
+// no other goroutine ever runs in the node's namespace.
+func openIn[T io.Closer](pid int, open func() (T, error)) (T, error) {
 	type result struct {
-		l   net.Listener
+		s   T
 		err error
 	}
 	ch := make(chan result, 1)
 	go func() {
+		var zero T
 		runtime.LockOSThread()
 		self, err := os.Open("/proc/thread-self/ns/net")
 		if err != nil {
 			runtime.UnlockOSThread()
-			ch <- result{err: err}
+			ch <- result{zero, err}
 			return
 		}
 		defer self.Close()
 		target, err := os.Open(netnsPath(pid))
 		if err != nil {
 			runtime.UnlockOSThread()
-			ch <- result{err: err}
+			ch <- result{zero, err}
 			return
 		}
 		defer target.Close()
 		if err := unix.Setns(int(target.Fd()), unix.CLONE_NEWNET); err != nil {
 			runtime.UnlockOSThread()
-			ch <- result{err: fmt.Errorf("enter: %w", err)}
+			ch <- result{zero, fmt.Errorf("enter: %w", err)}
 			return
 		}
-		l, err := net.Listen("tcp", addr)
+		s, err := open()
 		if back := unix.Setns(int(self.Fd()), unix.CLONE_NEWNET); back != nil {
-			if l != nil {
-				l.Close()
+			if err == nil {
+				s.Close()
 			}
-			ch <- result{err: errors.Join(err, fmt.Errorf("return to the host's namespace: %w", back))}
+			ch <- result{zero, errors.Join(err, fmt.Errorf("return to the host's namespace: %w", back))}
 			return // the thread stays locked and ends with this goroutine
 		}
 		runtime.UnlockOSThread()
-		ch <- result{l, err}
+		ch <- result{s, err}
 	}()
 	r := <-ch
-	return r.l, r.err
+	return r.s, r.err
 }

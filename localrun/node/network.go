@@ -270,6 +270,12 @@ func machineLock(name string) (unlock func(), err error) {
 // or an address AddLocalAddress added).
 func (n *Node) Listen(addr string) (net.Listener, error) { return listenIn(n.netPid, addr) }
 
+// ListenPacket opens a UDP socket at addr in the node's network namespace,
+// as Listen does for TCP.
+func (n *Node) ListenPacket(addr string) (net.PacketConn, error) {
+	return openIn(n.netPid, func() (net.PacketConn, error) { return net.ListenPacket("udp", addr) })
+}
+
 // AddLocalAddress gives the node one more address of its own (a /32 or
 // /128 on its loopback), which its Pods route to through the node: a
 // stand-in for something a node reaches that is not a Pod, like a cloud's

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"labkeep/infra"
 	"labkeep/shared/kube"
 )
 
@@ -88,6 +89,9 @@ func ListObjects(t testing.TB, dyn dynamic.Interface, ns string, l Listing) []Ob
 		for _, o := range list.Items {
 			if _, anchorPod := o.GetLabels()[kube.LabelAnchorOf]; anchorPod && l.LeaveOutAnchorPods {
 				continue
+			}
+			if kind == "NetworkPolicy" && o.GetName() == infra.SessionsDefaultDeny {
+				continue // the namespace's own, installed with it
 			}
 			out = append(out, Object{Kind: kind, Name: o.GetName(), Session: o.GetLabels()[kube.LabelSession], Deleting: o.GetDeletionTimestamp() != nil})
 		}

@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes/scheme"
 	"k8s.io/client-go/tools/remotecommand"
 
+	"labkeep/localrun/controlplane"
 	"labkeep/localrun/node"
 	"labkeep/localrun/stacktest"
 	"labkeep/shared/kube"
@@ -46,13 +47,16 @@ import (
 // API, the functions and the database (published on the host), the API
 // server (its Service and its relay on the node), a listener on the node's
 // address, a stand-in for a cloud's metadata service and one for an outside
-// resolver's DNS all refuse her, and so do ICMP echoes from a raw socket;
+// resolver (DNS over TCP and a query over UDP) all refuse her, and so do
+// ICMP echoes from a raw socket;
 // the cluster DNS answers her, guardian's alert route is the one platform
 // port she reaches (and it serves alerts only), and her own SSH works from
 // the host. carol's two-machine VM lab's launcher Pods reach each other on
-// every port tried and reach none of those targets. A control Pod in a
-// namespace without policies reaches every target, so each refusal is the
-// policy's, not a dead address.
+// every port tried and reach none of those targets. A Pod of no session in
+// the sessions namespace (the namespace's default-deny of infra/base) reaches
+// nothing, not even the cluster DNS, and nothing reaches it. A control Pod
+// in a namespace without policies reaches every target, so each refusal is
+// the policy's, not a dead address.
 //
 // virtsim's launcher Pods stand in for virt-launcher (a program answering
 // on a guest's ports, localrun/images/launcher): the policy around them and
@@ -165,6 +169,7 @@ func TestSessionNetworkIsConfined(t *testing.T) {
 	nodeService := serveOnNode(t, net.JoinHostPort(st.Node.IP, "0"))
 	metadata := serveOnNode(t, "169.254.169.254:80")
 	resolver := serveOnNode(t, "192.0.2.53:53")
+	resolverUDP := "udp:" + echoOnNode(t, resolver)
 	apiPort := strings.TrimPrefix(st.CP.APIServerURL, "https://127.0.0.1:")
 	gateway := netip.MustParsePrefix(st.Node.PodCIDR).Addr().Next().String()
 	// fromHost: bob's own policy admits no Pod, so the host (a permitted
@@ -184,13 +189,17 @@ func TestSessionNetworkIsConfined(t *testing.T) {
 		{"a service on the node's address", nodeService, false},
 		{"the metadata service's address", metadata, false},
 		{"an outside resolver's DNS port", resolver, false},
+		{"an outside resolver, a DNS query over UDP", resolverUDP, false},
 		{"the node's address, by ICMP echo", "icmp:" + st.Node.IP, false},
 		{"the Pods' gateway, by ICMP echo", "icmp:" + gateway, false},
 	}
 	// The launcher stand-in's program: its probe command tries TCP
-	// connections and ICMP echoes from wherever it runs.
+	// connections, DNS queries over UDP and ICMP echoes from wherever it
+	// runs.
 	probeBin := buildStatic(t, "labkeep/localrun/images/launcher")
 	control := controlPod(t, d)
+	// Started now, probed later: its start overlaps the control's probes.
+	stray := podIn(t, d, d.Namespace, "stray", node.VirtLauncherImage, "/launcher")
 	control.upload(t, probeBin, "/tmp/probe")
 	var fromPod []string
 	for _, tg := range targets {
@@ -267,6 +276,35 @@ func TestSessionNetworkIsConfined(t *testing.T) {
 			if got := probeResults(t, out)[own[1]]; got != "closed" {
 				t.Errorf("%s reaches carol's machine at %s: %q, want closed", who, own[1], got)
 			}
+		}
+	})
+	t.Run("a Pod of no session in the sessions namespace reaches nothing and nothing reaches it", func(t *testing.T) {
+		stray.wait(t)
+		dnsAddr := net.JoinHostPort(controlplane.ClusterDNSIP, "53")
+		if got := probeResults(t, control.run(t, "/tmp/probe", "probe", "udp:"+dnsAddr))["udp:"+dnsAddr]; got != "open" {
+			t.Fatalf("the control Pod's DNS query to the cluster DNS at %s: %q, want an answer", dnsAddr, got)
+		}
+		self := []string{"127.0.0.1:8080", "udp:" + dnsAddr}
+		got := probeResults(t, stray.run(t, "/launcher", append(append([]string{"probe"}, self...), all...)...))
+		if got[self[0]] != "open" {
+			t.Fatalf("the stray Pod's own port 8080 from inside it: %q, want open", got[self[0]])
+		}
+		if got[self[1]] != "closed" {
+			t.Errorf("the stray Pod's DNS query to the cluster DNS at %s: %q, want no answer", dnsAddr, got[self[1]])
+		}
+		wantClosed(t, "the stray Pod", got)
+		ip := stray.pod(t).Status.PodIP
+		at := net.JoinHostPort(ip, "8080")
+		if got := probeResults(t, control.run(t, "/tmp/probe", "probe", at))[at]; got != "closed" {
+			t.Errorf("the control Pod reaches the stray Pod at %s: %q, want closed", at, got)
+		}
+		if c, err := net.DialTimeout("tcp", at, 3*time.Second); err == nil {
+			c.Close()
+			t.Errorf("the host reaches the stray Pod at %s", at)
+		}
+		// Gone before the end's wait for an empty sessions namespace.
+		if err := d.Kube.CoreV1().Pods(d.Namespace).Delete(ctx, "stray", metav1.DeleteOptions{}); err != nil {
+			t.Error(err)
 		}
 	})
 	t.Run("the cluster DNS answers a workspace", func(t *testing.T) {
@@ -381,6 +419,32 @@ func serveOnNode(t *testing.T, addr string) string {
 	return l.Addr().String()
 }
 
+// echoOnNode answers every UDP datagram at addr in the node's network
+// namespace with the datagram itself (an address serveOnNode or the node
+// already has): enough of a resolver for a probe that counts any answer.
+// It returns the address.
+func echoOnNode(t *testing.T, addr string) string {
+	t.Helper()
+	c, err := st.Node.ListenPacket(addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	t.Cleanup(func() { c.Close(); <-done })
+	go func() {
+		defer close(done)
+		buf := make([]byte, 512)
+		for {
+			n, from, err := c.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			_, _ = c.WriteTo(buf[:n], from)
+		}
+	}()
+	return c.LocalAddr().String()
+}
+
 // podShell is a container a test runs commands in through the API server.
 type podShell struct {
 	d                   *stacktest.Deployment
@@ -391,28 +455,54 @@ type podShell struct {
 // no NetworkPolicy: what any Pod reaches on the node without confinement.
 func controlPod(t *testing.T, d *stacktest.Deployment) podShell {
 	t.Helper()
-	ctx := context.Background()
 	ns := "netcheck-" + d.Env
-	if _, err := d.Kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
+	if _, err := d.Kube.CoreV1().Namespaces().Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = d.Kube.CoreV1().Namespaces().Delete(context.Background(), ns, metav1.DeleteOptions{}) })
+	p := podIn(t, d, ns, "control", node.WorkspaceImage, "sleep", "infinity")
+	p.wait(t)
+	return p
+}
+
+// podIn creates Pod name in namespace ns with one container running image
+// (with command, if given) and returns it without waiting: see wait.
+func podIn(t *testing.T, d *stacktest.Deployment, ns, name, image string, command ...string) podShell {
+	t.Helper()
 	one := int64(1)
 	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: "control", Namespace: ns},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: ns},
 		Spec: corev1.PodSpec{
 			TerminationGracePeriodSeconds: &one,
-			Containers:                    []corev1.Container{{Name: labs.WorkspaceContainer, Image: node.WorkspaceImage, Command: []string{"sleep", "infinity"}}},
+			Containers: []corev1.Container{{Name: labs.WorkspaceContainer, Image: image, Command: command,
+				ImagePullPolicy: corev1.PullIfNotPresent}},
 		},
 	}
-	if _, err := d.Kube.CoreV1().Pods(ns).Create(ctx, p, metav1.CreateOptions{}); err != nil {
+	if _, err := d.Kube.CoreV1().Pods(ns).Create(context.Background(), p, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(func() { _ = d.Kube.CoreV1().Pods(ns).Delete(context.Background(), name, metav1.DeleteOptions{}) })
+	return podShell{d: d, ns: ns, name: name, container: labs.WorkspaceContainer}
+}
+
+// wait waits until the Pod runs with an address.
+func (p podShell) wait(t *testing.T) {
+	t.Helper()
 	stacktest.Eventually(t, 2*time.Minute, func() (bool, string) {
-		got, err := d.Kube.CoreV1().Pods(ns).Get(ctx, p.Name, metav1.GetOptions{})
-		return err == nil && got.Status.Phase == corev1.PodRunning, fmt.Sprintf("control Pod not running (%v)", err)
+		got, err := p.d.Kube.CoreV1().Pods(p.ns).Get(context.Background(), p.name, metav1.GetOptions{})
+		return err == nil && got.Status.Phase == corev1.PodRunning && got.Status.PodIP != "",
+			fmt.Sprintf("Pod %s/%s not running with an address (%v)", p.ns, p.name, err)
 	})
-	return podShell{d: d, ns: ns, name: p.Name, container: labs.WorkspaceContainer}
+}
+
+// pod reads the Pod.
+func (p podShell) pod(t *testing.T) *corev1.Pod {
+	t.Helper()
+	got, err := p.d.Kube.CoreV1().Pods(p.ns).Get(context.Background(), p.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return got
 }
 
 // run runs command with args in the container and returns its trimmed

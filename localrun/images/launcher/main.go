@@ -6,7 +6,8 @@
 // Run as "launcher probe ADDR..." (through the API server's exec, since the
 // image has no shell) it tries each ADDR once and prints "ADDR open" or
 // "ADDR closed" and why: the traffic a VM of the session could make, tried from the
-// Pod NetworkPolicy confines. ADDR is host:port for a TCP connection, or
+// Pod NetworkPolicy confines. ADDR is host:port for a TCP connection,
+// udp:host:port for a DNS query over UDP (open when anything answers), or
 // icmp:IP for an ICMP echo over a raw socket (which needs NET_RAW, as a
 // networking lab's ping does; a copy of the program probes from a
 // workspace too).
@@ -69,13 +70,15 @@ func serve(l net.Listener, name string) {
 	}
 }
 
-// probe prints, for each address, whether a TCP connection opens or an
-// ICMP echo is answered.
+// probe prints, for each address, whether a TCP connection opens, a DNS
+// query is answered or an ICMP echo is answered.
 func probe(addrs []string) {
 	for _, a := range addrs {
 		var err error
 		if ip, ok := strings.CutPrefix(a, "icmp:"); ok {
 			err = echo(ip)
+		} else if hp, ok := strings.CutPrefix(a, "udp:"); ok {
+			err = query(hp)
 		} else {
 			var c net.Conn
 			if c, err = net.DialTimeout("tcp", a, probeTimeout); err == nil {
@@ -124,6 +127,27 @@ func echo(ip string) error {
 			return nil
 		}
 	}
+}
+
+// query sends one DNS query (an A record of example.com) over UDP to
+// hostport and waits for any datagram back: UDP has no handshake, so only
+// an answer tells a reachable resolver from a dropped packet.
+func query(hostport string) error {
+	c, err := net.Dial("udp", hostport)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	msg := []byte{0x1a, 0xb0, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0, // id, RD, one question
+		7, 'e', 'x', 'a', 'm', 'p', 'l', 'e', 3, 'c', 'o', 'm', 0, 0, 1, 0, 1} // example.com A IN
+	if _, err := c.Write(msg); err != nil {
+		return err
+	}
+	if err := c.SetReadDeadline(time.Now().Add(probeTimeout)); err != nil {
+		return err
+	}
+	_, err = c.Read(make([]byte, 512))
+	return err
 }
 
 // checksum is the Internet checksum (RFC 1071) of b.
