@@ -138,8 +138,8 @@ func (a *Aggregator) OnRaise(f func(Alert)) { a.onNew = f }
 
 // Raise records an alert. A repeat of the same kind and subject within the
 // window only increments the count of the existing alert. A new alert is
-// queued for the webhook if the rate limit allows; otherwise it is kept
-// for the API and counted as rate-limited.
+// queued for the webhook if the rate limit allows or it is critical;
+// otherwise it is kept for the API and counted as rate-limited.
 //
 // Subject, message and fields often carry what the workspace's user chose
 // (paths, process names), which ends up in guardian's state file and the
@@ -168,7 +168,13 @@ func (a *Aggregator) Raise(kind, subject string, sev Severity, msg string, field
 	if len(a.recent) > a.cfg.Keep {
 		a.recent = a.recent[len(a.recent)-a.cfg.Keep:]
 	}
-	send := a.cfg.WebhookURL != "" && a.take(now)
+	// A critical alert stands for something guardian did or could not do
+	// (a kill, a freeze, sshd gone) and is what the platform must see, so
+	// the rate limit never holds one back (it still spends a token when
+	// one is left): a burst of warnings under load must not hide the
+	// memory-kill that follows it. Aggregation by kind and subject and
+	// guardian's own kill budget bound how many there are.
+	send := a.cfg.WebhookURL != "" && (a.take(now) || sev == Critical)
 	if a.cfg.WebhookURL != "" && !send {
 		a.stats.RateLimited++
 	}

@@ -131,6 +131,31 @@ func TestWebhookRetriesAndRateLimit(t *testing.T) {
 	}
 }
 
+// A critical alert is delivered even when warnings used up the burst.
+func TestCriticalAlertsAreNeverRateLimited(t *testing.T) {
+	h := &hook{}
+	srv := httptest.NewServer(h)
+	defer srv.Close()
+	c := &clock{time.Unix(1000, 0)}
+	a := New(Config{WebhookURL: srv.URL, Burst: 2, RatePerMin: 1, Attempts: 1}, c.now, srv.Client(), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go a.Run(ctx)
+	for _, r := range []struct {
+		kind string
+		sev  Severity
+	}{{"cpu-storm", Warning}, {"memory-high", Warning}, {"sshd-rt-unavailable", Warning}, {"memory-kill", Critical}, {"fork-bomb", Critical}} {
+		a.Raise(r.kind, "", r.sev, "m", nil)
+	}
+	s := waitStats(t, a, func(s Stats) bool { return s.Delivered+s.Failed == 4 })
+	if s.Delivered != 4 || s.RateLimited != 1 {
+		t.Errorf("stats = %+v; want 4 delivered (two warnings, both critical alerts) and the third warning rate-limited", s)
+	}
+	if n := h.count(); n != 4 {
+		t.Errorf("webhook received %d alerts; want 4", n)
+	}
+}
+
 func TestRateLimitRefills(t *testing.T) {
 	c := &clock{time.Unix(1000, 0)}
 	a := New(Config{WebhookURL: "http://127.0.0.1:1", Burst: 1, RatePerMin: 60}, c.now, nil, nil)
