@@ -106,7 +106,11 @@ func (p *Process) Exited() (bool, error) {
 }
 
 // Stop sends sig to the process group, waits up to grace, then SIGKILLs
-// the group, and waits for the process to be reaped.
+// the group, waits for the process to be reaped, and returns once nothing
+// of its group is left (bounded by groupGone): a program the child was
+// running (kube-proxy's and kube-router's iptables and ipset calls) dies
+// a moment after the signal, and a caller that checks for leftovers must
+// not see it.
 func (p *Process) Stop(sig syscall.Signal, grace time.Duration) {
 	if p == nil {
 		return
@@ -124,7 +128,14 @@ func (p *Process) Stop(sig syscall.Signal, grace time.Duration) {
 	}
 	// Anything the child left in its group goes too.
 	_ = syscall.Kill(-pgid, syscall.SIGKILL)
+	for deadline := time.Now().Add(groupGone); syscall.Kill(-pgid, 0) == nil && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
 }
+
+// groupGone bounds how long Stop waits for the kernel to take the killed
+// members of a child's process group.
+const groupGone = 5 * time.Second
 
 // LogTail returns the last n bytes of the process log, for error messages
 // that say why a component did not come up.
