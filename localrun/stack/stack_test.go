@@ -1,6 +1,7 @@
 package stack
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -9,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -52,6 +54,31 @@ const stackPids = 9
 // they do not run.
 var nodeOpts = node.Options{NoWorkspaceImage: true}
 
+// groupMembers describes the processes of process group pgid, as
+// "pid comm state" from /proc, for failure messages.
+func groupMembers(pgid int) []string {
+	var out []string
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid pgrp ...: comm may hold spaces, so split
+		// after its closing parenthesis.
+		i := bytes.LastIndexByte(b, ')')
+		j := bytes.IndexByte(b, '(')
+		if i < 0 || j < 0 {
+			continue
+		}
+		fields := strings.Fields(string(b[i+1:]))
+		if len(fields) >= 3 && fields[2] == strconv.Itoa(pgid) {
+			out = append(out, fmt.Sprintf("%s %s %s", strings.TrimSpace(string(b[:j])), b[j+1:i], fields[0]))
+		}
+	}
+	return out
+}
+
 // assertGone fails unless no process of any of fp's process groups is
 // left, no port accepts connections and no dir exists.
 func assertGone(t *testing.T, what string, fp footprint, wait time.Duration) {
@@ -59,7 +86,7 @@ func assertGone(t *testing.T, what string, fp footprint, wait time.Duration) {
 	poll.Eventually(t, wait, func() (bool, string) {
 		for _, pid := range fp.Pids {
 			if syscall.Kill(-pid, 0) == nil { // the whole group: postgres backends too
-				return false, fmt.Sprintf("%s: process group %d still has processes", what, pid)
+				return false, fmt.Sprintf("%s: process group %d still has processes %v", what, pid, groupMembers(pid))
 			}
 		}
 		return true, ""
