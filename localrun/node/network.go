@@ -193,8 +193,16 @@ func (nn *nodeNet) remove() error {
 		if l == "" {
 			continue
 		}
-		if _, err := os.Stat(filepath.Join("/sys/class/net", l)); err == nil {
-			errs = append(errs, ipCmd("link", "del", l))
+		// The kernel deletes the pair on its own once the node's namespace
+		// is gone, which may happen between the look and the delete: a
+		// link that is gone after a failed delete is what was wanted.
+		sys := filepath.Join("/sys/class/net", l)
+		if _, err := os.Stat(sys); err == nil {
+			if err := ipCmd("link", "del", l); err != nil {
+				if _, gone := os.Stat(sys); !errors.Is(gone, os.ErrNotExist) {
+					errs = append(errs, err)
+				}
+			}
 		}
 	}
 	return errors.Join(errs...)
