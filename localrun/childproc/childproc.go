@@ -108,9 +108,9 @@ func (p *Process) Exited() (bool, error) {
 // Stop sends sig to the process group, waits up to grace, then SIGKILLs
 // the group, waits for the process to be reaped, and returns once nothing
 // of its group is left (bounded by groupGone): a program the child was
-// running (kube-proxy's and kube-router's iptables and ipset calls) dies
-// a moment after the signal, and a caller that checks for leftovers must
-// not see it.
+// running (such as an iptables or ipset call of kube-proxy or kube-router)
+// dies a moment after the signal, and a caller that checks for leftovers
+// must not see it.
 func (p *Process) Stop(sig syscall.Signal, grace time.Duration) {
 	if p == nil {
 		return

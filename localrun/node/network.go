@@ -194,14 +194,11 @@ func (nn *nodeNet) remove() error {
 			continue
 		}
 		// The kernel deletes the pair on its own once the node's namespace
-		// is gone, which may happen between the look and the delete: a
-		// link that is gone after a failed delete is what was wanted.
-		sys := filepath.Join("/sys/class/net", l)
-		if _, err := os.Stat(sys); err == nil {
-			if err := ipCmd("link", "del", l); err != nil {
-				if _, gone := os.Stat(sys); !errors.Is(gone, os.ErrNotExist) {
-					errs = append(errs, err)
-				}
+		// is gone, at any moment: a link that is gone after a failed
+		// delete is what was wanted.
+		if err := ipCmd("link", "del", l); err != nil {
+			if _, gone := os.Stat(filepath.Join("/sys/class/net", l)); !errors.Is(gone, os.ErrNotExist) {
+				errs = append(errs, err)
 			}
 		}
 	}
