@@ -6,7 +6,9 @@
 #   - run, as root: the Debian packages the local stack needs (PostgreSQL
 #     server; for the local node: containerd, runc, the CNI plugins,
 #     iproute2, iptables and ipset for kube-proxy and the NetworkPolicy
-#     engine, unshare and nsenter, debootstrap for the workspace image);
+#     engine, unshare and nsenter, debootstrap for the workspace image;
+#     for KubeVirt: gcc and the static C library for its container-disk
+#     helper, qemu-img for the VM labs' guest disk);
 #   - test adds what only tests use: OpenSSH server for the guardian
 #     end-to-end tests, setpriv and procps, nginx and envsubst for the
 #     reapTick forwarder test, kubectl for the kustomize check, qemu for the
@@ -15,7 +17,8 @@
 #     packaged services are never started: tests run their own instances;
 #   - both: the local Kubernetes binaries (etcd, kube-apiserver,
 #     kube-controller-manager, kubelet, kube-scheduler, kube-proxy, CoreDNS,
-#     kube-router's network policy controller), built once from the
+#     kube-router's network policy controller, KubeVirt's components),
+#     built once from the
 #     Go module proxy and cached in $LABKEEP_BIN_CACHE (default: the user
 #     cache dir), KubeVirt's CRDs (generated from kubevirt.io/kubevirt at
 #     go.mod's kubevirt.io/api version, cached beside them) and, as root,
@@ -40,6 +43,9 @@ have_cmd iptables || need+=(iptables)
 have_cmd ipset || need+=(ipset)
 have_cmd debootstrap || need+=(debootstrap)
 have_cmd unshare || need+=(util-linux)
+have_cmd gcc || need+=(gcc)
+[ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need+=(libc6-dev)
+have_cmd qemu-img || need+=(qemu-utils)
 if [ "$mode" = test ]; then
   have_cmd sshd || need+=(openssh-server)
   have_cmd setpriv || need+=(util-linux)

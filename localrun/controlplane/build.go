@@ -254,9 +254,18 @@ func buildKubernetes(ctx context.Context, dir, version string, builds []kubeBuil
 }
 
 func buildTo(ctx context.Context, mod, pkg, out string, progress io.Writer) error {
+	return BuildTo(ctx, mod, pkg, out, nil, progress)
+}
+
+// BuildTo builds the package pkg of the module in mod to out as the
+// control plane's binaries are built: -trimpath, stripped, GOWORK off and
+// cgo off unless env sets CGO_ENABLED=1 (env is added to the environment;
+// a later value of a variable wins). It writes a temp name and renames it,
+// so an interrupted build never leaves a file a later run would trust.
+func BuildTo(ctx context.Context, mod, pkg, out string, env []string, progress io.Writer) error {
 	tmp := out + ".partial"
 	_ = os.Remove(tmp)
-	if err := goCmd(ctx, mod, progress, "build", "-trimpath", "-ldflags=-s -w", "-o", tmp, pkg); err != nil {
+	if err := goCmdEnv(ctx, mod, env, progress, "build", "-trimpath", "-ldflags=-s -w", "-o", tmp, pkg); err != nil {
 		_ = os.Remove(tmp)
 		return err
 	}
@@ -283,10 +292,17 @@ const progressEvery = 15 * time.Second
 // goCmd runs the go command in dir with its output to progress, saying
 // what it runs and for how long every progressEvery.
 func goCmd(ctx context.Context, dir string, progress io.Writer, args ...string) error {
+	return goCmdEnv(ctx, dir, nil, progress, args...)
+}
+
+// goCmdEnv is goCmd with env added to the command's environment (a later
+// value of a variable wins).
+func goCmdEnv(ctx context.Context, dir string, env []string, progress io.Writer, args ...string) error {
 	cmd, err := goCommand(ctx, dir, args...)
 	if err != nil {
 		return err
 	}
+	cmd.Env = append(cmd.Env, env...)
 	if progress == nil {
 		progress = io.Discard
 	}

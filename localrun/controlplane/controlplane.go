@@ -110,6 +110,8 @@ var ControllersRun = []string{
 	// The cluster DNS runs as a Deployment, as on a production cluster.
 	"deployment-controller",
 	"replicaset-controller",
+	// KubeVirt's virt-handler runs as a DaemonSet.
+	"daemonset-controller",
 }
 
 // NodeName is the name of the one node of the local stack; the control
@@ -222,6 +224,13 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 		// aggregated API behind a Service at one of its Pods' addresses,
 		// which the host routes to the node.
 		"--enable-aggregator-routing=true",
+		"--requestheader-client-ca-file="+cp.pki.frontProxyCAFile,
+		"--requestheader-allowed-names="+frontProxyClient,
+		"--requestheader-username-headers=X-Remote-User",
+		"--requestheader-group-headers=X-Remote-Group",
+		"--requestheader-extra-headers-prefix=X-Remote-Extra-",
+		"--proxy-client-cert-file="+cp.pki.frontProxyCert,
+		"--proxy-client-key-file="+cp.pki.frontProxyKey,
 		"--allow-privileged=true",
 		"--enable-priority-and-fairness=false",
 		"--profiling=false",

@@ -142,39 +142,65 @@ func main() {
 `
 
 // generateKubeVirtCRDs builds and runs the wrapper program in a temp
-// module under dir and returns what it printed. The wrapper's go.mod takes
-// kubevirt.io/kubevirt's own replace directives (those naming a published
-// module; its staging directories are the kubevirt.io/api and client-go
-// releases of the same version), as a dependency's replaces do not apply.
+// module under dir and returns what it printed.
 func generateKubeVirtCRDs(ctx context.Context, dir string, v Versions, progress io.Writer) ([]byte, error) {
-	mod, err := os.MkdirTemp(dir, "kubevirt-crds-")
+	mod, _, err := KubeVirtModule(ctx, dir, v, map[string]string{"main.go": kubeVirtGenerator}, progress)
 	if err != nil {
 		return nil, err
 	}
 	defer os.RemoveAll(mod)
-	dl, err := goOutput(ctx, mod, "mod", "download", "-json", "kubevirt.io/kubevirt@"+v.KubeVirt)
-	if err != nil {
+	gen := filepath.Join(mod, "generate")
+	if err := goCmd(ctx, mod, progress, "build", "-trimpath", "-o", gen, "."); err != nil {
 		return nil, err
 	}
-	var info struct{ GoMod, Error string }
+	run := exec.CommandContext(ctx, gen)
+	run.Dir = mod
+	return runOutput(run)
+}
+
+// KubeVirtModule makes a Go module in a new temp dir under dir holding
+// files (name → content) that requires kubevirt.io/kubevirt at v.KubeVirt,
+// tidied, and returns its dir (the caller removes it) and the directory of
+// KubeVirt's source in the module cache (read-only). The module's go.mod
+// takes kubevirt.io/kubevirt's own replace directives (those naming a
+// published module; its staging directories are the kubevirt.io/api and
+// client-go releases of the same version), as a dependency's replaces do
+// not apply. Building from it pulls KubeVirt's dependency tree, which is
+// why it happens once into a cache and labkeep's go.mod never requires
+// kubevirt.io/kubevirt.
+func KubeVirtModule(ctx context.Context, dir string, v Versions, files map[string]string, progress io.Writer) (mod, source string, err error) {
+	mod, err = os.MkdirTemp(dir, "kubevirt-module-")
+	if err != nil {
+		return "", "", err
+	}
+	defer func() {
+		if err != nil {
+			os.RemoveAll(mod)
+		}
+	}()
+	dl, err := goOutput(ctx, mod, "mod", "download", "-json", "kubevirt.io/kubevirt@"+v.KubeVirt)
+	if err != nil {
+		return "", "", err
+	}
+	var info struct{ GoMod, Dir, Error string }
 	if err := json.Unmarshal(dl, &info); err != nil {
-		return nil, fmt.Errorf("go mod download: %w", err)
+		return "", "", fmt.Errorf("go mod download: %w", err)
 	}
 	if info.Error != "" {
-		return nil, errors.New(info.Error)
+		return "", "", errors.New(info.Error)
 	}
 	kvMod, err := os.ReadFile(info.GoMod)
 	if err != nil {
-		return nil, err
+		return "", "", err
 	}
 	// KubeVirt generated its schemas (a static part of its source) from
 	// the CDI API its go.mod requires, and a DataVolume template's spec is
 	// CDI's DataVolumeSpec: that CDI API must be go.mod's.
 	if got := requiredVersion(string(kvMod), "kubevirt.io/containerized-data-importer-api"); got != v.CDIAPI {
-		return nil, fmt.Errorf("kubevirt.io/kubevirt %s was built with kubevirt.io/containerized-data-importer-api %q, not %s: keep go.mod's kubevirt.io/api and CDI API versions (and Versions) in step", v.KubeVirt, got, v.CDIAPI)
+		return "", "", fmt.Errorf("kubevirt.io/kubevirt %s was built with kubevirt.io/containerized-data-importer-api %q, not %s: keep go.mod's kubevirt.io/api and CDI API versions (and Versions) in step", v.KubeVirt, got, v.CDIAPI)
 	}
 	var gomod strings.Builder
-	fmt.Fprintf(&gomod, "module labkeep.local/kubevirtcrds\n\ngo 1.24\n\nrequire (\n")
+	fmt.Fprintf(&gomod, "module labkeep.local/kubevirt\n\ngo 1.24\n\nrequire (\n")
 	for _, m := range []string{"kubevirt.io/kubevirt", "kubevirt.io/api", "kubevirt.io/client-go"} {
 		fmt.Fprintf(&gomod, "\t%s %s\n", m, v.KubeVirt)
 	}
@@ -183,22 +209,16 @@ func generateKubeVirtCRDs(ctx context.Context, dir string, v Versions, progress 
 		fmt.Fprintf(&gomod, "\t%s\n", r)
 	}
 	gomod.WriteString(")\n")
-	if err := os.WriteFile(filepath.Join(mod, "go.mod"), []byte(gomod.String()), 0o644); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(mod, "main.go"), []byte(kubeVirtGenerator), 0o644); err != nil {
-		return nil, err
+	files["go.mod"] = gomod.String()
+	for name, content := range files {
+		if err := os.WriteFile(filepath.Join(mod, name), []byte(content), 0o644); err != nil {
+			return "", "", err
+		}
 	}
 	if err := goCmd(ctx, mod, progress, "mod", "tidy", "-e"); err != nil {
-		return nil, err
+		return "", "", err
 	}
-	gen := filepath.Join(mod, "generate")
-	if err := goCmd(ctx, mod, progress, "build", "-trimpath", "-o", gen, "."); err != nil {
-		return nil, err
-	}
-	run := exec.CommandContext(ctx, gen)
-	run.Dir = mod
-	return runOutput(run)
+	return mod, info.Dir, nil
 }
 
 // requiredVersion is the version a go.mod requires of module, or "".

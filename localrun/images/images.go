@@ -30,6 +30,7 @@ import (
 	"github.com/google/go-containerregistry/pkg/v1/tarball"
 
 	"labkeep/localrun/controlplane"
+	"labkeep/localrun/kubevirt"
 )
 
 // The images the local node provides. Each is what a production cluster
@@ -76,6 +77,10 @@ type Options struct {
 	// CoreDNS is the built CoreDNS binary the CoreDNS image holds
 	// (required).
 	CoreDNS string
+	// KubeVirt, when set, adds KubeVirt's images built from these
+	// binaries (see kubeVirtImages) and the VM labs' guest disk
+	// (GuestDisk): minutes on a cold cache.
+	KubeVirt *kubevirt.Binaries
 }
 
 // Archive is one docker-archive tarball (what `docker save` writes and
@@ -140,6 +145,21 @@ func Build(ctx context.Context, opts Options) ([]Archive, error) {
 			return nil, fmt.Errorf("image %s: %w", Workspace, err)
 		}
 		fmt.Fprintf(progress, "labkeep: image %s ready in %s\n", Workspace, time.Since(start).Round(10*time.Millisecond))
+		out = append(out, a)
+	}
+	if opts.KubeVirt != nil {
+		start := time.Now()
+		a, err := kubeVirtImages(ctx, work, opts.CacheDir, *opts.KubeVirt, progress)
+		if err != nil {
+			return nil, fmt.Errorf("KubeVirt images: %w", err)
+		}
+		fmt.Fprintf(progress, "labkeep: KubeVirt's images ready in %s\n", time.Since(start).Round(10*time.Millisecond))
+		out = append(out, a)
+		start = time.Now()
+		if a, err = GuestDisk(ctx, work, opts.CacheDir, progress); err != nil {
+			return nil, fmt.Errorf("image %s: %w", GuestDebian, err)
+		}
+		fmt.Fprintf(progress, "labkeep: image %s ready in %s\n", GuestDebian, time.Since(start).Round(10*time.Millisecond))
 		out = append(out, a)
 	}
 	return out, nil

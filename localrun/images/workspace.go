@@ -104,28 +104,7 @@ func workspaceImage(ctx context.Context, work, cache string, progress io.Writer)
 	mirror := debianMirror("/etc/apt", debianSuite)
 	fmt.Fprintf(progress, "labkeep: building image %s (once, about a minute; debootstrap %s from %s)\n", Workspace, debianSuite, mirror)
 	root := filepath.Join(work, "workspace-root")
-	run := func(name string, args ...string) error {
-		cmd := exec.CommandContext(ctx, name, args...)
-		cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive", "LC_ALL=C")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			tail := string(out)
-			if len(tail) > 3000 {
-				tail = tail[len(tail)-3000:]
-			}
-			return fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, tail)
-		}
-		return nil
-	}
-	if err := run("debootstrap", "--foreign", "--variant=minbase", "--include="+workspacePackages, debianSuite, root, mirror); err != nil {
-		return Archive{}, err
-	}
-	// Forbid maintainer scripts to start services (policy-rc.d "101").
-	policy := filepath.Join(root, "usr/sbin/policy-rc.d")
-	if err := os.WriteFile(policy, []byte("#!/bin/sh\nexit 101\n"), 0o755); err != nil {
-		return Archive{}, err
-	}
-	if err := run("unshare", "--mount", "--propagation=private", "--net", "--pid", "--fork", "--kill-child",
-		"chroot", root, "/debootstrap/debootstrap", "--second-stage"); err != nil {
+	if err := debootstrap(ctx, root, mirror, workspacePackages); err != nil {
 		return Archive{}, err
 	}
 	if err := normalizeRootfs(root); err != nil {
@@ -145,18 +124,55 @@ func workspaceImage(ctx context.Context, work, cache string, progress io.Writer)
 	return Archive{Path: path, Names: names}, nil
 }
 
-// normalizeRootfs removes what is not needed in a container or differs
-// from build to build, and adds labkeep's entrypoint and sshd settings.
-func normalizeRootfs(root string) error {
-	for _, pattern := range []string{
-		"usr/sbin/policy-rc.d",
-		"etc/ssh/ssh_host_*",
-		"var/cache/apt/*", "var/lib/apt/lists/*",
-		"var/log/*", "var/cache/ldconfig/aux-cache",
-		"var/cache/debconf/*-old", "var/lib/dpkg/*-old",
-		"usr/share/doc/*", "usr/share/man/*", "usr/share/info/*",
-		"dev/*", "run/*", "tmp/*", "proc/*", "sys/*",
-	} {
+// debootstrap makes a minbase Debian root of debianSuite from mirror with
+// the packages include (comma-separated) at root: its first stage
+// downloads and unpacks the packages; its second stage (their maintainer
+// scripts) runs chrooted in new mount, PID and network namespaces, so
+// nothing it starts can listen on the host, outlive it, or leave a mount
+// behind, with a policy-rc.d that forbids starting services (left in
+// place: the caller removes it when the root is done).
+func debootstrap(ctx context.Context, root, mirror, include string) error {
+	if err := runBuildStep(ctx, "debootstrap", "--foreign", "--variant=minbase", "--include="+include, debianSuite, root, mirror); err != nil {
+		return err
+	}
+	policy := filepath.Join(root, "usr/sbin/policy-rc.d")
+	if err := os.WriteFile(policy, []byte("#!/bin/sh\nexit 101\n"), 0o755); err != nil {
+		return err
+	}
+	return runBuildStep(ctx, "unshare", "--mount", "--propagation=private", "--net", "--pid", "--fork", "--kill-child",
+		"chroot", root, "/debootstrap/debootstrap", "--second-stage")
+}
+
+// runBuildStep runs a command of an image build (Debian's tools
+// non-interactive, in the C locale) and returns the end of its output on
+// failure.
+func runBuildStep(ctx context.Context, name string, args ...string) error {
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive", "LC_ALL=C")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		tail := string(out)
+		if len(tail) > 3000 {
+			tail = tail[len(tail)-3000:]
+		}
+		return fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, tail)
+	}
+	return nil
+}
+
+// rootfsLeftovers are what a built Debian root holds that no container
+// needs or that differs from build to build (globs under the root).
+var rootfsLeftovers = []string{
+	"usr/sbin/policy-rc.d",
+	"var/cache/apt/*", "var/lib/apt/lists/*",
+	"var/log/*", "var/cache/ldconfig/aux-cache",
+	"var/cache/debconf/*-old", "var/lib/dpkg/*-old",
+	"usr/share/doc/*", "usr/share/man/*", "usr/share/info/*",
+	"dev/*", "run/*", "tmp/*", "proc/*", "sys/*",
+}
+
+// removeGlobs removes everything matching patterns under root.
+func removeGlobs(root string, patterns []string) error {
+	for _, pattern := range patterns {
 		matches, err := filepath.Glob(filepath.Join(root, pattern))
 		if err != nil {
 			return err
@@ -166,6 +182,15 @@ func normalizeRootfs(root string) error {
 				return err
 			}
 		}
+	}
+	return nil
+}
+
+// normalizeRootfs removes what is not needed in a container or differs
+// from build to build, and adds labkeep's entrypoint and sshd settings.
+func normalizeRootfs(root string) error {
+	if err := removeGlobs(root, append([]string{"etc/ssh/ssh_host_*"}, rootfsLeftovers...)); err != nil {
+		return err
 	}
 	// The days-since-epoch of the last password change would differ by
 	// build date; an empty field means "aging disabled".

@@ -102,6 +102,21 @@ func (n *Node) cniConfig() string {
 `, podBridge, n.net.cidr, n.net.firstPodIP, n.path("cni", "ipam"))
 }
 
+// nodeMounts makes, in the node's mount namespace, the directories a
+// node's own Pods may mount from the host its own: /run and /var/lib are
+// tmpfs of the node's, and /var/lib/kubelet is the kubelet's directory
+// (its $2). Every mount is shared in there, as on a systemd host (still a
+// slave of the host's, so nothing propagates back), so a privileged Pod's
+// mounts (KubeVirt's virt-handler mounts containerDisks into virt-launcher
+// Pods through /var/lib/kubelet and /var/run/kubevirt, "Bidirectional")
+// reach the Pods that mount them; containerd checks the propagation of
+// the mount a host path lies on by its literal path (/var/run/... lies on
+// "/", not on /run). Several nodes on one machine never see each other's.
+const nodeMounts = `mount --make-rshared / &&
+mount -t tmpfs -o mode=0755,size=64m labkeep-run /run && mount --make-rshared /run &&
+mount -t tmpfs -o mode=0755,size=16m labkeep-varlib /var/lib && mount --make-rshared /var/lib &&
+mkdir /var/lib/kubelet && mount --bind "$2" /var/lib/kubelet`
+
 // startContainerd starts containerd as PID 1 of new PID and mount
 // namespaces (see the package doc), in the node's new network namespace,
 // which it then sets up (nodeNet.join): `unshare --kill-child` makes it die
@@ -133,11 +148,14 @@ func (n *Node) startContainerd(ctx context.Context) error {
 	if err := syscall.Mount("", kubeletDir, "", syscall.MS_SHARED|syscall.MS_REC, ""); err != nil {
 		return fmt.Errorf("make %s shared: %w", kubeletDir, err)
 	}
-	script := `mount -t tmpfs -o mode=0755,size=64m labkeep-run /run && exec containerd --config "$1"`
+	if strings.HasPrefix(kubeletDir, "/var/lib/") || strings.HasPrefix(kubeletDir, "/run/") {
+		return fmt.Errorf("the node's dir %s must not be under /var/lib or /run: the node has its own", n.Dir)
+	}
+	script := nodeMounts + ` && exec containerd --config "$1"`
 	p, err := childproc.Start("containerd", n.path("containerd.log"), childproc.Attr{
 		Env: []string{"PATH=" + sbinPath, "TMPDIR=" + n.path("containerd", "tmp"), "HOME=" + n.Dir},
 	}, "unshare", "--mount", "--propagation=slave", "--pid", "--net", "--fork", "--kill-child", "--mount-proc",
-		"--", "/bin/sh", "-c", script, "containerd", n.path("containerd", "config.toml"))
+		"--", "/bin/sh", "-c", script, "containerd", n.path("containerd", "config.toml"), kubeletDir)
 	if err != nil {
 		return err
 	}

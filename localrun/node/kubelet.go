@@ -68,7 +68,12 @@ nodeStatusReportFrequency: 10s
 `, n.net.nodeIP, port, n.CgroupRoot, "unix://"+n.ContainerdSocket, n.path("pod-logs"), controlplane.ClusterDNSIP, controlplane.ClusterDomain)
 }
 
-// startKubelet starts the kubelet as the control plane's node identity.
+// startKubelet starts the kubelet as the control plane's node identity, in
+// the node's network, mount and PID namespaces (containerd's): its Pod
+// volume mounts are the node's, gone with it, and what it keeps at fixed
+// paths (the device plugins' sockets under /var/lib/kubelet, which
+// KubeVirt's virt-handler registers with) is the node's own, as the
+// directories of Pods' host paths are (see nodeMounts).
 func (n *Node) startKubelet(ctx context.Context, cp *controlplane.ControlPlane, bin string) error {
 	ports, err := controlplane.FreePorts(1)
 	if err != nil {
@@ -82,7 +87,7 @@ func (n *Node) startKubelet(ctx context.Context, cp *controlplane.ControlPlane, 
 		return err
 	}
 	p, err := childproc.Start("kubelet", n.path("kubelet.log"), childproc.Attr{Env: []string{"PATH=" + sbinPath, "HOME=" + n.Dir}},
-		"nsenter", "--net="+netnsPath(n.netPid), "--", bin,
+		"nsenter", "--net="+netnsPath(n.netPid), "--mount="+nsPath(n.netPid, "mnt"), "--pid="+nsPath(n.netPid, "pid_for_children"), "--", bin,
 		"--config="+n.path("kubelet-config.yaml"),
 		"--kubeconfig="+kubeconfig,
 		"--root-dir="+n.path("kubelet"),

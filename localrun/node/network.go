@@ -153,7 +153,12 @@ func waitOwnNetns(ctx context.Context, pid int) error {
 }
 
 // netnsPath is the network namespace of process pid.
-func netnsPath(pid int) string { return fmt.Sprintf("/proc/%d/ns/net", pid) }
+func netnsPath(pid int) string { return nsPath(pid, "net") }
+
+// nsPath is the file of process pid's namespace of the kind ("net",
+// "mnt", "pid_for_children": the PID namespace of its children, which for
+// unshare is the one it made).
+func nsPath(pid int, kind string) string { return fmt.Sprintf("/proc/%d/ns/%s", pid, kind) }
 
 // inNetns runs a command in the network namespace of process pid.
 func inNetns(pid int, cmd string, args ...string) error {

@@ -42,6 +42,7 @@ import (
 	"labkeep/localrun/childproc"
 	"labkeep/localrun/controlplane"
 	"labkeep/localrun/images"
+	"labkeep/localrun/kubevirt"
 	"labkeep/localrun/netpolicy"
 )
 
@@ -73,8 +74,14 @@ type Options struct {
 	NoWorkspaceImage bool
 	// Progress receives build and start-up messages (nil = discard).
 	Progress io.Writer
-	// StartTimeout bounds the start-up after the builds (default 2 minutes).
+	// StartTimeout bounds the start-up after the builds (default 2
+	// minutes; KubeVirt's installation has kubeVirtTimeout of its own).
 	StartTimeout time.Duration
+	// KubeVirt runs real KubeVirt on the node, guests under software
+	// emulation (see package kubevirt): its images are built (minutes on
+	// a cold cache) and imported, and Start returns once virt-handler has
+	// marked the node schedulable for VMs.
+	KubeVirt bool
 }
 
 // Node is a running node.
@@ -136,6 +143,14 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	if err != nil {
 		return nil, err
 	}
+	var virt *kubevirt.Binaries
+	if opts.KubeVirt {
+		b, err := kubevirt.EnsureBinaries(ctx, cache, controlplane.DefaultVersions, progress)
+		if err != nil {
+			return nil, err
+		}
+		virt = &b
+	}
 	for _, tool := range []string{"containerd", "containerd-shim-runc-v2", "ctr", "runc", "unshare", "nsenter", "tar", "iptables", "ipset"} {
 		if _, err := lookPath(tool); err != nil {
 			return nil, fmt.Errorf("node: %s not found (localrun/setup.sh installs it): %w", tool, err)
@@ -153,7 +168,7 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	}
 	imgc := make(chan built, 1)
 	go func(ctx context.Context) {
-		a, err := images.Build(ctx, images.Options{CacheDir: filepath.Join(cache, "images"), Progress: progress, NoWorkspace: opts.NoWorkspaceImage, CoreDNS: opts.Binaries.CoreDNS})
+		a, err := images.Build(ctx, images.Options{CacheDir: filepath.Join(cache, "images"), Progress: progress, NoWorkspace: opts.NoWorkspaceImage, CoreDNS: opts.Binaries.CoreDNS, KubeVirt: virt})
 		imgc <- built{a, err}
 	}(ctx)
 	imagesTaken := false
@@ -180,6 +195,7 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 			n = nil
 		}
 	}()
+	outer := ctx
 	ctx, cancel := context.WithTimeout(ctx, opts.StartTimeout)
 	defer cancel()
 	started := time.Now()
@@ -217,6 +233,10 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	if b.err != nil {
 		return n, b.err
 	}
+	// The rest has StartTimeout of its own: the image builds may have
+	// taken minutes on a cold cache.
+	ctx, cancelRest := context.WithTimeout(outer, opts.StartTimeout)
+	defer cancelRest()
 	if err := n.importImages(ctx, b.archives); err != nil {
 		return n, err
 	}
@@ -243,6 +263,15 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	if err := n.startDNS(ctx, cs); err != nil {
 		return n, err
 	}
+	if virt != nil {
+		// Its own time: the image builds before it may have taken most of
+		// StartTimeout on a cold cache.
+		ctx, cancel := context.WithTimeout(outer, kubeVirtTimeout)
+		defer cancel()
+		if err := kubevirt.Install(ctx, cp.Admin, *virt, n.Name, true, progress); err != nil {
+			return n, err
+		}
+	}
 	fmt.Fprintf(progress, "labkeep: node %s Ready in %s (at %s, Pods on %s, host link %s)\n", n.Name, time.Since(started).Round(10*time.Millisecond), n.IP, n.PodCIDR, n.Link)
 	return n, nil
 }
@@ -253,6 +282,10 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 // must name it (LABKEEP_SSH_SOURCE_CIDRS, LABKEEP_PLATFORM_SOURCE_CIDRS):
 // it lies in a range they block.
 func (n *Node) HostSource() string { return n.HostIP + "/32" }
+
+// kubeVirtTimeout bounds KubeVirt's installation on a started node (about
+// 30 s here).
+const kubeVirtTimeout = 4 * time.Minute
 
 // dirPrefix names the node's temp dir, its cgroup root and (in the
 // bridge's alias) its owner, so sweepStale can recognise leftovers.

@@ -1,8 +1,10 @@
 // Command labkeep-binaries builds (once) and caches the Kubernetes binaries
 // that localrun starts (etcd, kube-apiserver, kube-controller-manager, and
 // the node's kubelet and kube-scheduler), generates KubeVirt's CRDs
-// (controlplane.EnsureKubeVirtCRDs) and, when run as root (the node
-// needs root, and so does debootstrap), the node's images; it prints the
+// (controlplane.EnsureKubeVirtCRDs), builds KubeVirt's programs
+// (kubevirt.EnsureBinaries) and, when run as root (the node needs root,
+// and so does debootstrap), the node's images, KubeVirt's and the VM
+// labs' guest disk among them; it prints the
 // binaries' directory. It also unpacks the kernel the cgroup v2 test VM
 // boots (localrun/guestvm) unless -for run (`make run` boots no test VM).
 // `make test` and `make run` call it first so the minutes-long cold build
@@ -23,6 +25,7 @@ import (
 	"labkeep/localrun/controlplane"
 	"labkeep/localrun/guestvm"
 	"labkeep/localrun/images"
+	"labkeep/localrun/kubevirt"
 	"labkeep/localrun/netpolicy"
 )
 
@@ -63,13 +66,17 @@ func run() error {
 	if _, err := netpolicy.EnsureEngine(ctx, dir, controlplane.DefaultVersions, os.Stderr); err != nil {
 		return err
 	}
+	virt, err := kubevirt.EnsureBinaries(ctx, dir, controlplane.DefaultVersions, os.Stderr)
+	if err != nil {
+		return err
+	}
 	if *mode == "test" {
 		if _, err := guestvm.EnsureKernel(ctx, dir, os.Stderr); err != nil {
 			return err
 		}
 	}
 	if os.Geteuid() == 0 {
-		if _, err := images.Build(ctx, images.Options{CacheDir: filepath.Join(dir, "images"), Progress: os.Stderr, CoreDNS: b.CoreDNS}); err != nil {
+		if _, err := images.Build(ctx, images.Options{CacheDir: filepath.Join(dir, "images"), Progress: os.Stderr, CoreDNS: b.CoreDNS, KubeVirt: &virt}); err != nil {
 			return err
 		}
 	}
