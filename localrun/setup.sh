@@ -12,7 +12,8 @@
 #   - test adds what only tests use: OpenSSH server for the guardian
 #     end-to-end tests, setpriv and procps, nginx and envsubst for the
 #     reapTick forwarder test, kubectl for the kustomize check, qemu for the
-#     cgroup v2 VM that guardian's scenarios also run in, chromium for the
+#     cgroup v2 VM that guardian's scenarios also run in and for booting the
+#     guest disk (xorriso makes its cloud-init ISO), chromium for the
 #     portal's headless-browser tests;
 #     packaged services are never started: tests run their own instances;
 #   - both: the local Kubernetes binaries (etcd, kube-apiserver,
@@ -54,6 +55,7 @@ if [ "$mode" = test ]; then
   have_cmd envsubst || need+=(gettext-base)
   have_cmd kubectl || need+=(kubectl)
   have_cmd qemu-system-x86_64 || need+=(qemu-system-x86)
+  have_cmd xorrisofs || need+=(xorriso)
   have_cmd chromium || need+=(chromium)
 fi
 

@@ -42,9 +42,6 @@ import (
 // guest agent answers and replaces root's keys as KubeVirt's
 // accessCredentials do.
 func TestGuestDiskBootsWithCloudInit(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds a Debian disk on a cold cache and boots it under emulation: minutes")
-	}
 	for _, tool := range []string{"qemu-system-x86_64", "qemu-img", "xorrisofs", "ssh"} {
 		if _, err := exec.LookPath(tool); err != nil {
 			t.Fatalf("%s not installed (localrun/setup.sh test installs it): %v", tool, err)

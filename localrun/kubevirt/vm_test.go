@@ -24,6 +24,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"labkeep/localrun/images"
+	"labkeep/localrun/stacktest"
 )
 
 var (
@@ -130,27 +131,6 @@ func guestVM(name, userData string) *kubevirtv1.VirtualMachine {
 	}
 }
 
-// sshRun runs cmd as root at addr with key, trusting only host.
-func sshRun(addr string, key, host keyPair, cmd string) (string, error) {
-	c, err := ssh.Dial("tcp", addr, &ssh.ClientConfig{
-		User:            "root",
-		Auth:            []ssh.AuthMethod{ssh.PublicKeys(key.signer)},
-		HostKeyCallback: ssh.FixedHostKey(host.signer.PublicKey()),
-		Timeout:         10 * time.Second,
-	})
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	s, err := c.NewSession()
-	if err != nil {
-		return "", err
-	}
-	defer s.Close()
-	out, err := s.CombinedOutput(cmd)
-	return strings.TrimSpace(string(out)), err
-}
-
 // TestGuestBootsAndAcceptsOnlyItsKey boots a real guest under KubeVirt
 // (software emulation) and logs in as root with the key cloud-init gave
 // it, checking the host key cloud-init installed; another key is refused.
@@ -205,7 +185,7 @@ func TestGuestBootsAndAcceptsOnlyItsKey(t *testing.T) {
 	addr := net.JoinHostPort(vmi.Status.Interfaces[0].IP, "22")
 	var out string
 	for {
-		out, err = sshRun(addr, key, host, "id -u")
+		out, err = stacktest.SSHRun(addr, "root", key.signer, ssh.FixedHostKey(host.signer.PublicKey()), "id -u")
 		if err == nil || time.Now().After(deadline) {
 			break
 		}
@@ -215,7 +195,7 @@ func TestGuestBootsAndAcceptsOnlyItsKey(t *testing.T) {
 		t.Fatalf("ssh root@%s id -u = %q, %v; want 0", addr, out, err)
 	}
 	t.Logf("VM created → first root login in %s", time.Since(start).Round(100*time.Millisecond))
-	if out, err := sshRun(addr, other, host, "id -u"); err == nil {
+	if out, err := stacktest.SSHRun(addr, "root", other.signer, ssh.FixedHostKey(host.signer.PublicKey()), "id -u"); err == nil {
 		t.Errorf("another key logged in (id -u = %q)", out)
 	}
 }

@@ -34,7 +34,8 @@ type Options struct {
 	// DatabaseURL, if set, is used instead of starting a PostgreSQL server.
 	DatabaseURL string
 	// NoVirtSim leaves virt-controller's job undone (tests of the bare
-	// control plane).
+	// control plane). virtsim never runs beside real KubeVirt
+	// (Node.KubeVirt).
 	NoVirtSim bool
 	// StopOnSignal stops the whole stack on SIGINT/SIGTERM (for test
 	// binaries; see childproc.CleanupOnSignal).
@@ -47,7 +48,7 @@ type Options struct {
 type Stack struct {
 	CP   *controlplane.ControlPlane
 	PG   *pgtest.Server
-	Sim  *virtsim.Sim // nil with Options.NoVirtSim
+	Sim  *virtsim.Sim // nil with Options.NoVirtSim or Node.KubeVirt
 	Node *node.Node   // nil with Options.NoNode
 
 	unsignal func()
@@ -124,7 +125,7 @@ func Start(ctx context.Context, opts Options) (st *Stack, err error) {
 			return st, err
 		}
 	}
-	if opts.NoVirtSim {
+	if opts.NoVirtSim || opts.Node.KubeVirt {
 		return st, nil
 	}
 	sim, err := virtsim.New(st.CP.Admin, opts.VirtSim)

@@ -203,22 +203,6 @@ func containerID(cs corev1.ContainerStatus) string {
 	return id
 }
 
-// knownHostsFile writes lines as a known_hosts file and returns a strict
-// host-key callback over it: the connection is refused unless the server
-// presents a key listed for its address.
-func knownHostsFile(t testing.TB, lines ...string) ssh.HostKeyCallback {
-	t.Helper()
-	path := filepath.Join(t.TempDir(), "known_hosts")
-	if err := os.WriteFile(path, []byte(strings.Join(lines, "\n")+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	cb, err := knownhosts.New(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return cb
-}
-
 // loginTimeout bounds a connection's set-up (TCP, handshake,
 // authentication) and, for logins, the whole login: a frozen or starved
 // sshd must show as a failed login, not hang the test.
@@ -263,7 +247,7 @@ func dialUntil(addr, user string, key ssh.Signer, hostKey ssh.HostKeyCallback, k
 // known_hosts from the session's own line).
 func (s *student) connect() (*ssh.Client, error) {
 	n := s.running.Nodes[0].SSH
-	return dial(s.addr(), n.User, s.key, knownHostsFile(s.t, n.KnownHosts))
+	return dial(s.addr(), n.User, s.key, stacktest.StrictHosts(s.t, n.KnownHosts))
 }
 
 // run runs cmd over a new SSH connection and returns its combined output;
@@ -346,7 +330,7 @@ type logins struct {
 func (s *student) loginLoop(interval time.Duration) *logins {
 	l := &logins{stop: make(chan struct{}), done: make(chan struct{})}
 	n := s.running.Nodes[0].SSH
-	hk := knownHostsFile(s.t, n.KnownHosts)
+	hk := stacktest.StrictHosts(s.t, n.KnownHosts)
 	go func() {
 		defer close(l.done)
 		for {

@@ -47,7 +47,7 @@ func TestStudentLogsInWithTheSessionsCredentials(t *testing.T) {
 	bob := openLab(t, d, "bob", "shell", bobKey)
 
 	n := alice.running.Nodes[0].SSH
-	strict := knownHostsFile(t, n.KnownHosts)
+	strict := stacktest.StrictHosts(t, n.KnownHosts)
 	if _, err := dial(alice.addr(), n.User, bob.key, strict); err == nil || !strings.Contains(err.Error(), "unable to authenticate") {
 		t.Errorf("Bob's key on Alice's node: %v, want authentication refused", err)
 	}
@@ -57,11 +57,11 @@ func TestStudentLogsInWithTheSessionsCredentials(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	wrong := knownHostsFile(t, knownhosts.Line([]string{knownhosts.Normalize(alice.addr())}, bobHost))
+	wrong := stacktest.StrictHosts(t, knownhosts.Line([]string{knownhosts.Normalize(alice.addr())}, bobHost))
 	if _, err := dial(alice.addr(), n.User, alice.key, wrong); !errHostKey(err) {
 		t.Errorf("Alice's node against Bob's host key: %v, want a host key mismatch", err)
 	}
-	if _, err := dial(alice.addr(), n.User, alice.key, knownHostsFile(t)); !errHostKey(err) {
+	if _, err := dial(alice.addr(), n.User, alice.key, stacktest.StrictHosts(t)); !errHostKey(err) {
 		t.Errorf("Alice's node with an empty known_hosts: %v, want an unknown host refused", err)
 	}
 
@@ -72,7 +72,7 @@ func TestStudentLogsInWithTheSessionsCredentials(t *testing.T) {
 		t.Errorf("Bob's id -u = %q", out)
 	}
 	bn := bob.running.Nodes[0].SSH
-	if _, err := dial(bob.addr(), bn.User, alice.key, knownHostsFile(t, bn.KnownHosts)); err == nil || !strings.Contains(err.Error(), "unable to authenticate") {
+	if _, err := dial(bob.addr(), bn.User, alice.key, stacktest.StrictHosts(t, bn.KnownHosts)); err == nil || !strings.Contains(err.Error(), "unable to authenticate") {
 		t.Errorf("Alice's key on Bob's node: %v, want authentication refused", err)
 	}
 	if alice.running.Nodes[0].SSH.KnownHosts == bn.KnownHosts {
