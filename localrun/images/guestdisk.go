@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"time"
 
 	v1 "github.com/google/go-containerregistry/pkg/v1"
@@ -242,14 +241,14 @@ func GuestDisk(ctx context.Context, work, cache string, progress io.Writer) (Arc
 	fsUUID := uuid.NewSHA1(uuid.NameSpaceOID, []byte("labkeep guest disk "+key)).String()
 
 	root := filepath.Join(dir, "root")
-	if err := guestRun(ctx, "debootstrap", "--foreign", "--variant=minbase", "--include="+guestPackages, debianSuite, root, mirror); err != nil {
+	if err := runBuildStep(ctx, "debootstrap", "--foreign", "--variant=minbase", "--include="+guestPackages, debianSuite, root, mirror); err != nil {
 		return Archive{}, err
 	}
 	// Forbid maintainer scripts to start services (policy-rc.d "101").
 	if err := os.WriteFile(filepath.Join(root, "usr/sbin/policy-rc.d"), []byte("#!/bin/sh\nexit 101\n"), 0o755); err != nil {
 		return Archive{}, err
 	}
-	if err := guestRun(ctx, "unshare", "--mount", "--propagation=private", "--net", "--pid", "--fork", "--kill-child",
+	if err := runBuildStep(ctx, "unshare", "--mount", "--propagation=private", "--net", "--pid", "--fork", "--kill-child",
 		"chroot", root, "/debootstrap/debootstrap", "--second-stage"); err != nil {
 		return Archive{}, err
 	}
@@ -272,7 +271,7 @@ func GuestDisk(ctx context.Context, work, cache string, progress io.Writer) (Arc
 	// Compressed (zlib, which every QEMU reads): a third of the plain
 	// qcow2's size (132 against 363 MiB), and booting it to the login
 	// prompt under TCG took the same QEMU CPU time (57-60 s both).
-	if err := guestRun(ctx, "qemu-img", "convert", "-c", "-f", "raw", "-O", "qcow2", raw, disk); err != nil {
+	if err := runBuildStep(ctx, "qemu-img", "convert", "-c", "-f", "raw", "-O", "qcow2", raw, disk); err != nil {
 		return Archive{}, err
 	}
 	if err := os.Chmod(disk, 0o444); err != nil {
@@ -288,21 +287,6 @@ func GuestDisk(ctx context.Context, work, cache string, progress io.Writer) (Arc
 	}
 	step("archive written")
 	return Archive{Path: path, Names: names}, nil
-}
-
-// guestRun runs a build command, returning the end of its output on
-// failure.
-func guestRun(ctx context.Context, name string, args ...string) error {
-	cmd := exec.CommandContext(ctx, name, args...)
-	cmd.Env = append(os.Environ(), "DEBIAN_FRONTEND=noninteractive", "LC_ALL=C")
-	if out, err := cmd.CombinedOutput(); err != nil {
-		tail := string(out)
-		if len(tail) > 3000 {
-			tail = tail[len(tail)-3000:]
-		}
-		return fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, tail)
-	}
-	return nil
 }
 
 // configureGuest removes guestRemove from the rootfs and writes
@@ -383,7 +367,7 @@ func makeGuestRaw(ctx context.Context, raw, root, fsUUID, key string) error {
 		return err
 	}
 	defer loop.Close() // the last reference: the kernel detaches the device (autoclear)
-	if err := guestRun(ctx, "mke2fs", "-q", "-F", "-t", "ext4", "-O", "^64bit", "-L", "debian-root", "-U", fsUUID,
+	if err := runBuildStep(ctx, "mke2fs", "-q", "-F", "-t", "ext4", "-O", "^64bit", "-L", "debian-root", "-U", fsUUID,
 		"-E", "hash_seed="+fsUUID+",lazy_itable_init=0,lazy_journal_init=0", "-d", root, loop.Name()); err != nil {
 		return err
 	}
@@ -401,7 +385,7 @@ mount -t proc proc "$2/proc"
 chroot "$2" /usr/bin/extlinux --install /boot/extlinux
 umount "$2/proc" "$2/dev" "$2"
 `
-	if err := guestRun(ctx, "unshare", "--mount", "--propagation=private", "--net", "--pid", "--fork", "--kill-child",
+	if err := runBuildStep(ctx, "unshare", "--mount", "--propagation=private", "--net", "--pid", "--fork", "--kill-child",
 		"sh", "-c", install, "sh", loop.Name(), mnt); err != nil {
 		return err
 	}
