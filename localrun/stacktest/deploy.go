@@ -94,6 +94,9 @@ type Options struct {
 	// UTC).
 	WarmPool                  string
 	WarmPoolTTL, WarmPoolLead time.Duration
+	// PlatformSSHKeys are LABKEEP_PLATFORM_SSH_KEYS: authorized_keys lines
+	// every session's nodes accept besides the student's.
+	PlatformSSHKeys []string
 	// DBConns is how many database connections the functions keep (the
 	// DSN's pool_max_conns; 10 if zero).
 	DBConns int
@@ -279,6 +282,9 @@ func (o Options) config(cfg app.Config) app.Config {
 	set(&cfg.WarmPoolTTL, o.WarmPoolTTL)
 	set(&cfg.WarmPoolLead, o.WarmPoolLead)
 	cfg.Kube.GuardianWebhookURL = o.GuardianWebhookURL
+	if o.PlatformSSHKeys != nil {
+		cfg.Kube.PlatformSSHKeys = o.PlatformSSHKeys
+	}
 	return cfg
 }
 

@@ -75,3 +75,14 @@ func (d *Deployment) ForgetRow(id string) {
 		d.t.Fatal(err)
 	}
 }
+
+// RowStatus reads session id's stored status with the test's own pool,
+// which works after the functions (and their store) have stopped.
+func (d *Deployment) RowStatus(id string) session.Status {
+	d.t.Helper()
+	var s string
+	if err := d.DB.QueryRow(context.Background(), "SELECT status FROM sessions WHERE id = $1", id).Scan(&s); err != nil {
+		d.t.Fatal(err)
+	}
+	return session.Status(s)
+}

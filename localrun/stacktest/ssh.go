@@ -1,6 +1,8 @@
 package stacktest
 
 import (
+	"crypto/ed25519"
+	"crypto/rand"
 	"os"
 	"path/filepath"
 	"strings"
@@ -44,4 +46,18 @@ func SSHRun(addr, user string, key ssh.Signer, hosts ssh.HostKeyCallback, cmd st
 	defer s.Close()
 	out, err := s.CombinedOutput(cmd)
 	return strings.TrimSpace(string(out)), err
+}
+
+// NewKey is a fresh ed25519 key, as a student's own.
+func NewKey(t testing.TB) ssh.Signer {
+	t.Helper()
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return k
 }

@@ -79,6 +79,8 @@ func TestOptionsConfig(t *testing.T) {
 		{"client rate limits", Options{KubeQPS: 500, KubeBurst: 1000}, func(c *app.Config) { c.Kube.QPS, c.Kube.Burst = 500, 1000 }},
 		{"guardian's webhook", Options{GuardianWebhookURL: "http://10.217.0.1:8080/guardianAlert"},
 			func(c *app.Config) { c.Kube.GuardianWebhookURL = "http://10.217.0.1:8080/guardianAlert" }},
+		{"platform keys", Options{PlatformSSHKeys: []string{"ssh-ed25519 AAAA grader"}},
+			func(c *app.Config) { c.Kube.PlatformSSHKeys = []string{"ssh-ed25519 AAAA grader"} }},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

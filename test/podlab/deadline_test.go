@@ -36,16 +36,6 @@ func cordon(t *testing.T, cs *stacktest.Deployment, on bool) {
 	}
 }
 
-// rowStatus reads the session's row with the test's own pool.
-func rowStatus(t *testing.T, d *stacktest.Deployment, id string) string {
-	t.Helper()
-	var s string
-	if err := d.DB.QueryRow(context.Background(), "SELECT status FROM sessions WHERE id = $1", id).Scan(&s); err != nil {
-		t.Fatal(err)
-	}
-	return s
-}
-
 // With every labkeep process gone, the session's anchor alone ends its
 // running workspace Pod at max lifetime + grace: the Job's deadline fails
 // it, the TTL controller deletes it and the garbage collector the Pod it
@@ -115,7 +105,7 @@ func TestAnchorEndsTheRealPod(t *testing.T) {
 	if _, err := d.Kube.BatchV1().Jobs(d.Namespace).Get(ctx, job.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
 		t.Errorf("anchor Job: %v, want it gone", err)
 	}
-	if got := rowStatus(t, d, s.opened.ID); got != string(session.StatusRunning) {
+	if got := d.RowStatus(s.opened.ID); got != session.StatusRunning {
 		t.Errorf("the row is %s: something of labkeep ran", got)
 	}
 	t.Logf("anchor deadline (max lifetime %s + grace %s) → Pod deletion seen +%s, Pod gone +%s, containers gone +%s; the Pod's own deadline was %s later",
@@ -165,7 +155,7 @@ func TestPodsOwnDeadlineEndsIt(t *testing.T) {
 	if _, err := s.run("true", nil); err == nil {
 		t.Error("the student still logs in after the Pod's deadline")
 	}
-	if got := rowStatus(t, d, s.opened.ID); got != string(session.StatusRunning) {
+	if got := d.RowStatus(s.opened.ID); got != session.StatusRunning {
 		t.Errorf("the row is %s: something of labkeep ran", got)
 	}
 	t.Logf("the Pod's own deadline → Failed (DeadlineExceeded), guardian and workspace stopped, +%s", failed.Round(100*time.Millisecond))

@@ -2,8 +2,6 @@ package podlab_test
 
 import (
 	"context"
-	"crypto/ed25519"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -299,20 +297,6 @@ func (s *student) waitSSH(timeout time.Duration) time.Duration {
 		return err == nil, fmt.Sprintf("ssh: %v; Pod: %s", err, s.podState())
 	})
 	return time.Since(start)
-}
-
-// newKey is a fresh ed25519 key, as a student makes with ssh-keygen.
-func newKey(t testing.TB) ssh.Signer {
-	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	k, err := ssh.NewSignerFromKey(priv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return k
 }
 
 // logins logs in (connect, run a command, disconnect) again and again

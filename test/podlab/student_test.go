@@ -43,7 +43,7 @@ func TestStudentLogsInWithTheSessionsCredentials(t *testing.T) {
 	// Bob brings his own key. The node has room for one workspace at a
 	// time here, so his Pod may wait for Alice's to go; his key is his
 	// session's from the open on.
-	bobKey := newKey(t)
+	bobKey := stacktest.NewKey(t)
 	bob := openLab(t, d, "bob", "shell", bobKey)
 
 	n := alice.running.Nodes[0].SSH

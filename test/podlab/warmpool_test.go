@@ -1,7 +1,6 @@
 package podlab_test
 
 import (
-	"context"
 	"fmt"
 	"net/http"
 	"strings"
@@ -10,34 +9,7 @@ import (
 
 	"labkeep/localrun/benchtable"
 	"labkeep/localrun/stacktest"
-	"labkeep/shared/reap"
 )
-
-// fillShellPool runs the reaper (which keeps the warm pool) until the
-// shell lab has want ready unclaimed workspace Pods on the node, and
-// returns their session ids.
-func fillShellPool(t testing.TB, d *stacktest.Deployment, want int) []string {
-	t.Helper()
-	var ids []string
-	stacktest.Eventually(t, 3*time.Minute, func() (bool, string) {
-		rep, err := d.App.Reaper.RunOnce(context.Background(), reap.TriggerSchedule)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if rep.Counts[reap.Orphan] != 0 || rep.Counts[reap.Ghost] != 0 {
-			t.Fatalf("reaper run took pool Pods for orphans or ghosts: %v %v", rep.Counts, rep.Items)
-		}
-		// Starting is read first: meanwhile a starting instance can only
-		// turn ready or end, and only a reaper run starts one, so no
-		// instance slips between the two reads unseen.
-		starting := d.Count(`SELECT count(*) FROM sessions
-			WHERE lab = 'shell' AND pool = 'idle' AND status = 'provisioning'`)
-		ids = d.Strings(`SELECT id::text FROM sessions
-			WHERE lab = 'shell' AND pool = 'idle' AND status = 'running' ORDER BY started_at`)
-		return len(ids) == want && starting == 0, fmt.Sprintf("shell pool: %d ready, %d starting, want %d ready", len(ids), starting, want)
-	})
-	return ids
-}
 
 // A student's open takes the ready workspace Pod of the shell lab's pool:
 // the answer is the pool Pod's session, already running, and the student
@@ -47,7 +19,7 @@ func fillShellPool(t testing.TB, d *stacktest.Deployment, want int) []string {
 // student kills sshd, the restarted container still takes their key.
 func TestWarmPoolPodIsClaimedAndLoggedInto(t *testing.T) {
 	d := stacktest.Deploy(t, st, stacktest.Options{WarmPool: "shell=1"})
-	pooled := fillShellPool(t, d, 1)
+	pooled := d.FillPool("shell", 1, 3*time.Minute)
 	before := map[string]int32{}
 	row := d.Session(pooled[0])
 	idle := &student{t: t, d: d, opened: sessionJSON{ID: row.ID, Nodes: []stacktest.NodeView{{Name: row.Nodes[0].Name}}}}
@@ -55,7 +27,7 @@ func TestWarmPoolPodIsClaimedAndLoggedInto(t *testing.T) {
 		before[cs.Name] = cs.RestartCount
 	}
 
-	s := openLab(t, d, "pia", "shell", newKey(t))
+	s := openLab(t, d, "pia", "shell", stacktest.NewKey(t))
 	if s.opened.ID != pooled[0] || s.opened.Status != "running" {
 		t.Fatalf("open = session %s (%s), want the pool's ready %s", s.opened.ID, s.opened.Status, pooled[0])
 	}
@@ -71,7 +43,7 @@ func TestWarmPoolPodIsClaimedAndLoggedInto(t *testing.T) {
 		}
 	}
 	intruder := *s
-	intruder.key = newKey(t)
+	intruder.key = stacktest.NewKey(t)
 	if _, err := intruder.run("true", nil); err == nil {
 		t.Error("a key that is not the student's logged in to the claimed Pod")
 	}
@@ -103,7 +75,7 @@ func BenchmarkTableOpenToReadyPoolVsCold(b *testing.B) {
 			// Cold first, while the pool is empty: its Pod needs the CPU
 			// a pool Pod would hold.
 			fromCold = append(fromCold, openToLogin(b, cold, fmt.Sprintf("cold-%d", i), ""))
-			pooled := fillShellPool(b, warm, 1)
+			pooled := warm.FillPool("shell", 1, 3*time.Minute)
 			fromPool = append(fromPool, openToLogin(b, warm, fmt.Sprintf("warm-%d", i), pooled[0]))
 		}
 		p, c := benchtable.Quantile(fromPool, 0.5), benchtable.Quantile(fromCold, 0.5)
@@ -125,7 +97,7 @@ func BenchmarkTableOpenToReadyPoolVsCold(b *testing.B) {
 func openToLogin(b *testing.B, d *stacktest.Deployment, name, want string) time.Duration {
 	b.Helper()
 	start := time.Now()
-	s := openLab(b, d, name, "shell", newKey(b))
+	s := openLab(b, d, name, "shell", stacktest.NewKey(b))
 	if want != "" && s.opened.ID != want {
 		b.Fatalf("open = %s, want the pool's %s", s.opened.ID, want)
 	}

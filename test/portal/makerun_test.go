@@ -2,9 +2,7 @@ package portal_test
 
 import (
 	"context"
-	"os"
 	"slices"
-	"strings"
 	"testing"
 	"time"
 
@@ -59,28 +57,14 @@ func TestPortalOff(t *testing.T) {
 	}
 }
 
-// makeRun starts what `make run` serves on the test's stack, with the
-// local defaults for the settings production must be given and
-// LABKEEP_PORTAL set to portalSetting unless empty; stopped when t ends.
+// makeRun starts what `make run` serves on the test's stack
+// (stacktest.MakeRun), with LABKEEP_PORTAL set to portalSetting unless
+// empty.
 func makeRun(t *testing.T, portalSetting string) *devserve.Server {
 	t.Helper()
-	for _, k := range []string{"LABKEEP_ENV", "LABKEEP_DATABASE_URL", "LABKEEP_JWT_SECRET", "LABKEEP_LABS_FILE", "LABKEEP_KUBECONFIG", "LABKEEP_SCHEDULER_TOKEN", "LABKEEP_PORTAL"} {
-		t.Setenv(k, "")
-		os.Unsetenv(k) // Start fills these with local defaults
-	}
+	settings := map[string]string{}
 	if portalSetting != "" {
-		t.Setenv("LABKEEP_PORTAL", portalSetting)
+		settings["LABKEEP_PORTAL"] = portalSetting
 	}
-	t.Setenv("LABKEEP_NAMESPACE", "portal-run-"+stacktest.Suffix())
-	t.Setenv("LABKEEP_HTTP_ADDR", "127.0.0.1:0")
-	srv, err := devserve.Start(context.Background(), st, t.TempDir(), stacktest.Discard(), &strings.Builder{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := srv.Stop(); err != nil {
-			t.Error(err)
-		}
-	})
-	return srv
+	return stacktest.MakeRun(t, st, settings, nil)
 }

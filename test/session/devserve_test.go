@@ -21,22 +21,11 @@ import (
 // LABKEEP_* settings applied, as the infra ServiceAccount, and the printed
 // tokens work.
 func TestMakeRunServesTheFunctions(t *testing.T) {
-	for _, k := range []string{"LABKEEP_ENV", "LABKEEP_DATABASE_URL", "LABKEEP_JWT_SECRET", "LABKEEP_LABS_FILE", "LABKEEP_KUBECONFIG", "LABKEEP_SCHEDULER_TOKEN"} {
-		t.Setenv(k, "")
-		os.Unsetenv(k) // Start fills these with local defaults
-	}
-	ns := "devserve-" + stacktest.Suffix()
-	t.Setenv("LABKEEP_NAMESPACE", ns)
-	t.Setenv("LABKEEP_HTTP_ADDR", "127.0.0.1:0")
-	t.Setenv("LABKEEP_MAX_CONCURRENT_VMS", "3")
-	t.Setenv("LABKEEP_SESSION_LIFETIME", "2m")
-	t.Setenv("LABKEEP_SESSION_MAX_LIFETIME", "5m")
 	var out bytes.Buffer
-	srv, err := devserve.Start(context.Background(), st, t.TempDir(), stacktest.Discard(), &out)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Stop()
+	srv := stacktest.MakeRun(t, st, map[string]string{
+		"LABKEEP_MAX_CONCURRENT_VMS": "3", "LABKEEP_SESSION_LIFETIME": "2m", "LABKEEP_SESSION_MAX_LIFETIME": "5m",
+	}, &out)
+	ns := srv.App.Config.Kube.Namespace
 	t.Logf("printed:\n%s", out.String())
 	for _, want := range []string{srv.URL, srv.StudentToken, srv.AdminToken, "k8s-cluster linux-vm shell", "max 3 VMs"} {
 		if !strings.Contains(out.String(), want) {

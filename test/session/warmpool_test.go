@@ -62,17 +62,6 @@ func reapRun(t *testing.T, e *stacktest.Deployment) reap.Report {
 	return rep
 }
 
-// fillPool runs the reaper until lab has want ready idle instances and no
-// starting one.
-func fillPool(t *testing.T, e *stacktest.Deployment, lab string, want int) {
-	t.Helper()
-	stacktest.Eventually(t, time.Minute, func() (bool, string) {
-		reapRun(t, e)
-		got := poolOf(e, lab)
-		return got.Idle == want && got.Starting == 0, fmt.Sprintf("pool of %s: %+v, want %d idle", lab, got, want)
-	})
-}
-
 // 30 students open linux-vm at once with 5 ready pool instances and a
 // limit of 8 VMs: the 5 instances go to 5 different students (claimed in
 // one transaction each, so no instance is handed out twice), 3 more are
@@ -83,7 +72,7 @@ func fillPool(t *testing.T, e *stacktest.Deployment, lab string, want int) {
 // open's own id, and it reports running at once.
 func TestWarmPoolClaimsAtomically(t *testing.T) {
 	e := newEnv(t, stacktest.Options{MaxVMs: 8, WarmPool: "linux-vm=5"})
-	fillPool(t, e, "linux-vm", 5)
+	e.FillPool("linux-vm", 5, time.Minute)
 	pooled := map[string]bool{}
 	for _, id := range idleIDs(e, "linux-vm") {
 		pooled[id] = true
@@ -198,14 +187,14 @@ func checkClaimed(t *testing.T, e *stacktest.Deployment, student string, v stack
 // pool is refilled with fresh ones.
 func TestWarmPoolReplacesAfterTTL(t *testing.T) {
 	e := newEnv(t, stacktest.Options{MaxVMs: 4, WarmPool: "linux-vm=2", WarmPoolTTL: time.Hour})
-	fillPool(t, e, "linux-vm", 2)
+	e.FillPool("linux-vm", 2, time.Minute)
 	old := idleIDs(e, "linux-vm")
 	e.Clock.Advance(time.Hour + time.Minute)
 	rep := reapRun(t, e)
 	if rep.Counts[reap.Expired] != 2 {
 		t.Errorf("run after the TTL: counts %v, want the 2 instances expired", rep.Counts)
 	}
-	fillPool(t, e, "linux-vm", 2)
+	e.FillPool("linux-vm", 2, time.Minute)
 	for _, id := range old {
 		if s := e.Session(id); s.Status.Live() {
 			t.Errorf("instance %s older than its TTL is still %s", id, s.Status)
@@ -235,7 +224,7 @@ func TestWarmPoolFollowsSchedule(t *testing.T) {
 	}
 	for _, step := range steps {
 		e.Clock.Set(monday.Add(step.at))
-		fillPool(t, e, "linux-vm", step.want)
+		e.FillPool("linux-vm", step.want, time.Minute)
 		t.Logf("Monday %s: %d idle", monday.Add(step.at).Format("15:04"), poolOf(e, "linux-vm").Idle)
 	}
 	reasons := endedReasons(e, "linux-vm")
@@ -254,7 +243,7 @@ func TestWarmPoolFollowsSchedule(t *testing.T) {
 // next run delete them, and the line gets the capacity.
 func TestWarmPoolShrinksWhenStudentsWait(t *testing.T) {
 	e := newEnv(t, stacktest.Options{MaxVMs: 4, WarmPool: "linux-vm=3"})
-	fillPool(t, e, "linux-vm", 3)
+	e.FillPool("linux-vm", 3, time.Minute)
 	r := openWaiting(e, "kim", "k8s-cluster")
 	if r.Status != http.StatusAccepted {
 		t.Fatalf("open k8s-cluster with 1 free VM = %d %s, want queued", r.Status, r.Body)
@@ -269,7 +258,7 @@ func TestWarmPoolShrinksWhenStudentsWait(t *testing.T) {
 	})
 	e.WaitRunning("kim", time.Minute)
 	// Nobody waits any more: the pool takes what is left, 1 VM.
-	fillPool(t, e, "linux-vm", 1)
+	e.FillPool("linux-vm", 1, time.Minute)
 }
 
 // The head of the line takes a pool instance that becomes ready while
@@ -393,7 +382,7 @@ func openToRunning(b *testing.B, e *stacktest.Deployment, student string) time.D
 // provisions a cold session of its own.
 func TestWarmPoolFailedClaimProvisionsCold(t *testing.T) {
 	e := newEnv(t, stacktest.Options{MaxVMs: 4, WarmPool: "linux-vm=1"})
-	fillPool(t, e, "linux-vm", 1)
+	e.FillPool("linux-vm", 1, time.Minute)
 	instance := e.Session(idleIDs(e, "linux-vm")[0])
 	keys := session.SSHKeysName(instance.ID, instance.Nodes[0].Name)
 	ctx := context.Background()
@@ -430,7 +419,7 @@ func TestWarmPoolFailedClaimProvisionsCold(t *testing.T) {
 // instance stays unclaimed.
 func TestWarmPoolNeverPassesTheLine(t *testing.T) {
 	e := newEnv(t, stacktest.Options{MaxVMs: 3, WarmPool: "linux-vm=1"})
-	fillPool(t, e, "linux-vm", 1)
+	e.FillPool("linux-vm", 1, time.Minute)
 	if r := openWaiting(e, "first", "k8s-cluster"); r.Status != http.StatusAccepted {
 		t.Fatalf("open of 3 VMs with 2 free = %d %s, want queued", r.Status, r.Body)
 	}
