@@ -98,7 +98,9 @@ type NodeView struct {
 	Role  string `json:"role"`
 	Ready bool   `json:"ready"`
 	Phase string `json:"phase"`
-	SSH   struct {
+	// PhaseReason is why an unschedulable node waits.
+	PhaseReason string `json:"phaseReason"`
+	SSH         struct {
 		Host       string `json:"host"`
 		Port       int    `json:"port"`
 		User       string `json:"user"`

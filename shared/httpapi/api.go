@@ -392,16 +392,21 @@ type nodeJSON struct {
 	Role  string `json:"role"`
 	Ready bool   `json:"ready"`
 	// Phase is how far the node is: scheduled (created, no address yet),
-	// booting (it has an address, SSH not ready) or ready.
-	Phase string  `json:"phase"`
-	SSH   sshJSON `json:"ssh"`
+	// unschedulable (the cluster cannot place it now: PhaseReason says
+	// why), booting (it has an address, SSH not ready) or ready.
+	Phase string `json:"phase"`
+	// PhaseReason is why an unschedulable node waits, in the scheduler's
+	// (or KubeVirt's) words.
+	PhaseReason string  `json:"phaseReason,omitempty"`
+	SSH         sshJSON `json:"ssh"`
 }
 
-// The phases of a node, in order.
+// The phases of a node, in order; unschedulable is scheduled held back.
 const (
-	PhaseScheduled = "scheduled"
-	PhaseBooting   = "booting"
-	PhaseReady     = "ready"
+	PhaseScheduled     = "scheduled"
+	PhaseUnschedulable = "unschedulable"
+	PhaseBooting       = "booting"
+	PhaseReady         = "ready"
 )
 
 func nodePhase(n session.Node) string {
@@ -410,6 +415,8 @@ func nodePhase(n session.Node) string {
 		return PhaseReady
 	case n.SSHHost != "":
 		return PhaseBooting
+	case n.Unschedulable != "":
+		return PhaseUnschedulable
 	}
 	return PhaseScheduled
 }
@@ -513,7 +520,11 @@ func (a *API) view(s session.Session, p access.Principal) sessionJSON {
 		v.FinishedAt = &t
 	}
 	for _, n := range s.Nodes {
-		v.Nodes = append(v.Nodes, nodeJSON{Name: n.Name, Role: n.Role, Ready: n.Ready, Phase: nodePhase(n), SSH: sshJSON{
+		phase, reason := nodePhase(n), ""
+		if phase == PhaseUnschedulable {
+			reason = n.Unschedulable
+		}
+		v.Nodes = append(v.Nodes, nodeJSON{Name: n.Name, Role: n.Role, Ready: n.Ready, Phase: phase, PhaseReason: reason, SSH: sshJSON{
 			Host: n.SSHHost, Port: n.SSHPort, User: labs.SSHUser, KnownHosts: s.KnownHostsLine(n.SSHHost, n.SSHPort),
 		}})
 	}

@@ -253,7 +253,7 @@ func TestOpenAPIDescribesEveryRegisteredRoute(t *testing.T) {
 // The description's enums are the values the code declares.
 func TestOpenAPIEnumsAreTheCodes(t *testing.T) {
 	doc := loadOpenAPI(t)
-	phases := []string{PhaseScheduled, PhaseBooting, PhaseReady}
+	phases := []string{PhaseScheduled, PhaseUnschedulable, PhaseBooting, PhaseReady}
 	slices.Sort(phases)
 	// A session's statuses are its row's, and a place in the line reads
 	// as one more.

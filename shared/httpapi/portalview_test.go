@@ -62,20 +62,30 @@ func TestViewWarningsRefusalAndPhases(t *testing.T) {
 	}
 }
 
+// A node's phase and, for one the cluster cannot place, the reason: the
+// reason shows only in that phase (a stale one on a node that has an
+// address or runs is not repeated).
 func TestNodePhase(t *testing.T) {
+	const why = "0/1 nodes are available: 1 Insufficient cpu."
 	tests := []struct {
-		name string
-		node session.Node
-		want string
+		name       string
+		node       session.Node
+		want       string
+		wantReason string
 	}{
-		{"created, no address", session.Node{Name: "n"}, PhaseScheduled},
-		{"address, not ready", session.Node{Name: "n", SSHHost: "10.0.0.1"}, PhaseBooting},
-		{"ready", session.Node{Name: "n", SSHHost: "10.0.0.1", Ready: true}, PhaseReady},
+		{"created, no address", session.Node{Name: "n"}, PhaseScheduled, ""},
+		{"the cluster cannot place it", session.Node{Name: "n", Unschedulable: why}, PhaseUnschedulable, why},
+		{"address, not ready", session.Node{Name: "n", SSHHost: "10.0.0.1"}, PhaseBooting, ""},
+		{"placed after all", session.Node{Name: "n", SSHHost: "10.0.0.1", Unschedulable: why}, PhaseBooting, ""},
+		{"ready", session.Node{Name: "n", SSHHost: "10.0.0.1", Ready: true}, PhaseReady, ""},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			if got := nodePhase(tc.node); got != tc.want {
-				t.Errorf("nodePhase = %q, want %q", got, tc.want)
+			a := &API{now: time.Now}
+			v := a.view(session.Session{ID: "x", Status: session.StatusProvisioning, Nodes: []session.Node{tc.node}}, access.Principal{Subject: "ann", Role: access.RoleStudent})
+			got := v.Nodes[0]
+			if diff := cmp.Diff([2]string{tc.want, tc.wantReason}, [2]string{got.Phase, got.PhaseReason}); diff != "" {
+				t.Errorf("phase, reason (-want +got):\n%s", diff)
 			}
 		})
 	}

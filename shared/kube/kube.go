@@ -438,8 +438,15 @@ func (c *Cluster) Observe(ctx context.Context, s session.Session) ([]session.Nod
 
 // VMIState derives a node's state from its VMI: ready when Running with
 // condition Ready=True; the ready time is that condition's transition time.
+// virt-controller copies its virt-launcher Pod's PodScheduled=False
+// condition to the VMI, whose message says why it cannot be placed.
 func VMIState(node string, vmi *kubevirtv1.VirtualMachineInstance) session.NodeState {
 	st := session.NodeState{Name: node, Exists: vmi.DeletionTimestamp == nil}
+	for _, c := range vmi.Status.Conditions {
+		if c.Type == kubevirtv1.VirtualMachineInstanceConditionType(corev1.PodScheduled) && c.Status == corev1.ConditionFalse {
+			st.Unschedulable = unschedulable(c.Reason, c.Message)
+		}
+	}
 	if vmi.Status.Phase == kubevirtv1.Running {
 		for _, c := range vmi.Status.Conditions {
 			if c.Type == kubevirtv1.VirtualMachineInstanceReady && c.Status == corev1.ConditionTrue {
@@ -456,9 +463,15 @@ func VMIState(node string, vmi *kubevirtv1.VirtualMachineInstance) session.NodeS
 	return st
 }
 
-// PodState derives a workspace node's state from its Pod.
+// PodState derives a workspace node's state from its Pod; the scheduler's
+// PodScheduled=False condition says why it cannot be placed.
 func PodState(node string, pod *corev1.Pod) session.NodeState {
 	st := session.NodeState{Name: node, Exists: pod.DeletionTimestamp == nil, Host: pod.Status.PodIP}
+	for _, c := range pod.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse {
+			st.Unschedulable = unschedulable(c.Reason, c.Message)
+		}
+	}
 	if pod.Status.Phase == corev1.PodRunning {
 		for _, c := range pod.Status.Conditions {
 			if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
@@ -467,4 +480,17 @@ func PodState(node string, pod *corev1.Pod) session.NodeState {
 		}
 	}
 	return st
+}
+
+// unschedulable is the reason a PodScheduled=False condition gives: its
+// message (the scheduler's account, node by node), else its reason, else a
+// plain statement, so a node held back never reads as merely scheduled.
+func unschedulable(reason, message string) string {
+	switch {
+	case strings.TrimSpace(message) != "":
+		return strings.TrimSpace(message)
+	case reason != "":
+		return reason
+	}
+	return "the cluster has not placed it yet"
 }

@@ -74,6 +74,11 @@ type NodeState struct {
 	ReadyAt time.Time
 	// Host is the node's address for SSH, empty until the cluster has one.
 	Host string
+	// Unschedulable is why the cluster cannot place the node now, in the
+	// scheduler's words (for a VM, those KubeVirt copies from its
+	// virt-launcher Pod), e.g. "0/1 nodes are available: 1 Insufficient
+	// cpu."; empty while nothing says so.
+	Unschedulable string
 }
 
 // Cluster is where sessions run. Every object it creates carries the

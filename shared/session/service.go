@@ -40,8 +40,20 @@ type Catalog interface {
 func (s *Service) Catalog() Catalog { return s.Labs }
 
 // ListLive is every live session, unclaimed warm-pool instances included,
-// oldest first (Store.ListLive).
-func (s *Service) ListLive(ctx context.Context) ([]Session, error) { return s.Store.ListLive(ctx) }
+// oldest first (Store.ListLive), each provisioning one refreshed from the
+// cluster as Get does (Refresh), so its nodes' phases, a node the cluster
+// cannot place among them, are current. Admission caps the live sessions,
+// so the cluster reads are bounded by the capacity.
+func (s *Service) ListLive(ctx context.Context) ([]Session, error) {
+	live, err := s.Store.ListLive(ctx)
+	if err != nil {
+		return nil, err
+	}
+	for i := range live {
+		live[i] = s.Refresh(ctx, live[i])
+	}
+	return live, nil
+}
 
 // ErrEndedWhileProvisioning is returned by Open when the session's row was
 // finished by someone else (the student's close, an admin, the reaper)

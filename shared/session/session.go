@@ -110,6 +110,9 @@ type Node struct {
 	// SSHHost is where a student reaches the node; empty until known.
 	SSHHost string `json:"sshHost,omitempty"`
 	SSHPort int32  `json:"sshPort"`
+	// Unschedulable is NodeState.Unschedulable at the last look: why the
+	// cluster cannot place the node (empty once it can, or runs).
+	Unschedulable string `json:"unschedulable,omitempty"`
 }
 
 // StatusAt is the status a student should see at now: the stored one,

@@ -199,6 +199,7 @@ func (s *Starter) Refresh(ctx context.Context, sess Session) Session {
 		}
 		st := states[i]
 		sess.Nodes[i].Ready = st.Ready
+		sess.Nodes[i].Unschedulable = st.Unschedulable
 		if st.Host != "" {
 			sess.Nodes[i].SSHHost = st.Host
 		}

@@ -195,7 +195,8 @@
     state.sessions = {};
     fill("sessions", "no-sessions", list.map((s) => {
       state.sessions[s.id] = s;
-      const nodes = (s.nodes || []).map((n) => n.name + (n.ready ? " ✓" : " …") + (n.ssh && n.ssh.host ? " " + n.ssh.host : "")).join(", ");
+      const nodes = (s.nodes || []).map((n) => n.name + (n.ready ? " ✓" : " …") + (n.ssh && n.ssh.host ? " " + n.ssh.host : "") +
+        (n.phase === "unschedulable" ? " (cannot be placed: " + n.phaseReason + ")" : "")).join(", ");
       const close = el("button", "Close", "danger");
       close.type = "button";
       close.dataset.close = s.id;

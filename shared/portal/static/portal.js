@@ -10,7 +10,7 @@
   const api = new URL("..", window.location.href); // the API: the parent of /portal/
   const tokenKey = "labkeep.token";
   const phases = ["scheduled", "booting", "ready"];
-  const phaseLabel = { scheduled: "scheduled", booting: "booting", ready: "SSH ready" };
+  const phaseLabel = { scheduled: "scheduled", unschedulable: "waiting for room", booting: "booting", ready: "SSH ready" };
   // queuePollMs is how often a page in line reads its place: well within
   // the server's idle time (LABKEEP_QUEUE_IDLE, 2 minutes by default),
   // and so is Chromium's slowing of a hidden tab's timers to once a minute.
@@ -381,6 +381,11 @@
     $("phases").querySelectorAll("li").forEach((li, i) => {
       li.className = i < reached ? "done" : i === reached ? "current" : "";
     });
+    // A node the cluster cannot place: say which and the scheduler's why.
+    const held = live(s) ? nodes.filter((n) => n.phase === "unschedulable") : [];
+    show("unschedulable", held.length > 0);
+    $("unschedulable-nodes").textContent = held.map((n) => n.name).join(", ");
+    $("unschedulable-reason").textContent = held.length ? held[0].phaseReason : "";
   }
 
   function sshCommand(s, n) {
