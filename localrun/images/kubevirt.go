@@ -173,7 +173,7 @@ func kubeVirtImages(ctx context.Context, work, cache string, b kubevirt.Binaries
 
 // kubeVirtTop lays out the second layer: KubeVirt's programs in /usr/bin,
 // the virtqemud stand-in, libvirt's log directory, virt-launcher's libvirt configuration and
-// nsswitch.conf, and the qemu user (uid and gid 107) that virt-launcher's
+// nsswitch.conf, relative /var/run and /var/lock links, and the qemu user (uid and gid 107) that virt-launcher's
 // Pods and qemu.conf name.
 func kubeVirtTop(root string, b kubevirt.Binaries) error {
 	for src, dst := range map[string]string{
@@ -215,6 +215,16 @@ func kubeVirtTop(root string, b kubevirt.Binaries) error {
 	// Debian layer has no /var/log content.
 	if err := os.MkdirAll(filepath.Join(root, "var/log/libvirt/qemu"), 0o755); err != nil {
 		return err
+	}
+	// virt-handler reaches into a virt-launcher's files through
+	// /proc/<pid>/root/var/run/…: an absolute link there (Debian's /var/run
+	// -> /run) resolves against virt-handler's own root, not the
+	// launcher's, and the serial console's socket is not found. KubeVirt's
+	// images link relatively, as here.
+	for link, target := range map[string]string{"var/run": "../run", "var/lock": "../run/lock"} {
+		if err := os.Symlink(target, filepath.Join(root, link)); err != nil {
+			return err
+		}
 	}
 	home := filepath.Join(root, "home/qemu")
 	if err := os.MkdirAll(home, 0o755); err != nil {

@@ -131,8 +131,9 @@ func (h *Handler) run(ctx context.Context, c *websocket.Conn, t Target) {
 	connected := func() {
 		_ = c.Write(ctx, websocket.MessageText, mustJSON(control{Type: "connected", Session: t.Session.ID, Node: t.Node.Name, Kind: string(t.Session.Kind), Object: t.Object}))
 	}
-	// The stream is up when the first output arrives (a shell's prompt,
-	// a console's echo).
+	// A shell's stream is up when its first output (the prompt) arrives; a
+	// serial console's when virt-handler has accepted it, since an idle
+	// getty writes nothing until the student types.
 	out := &socketWriter{ctx: ctx, c: c, first: connected}
 	// When the socket goes, the shell is hung up as when an SSH
 	// connection drops: its input is closed and it gets SIGHUP (Hangup),
@@ -190,7 +191,7 @@ func (h *Handler) run(ctx context.Context, c *websocket.Conn, t Target) {
 	case labs.KindPod:
 		err = h.execPod(ctx, t.Object, Shell(id), stdinR, out, sizes)
 	default:
-		err = h.serialConsole(ctx, t.Object, stdinR, out)
+		err = h.serialConsole(ctx, t.Object, stdinR, out, out.up)
 	}
 	close(ended)
 	end := control{Type: "exit"}
@@ -226,14 +227,26 @@ type socketWriter struct {
 func (s *socketWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.first != nil {
-		s.first()
-		s.first = nil
-	}
+	s.announce()
 	// Output the socket can no longer take is dropped, not an error: the
 	// stream keeps running until the shell has seen its hang-up.
 	_ = s.c.Write(s.ctx, websocket.MessageBinary, p)
 	return len(p), nil
+}
+
+// up says the stream is up before any output (first, once).
+func (s *socketWriter) up() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.announce()
+}
+
+// announce runs first once; s.mu is held.
+func (s *socketWriter) announce() {
+	if s.first != nil {
+		s.first()
+		s.first = nil
+	}
 }
 
 func (s *socketWriter) control(m control) {

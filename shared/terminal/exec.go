@@ -55,14 +55,16 @@ func (h *Handler) execPod(ctx context.Context, pod string, command []string, std
 // (subresources.kubevirt.io), a WebSocket through the API server to
 // virt-handler — the call kubevirt.io/client-go's
 // VirtualMachineInstance(ns).SerialConsole makes. The serial console has
-// no window size, so resizes are ignored. The local stack's KubeVirt
-// stand-in (virtsim) serves no subresources, so this path runs only
-// against a real KubeVirt.
-func (h *Handler) serialConsole(ctx context.Context, vmi string, stdin io.Reader, stdout io.Writer) error {
+// no window size, so resizes are ignored. up is called once virt-handler
+// has accepted the connection. The local stack's KubeVirt stand-in
+// (virtsim) serves no subresources, so this path runs only against a real
+// KubeVirt.
+func (h *Handler) serialConsole(ctx context.Context, vmi string, stdin io.Reader, stdout io.Writer, up func()) error {
 	stream, err := kvcorev1.AsyncSubresourceHelper(h.o.Kube, "virtualmachineinstances", h.o.Namespace, vmi, "console", url.Values{})
 	if err != nil {
 		return err
 	}
+	up()
 	conn := stream.AsConn()
 	stop := context.AfterFunc(ctx, func() { _ = conn.Close() })
 	defer stop()

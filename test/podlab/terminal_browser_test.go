@@ -6,28 +6,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/chromedp/cdproto/cdp"
-	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
-	"github.com/chromedp/chromedp/kb"
 
 	"labkeep/localrun/browser"
 	"labkeep/localrun/stacktest"
 )
-
-// terminalView is what the terminal page shows: its status line and the
-// text xterm.js has drawn (its DOM renderer's rows).
-type terminalView struct {
-	Status string `json:"status"`
-	Rows   string `json:"rows"`
-	URL    string `json:"url"`
-}
-
-const readTerminal = `(() => ({
-  status: document.getElementById("terminal-status").textContent,
-  rows: [...document.querySelectorAll(".xterm-rows > div")].map((r) => r.textContent).join("\n"),
-  url: window.location.pathname + window.location.search,
-}))()`
 
 // In a real headless Chromium, the student signs in to the portal, opens
 // the terminal of their running shell lab with its button, types id into
@@ -52,14 +35,14 @@ func TestWebTerminalInTheBrowser(t *testing.T) {
 	tab.Screenshot("portal-with-terminal-buttons")
 
 	tab.Do(30*time.Second, chromedp.Click(chromedp.CSS("#terminal-open")))
-	view := waitTerminal(t, tab, "the terminal connected", func(v terminalView) bool {
+	view := tab.WaitTerminal(time.Minute, "the terminal connected", func(v browser.TerminalView) bool {
 		return strings.HasPrefix(v.Status, "Connected to your workspace container")
 	})
 	if want := "/portal/terminal?session=" + s.opened.ID; view.URL != want {
 		t.Errorf("the Terminal button went to %s, want %s", view.URL, want)
 	}
-	tab.Do(30*time.Second, chromedp.Click(chromedp.CSS("#terminal")), typeKeys("id\n"))
-	view = waitTerminal(t, tab, "the output of id", func(v terminalView) bool {
+	tab.Do(30*time.Second, chromedp.Click(chromedp.CSS("#terminal")), browser.TypeKeys("id\n"))
+	view = tab.WaitTerminal(time.Minute, "the output of id", func(v browser.TerminalView) bool {
 		return strings.Contains(v.Rows, "uid=0(root) gid=0(root)")
 	})
 	tab.Screenshot("terminal-id")
@@ -99,48 +82,4 @@ func TestWebTerminalInTheBrowser(t *testing.T) {
 		}
 	}
 	t.Logf("requests that failed: %v", misses)
-}
-
-// typeKeys types s into the focused element as a keyboard does: a key
-// down (carrying the text) and a key up per key. chromedp.KeyEvent also
-// sends a separate char event, which xterm.js, reading the key press the
-// key down makes, would type a second time.
-func typeKeys(s string) chromedp.Action[chromedp.Void] {
-	return chromedp.Func(func(ctx context.Context, t *chromedp.Target) error {
-		for _, r := range s {
-			for _, k := range kb.Encode(r) {
-				if k.Type == kb.KeyChar {
-					continue
-				}
-				if _, err := cdp.Call(ctx, t, input.DispatchKeyEvent, *k); err != nil {
-					return err
-				}
-			}
-		}
-		return nil
-	})
-}
-
-// waitTerminal polls the terminal page until cond holds; after timeout
-// (a bound on a hang) it fails with a screenshot and the last view.
-func waitTerminal(t *testing.T, tab *browser.Tab, what string, cond func(terminalView) bool) terminalView {
-	t.Helper()
-	var last terminalView
-	var err error
-	wait, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	if stacktest.Until(wait, func() (bool, string) {
-		ctx, cancel := context.WithTimeout(tab.Ctx, 10*time.Second)
-		defer cancel()
-		var v terminalView
-		if v, err = chromedp.Run(ctx, chromedp.Evaluate[terminalView](readTerminal)); err != nil {
-			return false, err.Error()
-		}
-		last = v
-		return cond(v), what
-	}) != nil {
-		tab.Screenshot("timeout")
-		t.Fatalf("the terminal page never showed %s; last: %+v (%v)", what, last, err)
-	}
-	return last
 }

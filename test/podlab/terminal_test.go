@@ -188,25 +188,6 @@ func TestWebTerminal(t *testing.T) {
 	})
 }
 
-// A VM lab's terminal is the VMI's serial console (KubeVirt's
-// virtualmachineinstances/console subresource, served by virt-api). The
-// local stack's KubeVirt stand-in, virtsim, serves no subresources, so the
-// console itself cannot be shown here; what is shown is that the terminal
-// of a running VM session asks the API server for exactly that
-// subresource and reports its refusal on the socket instead of hanging.
-func TestSerialConsoleIsNotServedLocally(t *testing.T) {
-	d := stacktest.Deploy(t, st, stacktest.Options{})
-	d.Opened("yara", "linux-vm")
-	v := d.WaitRunning("yara", 2*time.Minute)
-	tm := dialTerminal(t, d, v.ID, d.Token("yara", "student"), nil)
-	defer tm.close()
-	end := tm.waitConnectedOrEnd()
-	if end.Type != "exit" || !strings.Contains(end.Error, "404") {
-		t.Fatalf("the serial console on virtsim: %s, want the API server's 404 for the console subresource", end)
-	}
-	t.Logf("not shown here (virtsim has no console): the terminal of VM session %s asked for virtualmachineinstances/console and reported %q", v.ID, end.Error)
-}
-
 // deployWithCleanup deploys the functions and, as an operator does,
 // puts guardian's cleanup token in the Secret the workspace Pod's
 // GUARDIAN_CLEANUP_TOKEN comes from, before any Pod starts.
