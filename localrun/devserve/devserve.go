@@ -65,6 +65,9 @@ const SampleStudent = "student-1"
 // infra/ into st, builds the functions as the infra ServiceAccount and
 // serves them; it prints the URL, tokens and example calls to out. Files
 // (labs.yaml, the functions' kubeconfig, the JWT secret) go to stateDir.
+// The labs are infra/base/labs.yaml's, unless LABKEEP_LABS_FILE names
+// others; on a stack with real KubeVirt its VM labs are made local
+// (stack.LocalVMLabs: the local guest disk, sizes the node holds).
 func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logger, out io.Writer) (s *Server, err error) {
 	labsFile := filepath.Join(stateDir, "labs.yaml")
 	saKubeconfig := filepath.Join(stateDir, "functions.kubeconfig")
@@ -121,6 +124,11 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 		sample, err := infra.File("labs.yaml")
 		if err != nil {
 			return nil, err
+		}
+		if st.KubeVirt {
+			if sample, err = stack.LocalVMLabs(sample); err != nil {
+				return nil, err
+			}
 		}
 		if err := os.WriteFile(labsFile, sample, 0o644); err != nil {
 			return nil, err

@@ -1,7 +1,8 @@
 // Package stack starts the whole local environment labkeep runs against — a
 // real Kubernetes control plane with the KubeVirt CRDs, a real node
-// (kubelet, kube-scheduler, containerd) on which Pods run, the virtsim
-// stand-in for virt-controller, and a throwaway PostgreSQL — as one unit,
+// (kubelet, kube-scheduler, containerd) on which Pods run, real KubeVirt on
+// it or the virtsim stand-in for virt-controller, and a throwaway
+// PostgreSQL — as one unit,
 // so tests and `make run` share exactly the same set-up code.
 package stack
 
@@ -50,6 +51,10 @@ type Stack struct {
 	PG   *pgtest.Server
 	Sim  *virtsim.Sim // nil with Options.NoVirtSim or Node.KubeVirt
 	Node *node.Node   // nil with Options.NoNode
+	// KubeVirt is true when real KubeVirt runs on the node
+	// (Options.Node.KubeVirt): VM labs boot real guests, so a catalog's VM
+	// labs must fit the node and name a guest disk it has (LocalVMLabs).
+	KubeVirt bool
 
 	unsignal func()
 	cancel   context.CancelFunc
@@ -120,7 +125,7 @@ func Start(ctx context.Context, opts Options) (st *Stack, err error) {
 			no.Progress = opts.ControlPlane.Progress
 		}
 		nd, err := node.Start(ctx, no)
-		st.set(func() { st.Node = nd })
+		st.set(func() { st.Node, st.KubeVirt = nd, nd != nil && no.KubeVirt })
 		if err != nil {
 			return st, err
 		}

@@ -1,6 +1,7 @@
 // Command labkeep-run is `make run`: it starts the local stack (a real
-// Kubernetes control plane with the KubeVirt CRDs, the virtsim stand-in and
-// a throwaway PostgreSQL), writes a kubeconfig and the settings into a state
+// Kubernetes control plane, a real node with real KubeVirt on it — or, with
+// LABKEEP_VMS=virtsim, the virtsim stand-in, in which no VM boots — and a
+// throwaway PostgreSQL), writes a kubeconfig and the settings into a state
 // directory, and keeps everything up until Ctrl-C, which stops it all.
 package main
 
@@ -20,6 +21,7 @@ import (
 
 	"labkeep/localrun/controlplane"
 	"labkeep/localrun/devserve"
+	"labkeep/localrun/node"
 	"labkeep/localrun/stack"
 	"labkeep/localrun/virtsim"
 	"labkeep/shared/portal"
@@ -29,9 +31,12 @@ import (
 // LABKEEP_STATE_DIR; no unprefixed fallbacks); every field has a local
 // default.
 type config struct {
-	StateDir         string        `split_words:"true"`
-	BinCache         string        `split_words:"true"`
-	DatabaseURL      string        `split_words:"true"`
+	StateDir    string `split_words:"true"`
+	BinCache    string `split_words:"true"`
+	DatabaseURL string `split_words:"true"`
+	// VMs is what runs VM labs: kubevirt (real guests under software
+	// emulation, a minute or more to boot) or virtsim (the stand-in).
+	VMs              string        `default:"kubevirt"`
 	VirtsimBootDelay time.Duration `split_words:"true" default:"5s"`
 	QuotaSyncPeriod  time.Duration `split_words:"true" default:"5s"`
 	LogLevel         slog.Level    `split_words:"true" default:"INFO"`
@@ -62,6 +67,9 @@ func run() error {
 	if err := os.MkdirAll(cfg.StateDir, 0o700); err != nil {
 		return err
 	}
+	if cfg.VMs != "kubevirt" && cfg.VMs != "virtsim" {
+		return fmt.Errorf("LABKEEP_VMS must be kubevirt or virtsim, got %q", cfg.VMs)
+	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: cfg.LogLevel}))
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -70,6 +78,7 @@ func run() error {
 	st, err := stack.Start(ctx, stack.Options{
 		ControlPlane: controlplane.Options{BinCache: cfg.BinCache, QuotaSyncPeriod: cfg.QuotaSyncPeriod},
 		VirtSim:      virtsim.Options{BootDelay: cfg.VirtsimBootDelay},
+		Node:         node.Options{KubeVirt: cfg.VMs == "kubevirt"},
 		DatabaseURL:  cfg.DatabaseURL,
 		Logger:       log,
 		Progress:     os.Stderr,
