@@ -197,6 +197,16 @@ func (p *PG) MarkRunning(ctx context.Context, id string, readyAt time.Time, node
 		WHERE id = $1 AND status = 'provisioning' RETURNING `+columns, id, readyAt, data)
 }
 
+// SetNodes implements session.Store.
+func (p *PG) SetNodes(ctx context.Context, id string, nodes []session.Node) (session.Session, error) {
+	data, err := json.Marshal(nonNil(nodes))
+	if err != nil {
+		return session.Session{}, err
+	}
+	return p.update(ctx, id, `UPDATE sessions SET nodes = $2
+		WHERE id = $1 AND status = 'running' RETURNING `+columns, id, data)
+}
+
 // Extend implements session.Store.
 func (p *PG) Extend(ctx context.Context, id string, from, to time.Time) (session.Session, error) {
 	s, err := p.queryOne(ctx, `UPDATE sessions SET expires_at = $3

@@ -82,6 +82,18 @@ func (m *memStore) MarkRunning(_ context.Context, id string, at time.Time, nodes
 	return s, nil
 }
 
+func (m *memStore) SetNodes(_ context.Context, id string, nodes []session.Node) (session.Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.rows[id]
+	if s.Status != session.StatusRunning {
+		return s, session.ErrNotLive
+	}
+	s.Nodes = nodes
+	m.rows[id] = s
+	return s, nil
+}
+
 func (m *memStore) Extend(context.Context, string, time.Time, time.Time) (session.Session, error) {
 	return session.Session{}, errors.New("not used by seating")
 }

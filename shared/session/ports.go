@@ -29,6 +29,12 @@ type Store interface {
 	// provisioning (someone else moved it on); the current row is returned
 	// either way when it exists.
 	MarkRunning(ctx context.Context, id string, readyAt time.Time, nodes []Node) (Session, error)
+	// SetNodes records what the cluster now says about a running
+	// session's nodes (readiness, address): a VM whose guest powered off
+	// comes back on a new virt-launcher Pod with a new address. Returns
+	// ErrNotLive if the session is no longer running; the current row is
+	// returned either way when it exists.
+	SetNodes(ctx context.Context, id string, nodes []Node) (Session, error)
 	// Extend sets a running session's expiry to to, only if it is still
 	// from. Returns ErrConflict if the expiry changed meanwhile, and
 	// ErrNotLive if the session is no longer running.

@@ -12,6 +12,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
 	"labkeep/shared/labs"
 	"labkeep/shared/lifetime"
 )
@@ -76,6 +78,18 @@ func (m *memStore) MarkRunning(_ context.Context, id string, at time.Time, nodes
 	return s, nil
 }
 
+func (m *memStore) SetNodes(_ context.Context, id string, nodes []Node) (Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	s := m.rows[id]
+	if s.Status != StatusRunning {
+		return s, ErrNotLive
+	}
+	s.Nodes = nodes
+	m.rows[id] = s
+	return s, nil
+}
+
 func (m *memStore) Extend(_ context.Context, id string, from, to time.Time) (Session, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -132,8 +146,11 @@ type fakeCluster struct {
 	provisionErr error
 	teardownErr  error
 	ready        bool
-	provisioned  []string
-	tornDown     []string
+	// host is every node's address ("10.0.0.1" if empty).
+	host        string
+	observed    int
+	provisioned []string
+	tornDown    []string
 	// onProvision runs in the middle of Provision.
 	onProvision func()
 }
@@ -147,9 +164,14 @@ func (f *fakeCluster) Provision(_ context.Context, s Session, lab labs.Lab) erro
 }
 
 func (f *fakeCluster) Observe(_ context.Context, s Session) ([]NodeState, error) {
+	f.observed++
+	host := f.host
+	if host == "" {
+		host = "10.0.0.1"
+	}
 	var out []NodeState
 	for _, n := range s.Nodes {
-		out = append(out, NodeState{Name: n.Name, Exists: true, Ready: f.ready, Host: "10.0.0.1"})
+		out = append(out, NodeState{Name: n.Name, Exists: true, Ready: f.ready, Host: host})
 	}
 	return out, nil
 }
@@ -291,6 +313,53 @@ func TestRecordedReadyAt(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			if got := recordedReadyAt(tc.cond, start, tc.observed); !got.Equal(tc.want) {
 				t.Errorf("recordedReadyAt = %s, want %s", got.Format("15:04:05.000"), tc.want.Format("15:04:05.000"))
+			}
+		})
+	}
+}
+
+// A running VM's guest powered off from inside comes back on a new
+// virt-launcher Pod with a new address: getSession gives the student the
+// new one (booting until ready) and records it. A workspace Pod keeps its
+// address for life, so a running Pod session costs no cluster read.
+func TestRunningSessionFollowsItsNodes(t *testing.T) {
+	tests := []struct {
+		lab          string
+		wantObserved int
+		want         []Node
+	}{
+		{lab: "one", wantObserved: 2, want: []Node{{Name: "vm", Role: "vm", SSHHost: "10.0.0.2", SSHPort: 22}}},
+		{lab: "shell", wantObserved: 0, want: []Node{{Name: "workspace", Role: "workspace", Ready: true, SSHHost: "10.0.0.1", SSHPort: 22}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.lab, func(t *testing.T) {
+			now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+			c := &fakeCluster{ready: true}
+			svc, store := newService(t, c, &now)
+			opened, err := svc.Open(context.Background(), "ann", tt.lab, "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got, err := svc.Get(context.Background(), "ann", ""); err != nil || got.Session.Status != StatusRunning {
+				t.Fatalf("get = %v, %v; want running", got.Session, err)
+			}
+			c.observed, c.ready, c.host = 0, false, "10.0.0.2"
+			got, err := svc.Get(context.Background(), "ann", "")
+			if err != nil {
+				t.Fatal(err)
+			}
+			if diff := cmp.Diff(tt.want, got.Session.Nodes); diff != "" {
+				t.Errorf("nodes after the guest came back (-want +got):\n%s", diff)
+			}
+			row, _ := store.Get(context.Background(), opened.Session.ID)
+			if diff := cmp.Diff(tt.want, row.Nodes); diff != "" {
+				t.Errorf("stored nodes (-want +got):\n%s", diff)
+			}
+			if _, err := svc.Get(context.Background(), "ann", ""); err != nil {
+				t.Fatal(err)
+			}
+			if c.observed != tt.wantObserved {
+				t.Errorf("cluster read %d times in two gets, want %d", c.observed, tt.wantObserved)
 			}
 		})
 	}

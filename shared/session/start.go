@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"labkeep/shared/labs"
@@ -180,35 +181,21 @@ func (nothingCreated) Teardown(context.Context, Session) error { return nil }
 // Refresh moves a provisioning session to running when the cluster says
 // every node is ready; the ready time comes from the cluster's condition
 // timestamps (see recordedReadyAt), so time-to-ready does not depend on how
-// often anyone polls.
-// Cluster errors are logged and the stored state returned.
+// often anyone polls. A running VM session's nodes are looked at again
+// (see follow). Cluster errors are logged and the stored state returned.
 func (s *Starter) Refresh(ctx context.Context, sess Session) Session {
-	if sess.Status != StatusProvisioning {
+	switch {
+	case sess.Status == StatusRunning && sess.Kind != labs.KindPod:
+		return s.follow(ctx, sess)
+	case sess.Status != StatusProvisioning:
 		return sess
 	}
-	states, err := s.Cluster.Observe(ctx, sess)
-	if err != nil {
-		s.Log.Warn("cannot observe session", "session", sess.ID, "err", err)
+	nodes, readyAt, ok := s.observe(ctx, sess)
+	if !ok {
 		return sess
 	}
-	ready := len(states) == len(sess.Nodes)
-	var readyAt time.Time
-	for i := range sess.Nodes {
-		if i >= len(states) {
-			break
-		}
-		st := states[i]
-		sess.Nodes[i].Ready = st.Ready
-		sess.Nodes[i].Unschedulable = st.Unschedulable
-		if st.Host != "" {
-			sess.Nodes[i].SSHHost = st.Host
-		}
-		ready = ready && st.Ready
-		if st.ReadyAt.After(readyAt) {
-			readyAt = st.ReadyAt
-		}
-	}
-	if !ready {
+	sess.Nodes = nodes
+	if readyAt.IsZero() {
 		return sess
 	}
 	readyAt = recordedReadyAt(readyAt, sess.StartedAt, s.now())
@@ -222,6 +209,64 @@ func (s *Starter) Refresh(ctx context.Context, sess Session) Session {
 		s.ready(updated)
 	}
 	return updated
+}
+
+// follow keeps a running VM session's nodes true to the cluster: a guest
+// powered off from inside comes back (the VM's run strategy) on a new
+// virt-launcher Pod with a new address, and reads booting until it is
+// ready again. A workspace Pod keeps its address for its life, so Pod
+// sessions are not looked at. Only a change is written.
+func (s *Starter) follow(ctx context.Context, sess Session) Session {
+	nodes, _, ok := s.observe(ctx, sess)
+	if !ok || slices.Equal(nodes, sess.Nodes) {
+		return sess
+	}
+	updated, err := s.Store.SetNodes(ctx, sess.ID, nodes)
+	if err != nil {
+		if !errors.Is(err, ErrNotLive) {
+			s.Log.Warn("cannot record the session's nodes", "session", sess.ID, "err", err)
+		}
+		return sess
+	}
+	s.Log.Info("session's nodes changed", "session", sess.ID, "nodes", nodes)
+	return updated
+}
+
+// observe returns sess's nodes as the cluster shows them now (an address
+// once known is kept until the cluster gives another) and, when every node
+// is ready, the latest Ready condition time among them (else zero; the
+// current time if the cluster gives none). ok is false if the cluster could
+// not be read.
+func (s *Starter) observe(ctx context.Context, sess Session) (nodes []Node, readyAt time.Time, ok bool) {
+	states, err := s.Cluster.Observe(ctx, sess)
+	if err != nil {
+		s.Log.Warn("cannot observe session", "session", sess.ID, "err", err)
+		return nil, time.Time{}, false
+	}
+	nodes = slices.Clone(sess.Nodes)
+	ready := len(states) == len(nodes)
+	for i := range nodes {
+		if i >= len(states) {
+			break
+		}
+		st := states[i]
+		nodes[i].Ready = st.Ready
+		nodes[i].Unschedulable = st.Unschedulable
+		if st.Host != "" {
+			nodes[i].SSHHost = st.Host
+		}
+		ready = ready && st.Ready
+		if st.ReadyAt.After(readyAt) {
+			readyAt = st.ReadyAt
+		}
+	}
+	if !ready {
+		return nodes, time.Time{}, true
+	}
+	if readyAt.IsZero() {
+		readyAt = s.now()
+	}
+	return nodes, readyAt, true
 }
 
 // conditionResolution is the precision of Kubernetes condition times,

@@ -84,6 +84,10 @@ func TestLifecycle(t *testing.T) {
 	if _, err := pg.MarkRunning(ctx, s.ID, t0, nodes); !errors.Is(err, session.ErrNotLive) {
 		t.Errorf("second MarkRunning = %v, want ErrNotLive", err)
 	}
+	moved := []session.Node{{Name: "vm", Role: "vm", SSHHost: "10.0.0.2", SSHPort: 22}}
+	if got, err := pg.SetNodes(ctx, s.ID, moved); err != nil || got.Status != session.StatusRunning || !cmp.Equal(moved, got.Nodes) {
+		t.Errorf("SetNodes = %+v, %v; want running with %+v", got, err, moved)
+	}
 	ext, err := pg.Extend(ctx, s.ID, s.ExpiresAt, s.ExpiresAt.Add(30*time.Minute))
 	if err != nil || !ext.ExpiresAt.Equal(s.ExpiresAt.Add(30*time.Minute)) {
 		t.Fatalf("Extend = %+v, %v", ext.Window, err)
@@ -102,6 +106,9 @@ func TestLifecycle(t *testing.T) {
 	closed := finish(t, pg, s.ID, byStudent, t0.Add(time.Hour))
 	if closed.Status != session.StatusClosed || closed.End != byStudent {
 		t.Fatalf("finished row = %+v", closed)
+	}
+	if _, err := pg.SetNodes(ctx, s.ID, nodes); !errors.Is(err, session.ErrNotLive) {
+		t.Errorf("SetNodes after close = %v, want ErrNotLive", err)
 	}
 	late := func(session.Session) (session.EndReason, error) { return expiredByReaper, nil }
 	if _, ok, err := pg.FinishIf(ctx, s.ID, func(session.Session) bool { return true }, late, t0.Add(time.Hour)); ok || err != nil {

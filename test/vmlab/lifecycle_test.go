@@ -170,7 +170,7 @@ func TestRealGuestHoldsItsSeatUntilReaped(t *testing.T) {
 // is a ghost only when looks at least AbsentConfirm apart both miss it);
 // the session stays running, and the student logs in again with the same
 // key and host key.
-func TestPoweredOffGuestComesBackAndIsNoGhost(t *testing.T) {
+func TestPoweredOffGuestComesBackAtItsNewAddressAndIsNoGhost(t *testing.T) {
 	d := deploy(t, stacktest.Options{})
 	ctx := context.Background()
 	v := d.Opened("pat", "linux-vm")
@@ -192,6 +192,7 @@ func TestPoweredOffGuestComesBackAndIsNoGhost(t *testing.T) {
 	var back time.Duration
 	var lastRun time.Time
 	runs := 0
+	phases := map[string]bool{}
 	stacktest.Eventually(t, 10*time.Minute, func() (bool, string) {
 		if time.Since(lastRun) >= 5*time.Second {
 			rep, err := d.App.Reaper.RunOnce(ctx, reap.TriggerSchedule)
@@ -208,14 +209,32 @@ func TestPoweredOffGuestComesBackAndIsNoGhost(t *testing.T) {
 		if err != nil || cur.GetUID() == first.GetUID() {
 			return false, fmt.Sprintf("no new VMI yet (%v)", err)
 		}
-		out, err := stacktest.SSHRun(addr, n.User, key, hosts, "id -u")
+		// The new guest runs in a new virt-launcher Pod, at a new address:
+		// the student finds it where they found the first, in getSession.
+		r := d.Do("GET", "/getSession", d.Token("pat", "student"), "", "")
+		if r.Status != http.StatusOK || r.Session.Status != "running" || len(r.Session.Nodes) != 1 {
+			t.Fatalf("getSession after the poweroff = %d %s", r.Status, r.Body)
+		}
+		now := r.Session.Nodes[0]
+		phases[now.Phase] = true
+		if now.SSH.Host == n.Host {
+			return false, fmt.Sprintf("new VMI %s; getSession still gives the old address %s (%s)", cur.GetUID(), n.Host, now.Phase)
+		}
+		addr := net.JoinHostPort(now.SSH.Host, strconv.Itoa(now.SSH.Port))
+		out, err := stacktest.SSHRun(addr, n.User, key, stacktest.StrictHosts(t, now.SSH.KnownHosts), "id -u")
 		if err != nil || out != "0" {
-			return false, fmt.Sprintf("new VMI %s; login: %q %v", cur.GetUID(), out, err)
+			return false, fmt.Sprintf("new VMI %s at %s (%s); login: %q %v", cur.GetUID(), addr, now.Phase, out, err)
+		}
+		if now.Phase != "ready" {
+			return false, fmt.Sprintf("logged in at %s, phase still %s", addr, now.Phase)
 		}
 		back = time.Since(off)
 		return true, ""
 	})
-	t.Logf("poweroff → a new VMI → login again in %s; %d reaper runs meanwhile, no ghost", back.Round(100*time.Millisecond), runs)
+	t.Logf("poweroff → a new VMI → login at its new address in %s; %d reaper runs meanwhile, no ghost; phases seen %v", back.Round(100*time.Millisecond), runs, phases)
+	if !phases["booting"] {
+		t.Errorf("getSession never said the node was booting again (phases %v)", phases)
+	}
 	if got := d.RowStatus(v.ID); got != session.StatusRunning {
 		t.Errorf("the session is %s after the guest came back", got)
 	}
