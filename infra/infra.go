@@ -8,13 +8,19 @@ package infra
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"embed"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
+	"slices"
+	"strings"
+	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -22,6 +28,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 )
@@ -95,8 +102,11 @@ func (p Placement) rename(ns string) string {
 }
 
 // Objects decodes the named manifests (multi-document YAML) with
-// namespaces renamed per p, including RoleBinding subjects and Namespace
-// objects themselves.
+// namespaces renamed per p, including RoleBinding subjects, Namespace
+// objects themselves and the admission policies' bindings (the sessions
+// namespace they select and read their parameters from; with that
+// namespace renamed, a binding also takes its name as a suffix, so
+// placements side by side on one cluster each have their own).
 func Objects(p Placement, names ...string) ([]*unstructured.Unstructured, error) {
 	var out []*unstructured.Unstructured
 	for _, name := range names {
@@ -133,10 +143,152 @@ func Objects(p Placement, names ...string) ([]*unstructured.Unstructured, error)
 					return nil, err
 				}
 			}
+			if u.GetKind() == "ValidatingAdmissionPolicyBinding" {
+				if err := p.placeBinding(u); err != nil {
+					return nil, fmt.Errorf("%s: %w", name, err)
+				}
+			}
 			out = append(out, u)
 		}
 	}
 	return out, nil
+}
+
+// placeBinding points an admission binding at the renamed sessions
+// namespace: its namespaceSelector, its paramRef and, when renamed, its
+// name.
+func (p Placement) placeBinding(u *unstructured.Unstructured) error {
+	sessions := p.rename(SessionsNamespace)
+	if _, ok, _ := unstructured.NestedMap(u.Object, "spec", "paramRef"); ok {
+		if err := unstructured.SetNestedField(u.Object, sessions, "spec", "paramRef", "namespace"); err != nil {
+			return err
+		}
+	}
+	if err := unstructured.SetNestedStringMap(u.Object, map[string]string{corev1.LabelMetadataName: sessions},
+		"spec", "matchResources", "namespaceSelector", "matchLabels"); err != nil {
+		return err
+	}
+	if sessions != SessionsNamespace {
+		u.SetName(u.GetName() + "-" + sessions)
+	}
+	return nil
+}
+
+// AdmissionConfigMap is the admission policy's parameters
+// (admission-policy.yaml), in the sessions namespace.
+const AdmissionConfigMap = "labkeep-admission"
+
+// Admission is what one environment's admission parameters (the
+// AdmissionConfigMap) hold besides admission-policy.yaml's own.
+type Admission struct {
+	// Env is the LABKEEP_ENV of the functions of the placement's
+	// functions namespace: it replaces the file's env.<namespace> entries.
+	Env string
+	// Images are more entries of the image allowlist (images):
+	// repositories or prefixes ending in "/".
+	Images []string
+	// Data replaces further parameters by key (guardianImages,
+	// runtimeClasses, …).
+	Data map[string]string
+}
+
+// AdmissionObjects are admission-policy.yaml's objects placed per p
+// (Objects) with a's parameters.
+func AdmissionObjects(p Placement, a Admission) ([]*unstructured.Unstructured, error) {
+	if a.Env == "" {
+		return nil, errors.New("admission parameters: no environment")
+	}
+	objs, err := Objects(p, "admission-policy.yaml")
+	if err != nil {
+		return nil, err
+	}
+	for _, o := range objs {
+		if o.GetKind() != "ConfigMap" || o.GetName() != AdmissionConfigMap {
+			continue
+		}
+		data, _, err := unstructured.NestedStringMap(o.Object, "data")
+		if err != nil {
+			return nil, err
+		}
+		for k := range data {
+			if strings.HasPrefix(k, "env.") {
+				delete(data, k)
+			}
+		}
+		data["env."+p.rename(FunctionsNamespace)] = a.Env
+		if len(a.Images) > 0 {
+			data["images"] = strings.Join(append(strings.Fields(data["images"]), a.Images...), "\n")
+		}
+		maps.Copy(data, a.Data)
+		if err := unstructured.SetNestedStringMap(o.Object, data, "data"); err != nil {
+			return nil, err
+		}
+		return objs, nil
+	}
+	return nil, fmt.Errorf("admission-policy.yaml has no ConfigMap %s", AdmissionConfigMap)
+}
+
+// ApplyAdmission creates AdmissionObjects(p, a) with rc (objects that
+// already exist are left as they are; the parameters first, so the binding
+// never acts without them) and waits until the API server enforces the
+// policy for the functions' ServiceAccount of p: it refuses a Secret
+// without labkeep's labels and admits one with them. Until then a create
+// of the functions would pass unchecked, or be refused for want of
+// parameters the API server has not seen yet. It waits a minute at most.
+func ApplyAdmission(ctx context.Context, rc *rest.Config, p Placement, a Admission) error {
+	objs, err := AdmissionObjects(p, a)
+	if err != nil {
+		return err
+	}
+	slices.SortStableFunc(objs, func(x, y *unstructured.Unstructured) int {
+		return cmp.Compare(applyOrder(x.GetKind()), applyOrder(y.GetKind()))
+	})
+	if err := create(ctx, rc, objs); err != nil {
+		return err
+	}
+	fn := rest.CopyConfig(rc)
+	fnNamespace := p.rename(FunctionsNamespace)
+	fn.Impersonate = rest.ImpersonationConfig{
+		UserName: "system:serviceaccount:" + fnNamespace + ":" + ServiceAccount,
+		Groups:   []string{"system:serviceaccounts", "system:serviceaccounts:" + fnNamespace, "system:authenticated"},
+	}
+	cs, err := kubernetes.NewForConfig(fn)
+	if err != nil {
+		return err
+	}
+	secrets := cs.CoreV1().Secrets(p.rename(SessionsNamespace))
+	dryRun := metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}}
+	labelled := map[string]string{"labkeep.io/env": a.Env, "labkeep.io/session": "admission-probe",
+		"labkeep.io/role": "probe", "app.kubernetes.io/managed-by": "labkeep"}
+	probe := func(labels map[string]string) error {
+		_, err := secrets.Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "labkeep-admission-probe", Labels: labels},
+			Type: corev1.SecretTypeOpaque}, dryRun)
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	var last error
+	for {
+		refused := probe(nil)
+		if refused != nil && strings.Contains(refused.Error(), "labkeep admission: ") {
+			if last = probe(labelled); last == nil {
+				return nil
+			}
+		} else {
+			last = fmt.Errorf("a Secret without labkeep's labels: %v", refused)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the admission policy is not in force for %s: %v", fnNamespace, last)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}
+
+// applyOrder puts an admission policy's parameters before the policy and
+// the policy before its bindings.
+func applyOrder(kind string) int {
+	return map[string]int{"ConfigMap": 0, "ValidatingAdmissionPolicy": 1, "ValidatingAdmissionPolicyBinding": 2}[kind]
 }
 
 // Apply creates the named manifests' objects (renamed per p) with rc;
@@ -146,6 +298,12 @@ func Apply(ctx context.Context, rc *rest.Config, p Placement, names ...string) e
 	if err != nil {
 		return err
 	}
+	return create(ctx, rc, objs)
+}
+
+// create creates objs in order with rc, leaving those that already exist
+// as they are.
+func create(ctx context.Context, rc *rest.Config, objs []*unstructured.Unstructured) error {
 	dc, err := discovery.NewDiscoveryClientForConfig(rc)
 	if err != nil {
 		return err

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/google/go-cmp/cmp"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/yaml"
 
@@ -217,5 +218,45 @@ func TestKustomizationListsEveryManifest(t *testing.T) {
 		if !strings.Contains(string(data), strings.TrimPrefix(name, "guardian/")) {
 			t.Errorf("kustomization.yaml's header does not explain why %s is left out", name)
 		}
+	}
+}
+
+// The admission policy placed for other namespaces selects and reads its
+// parameters from the renamed sessions namespace, under a binding name of
+// its own, and its ConfigMap names the environment for the renamed
+// functions namespace alone, with the extra images after the file's.
+func TestAdmissionObjectsArePlaced(t *testing.T) {
+	objs, err := AdmissionObjects(Placement{Functions: "fn", Sessions: "vms"}, Admission{Env: "dev", Images: []string{"local.example/disks/"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	for _, o := range objs {
+		switch o.GetKind() {
+		case "ValidatingAdmissionPolicyBinding":
+			sel, _, _ := unstructured.NestedString(o.Object, "spec", "matchResources", "namespaceSelector", "matchLabels", "kubernetes.io/metadata.name")
+			param, _, _ := unstructured.NestedString(o.Object, "spec", "paramRef", "namespace")
+			got["binding "+o.GetName()] = sel + " " + param
+		case "ConfigMap":
+			data, _, _ := unstructured.NestedStringMap(o.Object, "data")
+			for k, v := range data {
+				if strings.HasPrefix(k, "env.") {
+					got[k] = v
+				}
+			}
+			images := strings.Fields(data["images"])
+			got["last image"] = images[len(images)-1]
+			got["ConfigMap namespace"] = o.GetNamespace()
+		}
+	}
+	want := map[string]string{
+		"binding labkeep-functions-vms":      "vms vms",
+		"binding labkeep-functions-exec-vms": "vms ",
+		"env.fn":                             "dev",
+		"last image":                         "local.example/disks/",
+		"ConfigMap namespace":                "vms",
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("placed admission objects (-want +got):\n%s", diff)
 	}
 }

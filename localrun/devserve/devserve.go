@@ -1,6 +1,6 @@
 // Package devserve puts the session functions on the local stack for
-// `make run`: it installs the production RBAC, quota and sample lab
-// templates from infra/, runs the functions as the infra ServiceAccount
+// `make run`: it installs the production RBAC, quota, admission policy and
+// sample lab templates from infra/, runs the functions as the infra ServiceAccount
 // (never admin), serves them on LABKEEP_HTTP_ADDR and prints ready-made
 // tokens. Every LABKEEP_* setting applies as in production; the ones
 // production must be given (environment, database, JWT secret, labs file,
@@ -32,6 +32,7 @@ import (
 	"labkeep/functions/app"
 	"labkeep/infra"
 	"labkeep/localrun/controlplane"
+	"labkeep/localrun/images"
 	"labkeep/localrun/node"
 	"labkeep/localrun/stack"
 	"labkeep/shared/access"
@@ -138,6 +139,11 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 	if err := infra.Apply(ctx, st.Admin(), place, "namespaces.yaml", "rbac.yaml", "resourcequota.yaml"); err != nil {
 		return nil, fmt.Errorf("installing infra/: %w", err)
 	}
+	// The admission policy production applies, so what the functions may
+	// not create in production is refused here too.
+	if err := infra.ApplyAdmission(ctx, st.Admin(), place, Admission(cfg.Env, st.KubeVirt)); err != nil {
+		return nil, fmt.Errorf("installing infra/'s admission policy: %w", err)
+	}
 	if err := matchQuota(ctx, st, cfg); err != nil {
 		return nil, err
 	}
@@ -194,6 +200,22 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 	fmt.Fprintf(out, "                 curl -sS -X POST -H \"Authorization: Bearer $ADMIN_TOKEN\" %s/adminReapNow\n", s.URL)
 	fmt.Fprintf(out, "                 curl -sS -H \"Authorization: Bearer $ADMIN_TOKEN\" %s/adminStatus ; curl -sS %s/metrics\n", s.URL, s.URL)
 	return s, nil
+}
+
+// Admission is the admission policy's parameters for the local stack's
+// functions of environment env: admission-policy.yaml's own, with the
+// local guest disk's repository allowed where real KubeVirt boots the VM
+// labs from it (stack.LocalVMLabs), as an operator lists each lab image.
+func Admission(env string, kubevirt bool) infra.Admission {
+	a := infra.Admission{Env: env}
+	if kubevirt {
+		repo, _, _ := strings.Cut(images.GuestDebian, "@")
+		if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
+			repo = repo[:i]
+		}
+		a.Images = []string{repo}
+	}
+	return a
 }
 
 // EnvFileName is the name, in the state directory, of Server.EnvFile.

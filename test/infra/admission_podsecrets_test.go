@@ -228,10 +228,10 @@ func TestAdmissionLimitsPodSecrets(t *testing.T) {
 		{"a Job's Pod mounting a session's cloud-init Secret", job(func(spec *corev1.PodSpec) {
 			spec.Volumes = append(spec.Volumes, corev1.Volume{Name: "extra", VolumeSource: corev1.VolumeSource{
 				Secret: &corev1.SecretVolumeSource{SecretName: ownCloudInit}}})
-		}), refusedPodSecrets},
+		}), refusedJob},
 		{"a Job's Pod with a secretKeyRef", job(func(spec *corev1.PodSpec) {
 			spec.Containers[0].Env = append(spec.Containers[0].Env, secretEnv(otherCloudInit, "userdata"))
-		}), refusedPodSecrets},
+		}), refusedJob},
 		{"an image pull Secret", pod(func(p *corev1.Pod, _, _ *corev1.Container) {
 			p.Spec.ImagePullSecrets = []corev1.LocalObjectReference{{Name: otherCloudInit}}
 		}), refusedPullSecret},

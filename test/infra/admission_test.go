@@ -3,6 +3,7 @@ package infra_test
 import (
 	"context"
 	"maps"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -47,6 +48,7 @@ const (
 	refusedSecretType    = "a Secret must be of type Opaque"
 	refusedService       = "a Service must be of type ClusterIP"
 	refusedExec          = "the functions may exec only into a workspace Pod's workspace container"
+	refusedGuardian      = "the container named guardian must be an init container running an image of guardianImages"
 )
 
 var (
@@ -88,14 +90,22 @@ func TestAdmissionParamsMatchTheCode(t *testing.T) {
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("labkeep-admission parameters (-want +got):\n%s", diff)
 	}
-	for _, key := range []string{"images", "guardianImages"} {
-		for _, r := range words(key) {
-			if strings.ContainsAny(r, ":@") {
-				t.Errorf("%s entry %q: name a repository (any tag or digest matches) or a prefix ending in /", key, r)
-			}
+	for _, r := range words("images") {
+		if strings.ContainsAny(r, ":@") {
+			t.Errorf("images entry %q: name a repository (any tag or digest matches) or a prefix ending in /", r)
+		}
+	}
+	for _, r := range words("guardianImages") {
+		repo, digest, pinned := strings.Cut(r, "@")
+		if strings.Contains(repo, ":") || (pinned && !pinnedDigest.MatchString(digest)) {
+			t.Errorf("guardianImages entry %q: name a repository (any tag or digest matches) or a repository@sha256:<digest> (that image alone)", r)
 		}
 	}
 }
+
+// pinnedDigest is a digest a guardianImages entry may pin guardian's
+// image to.
+var pinnedDigest = regexp.MustCompile(`^sha256:[0-9a-f]{64}$`)
 
 // The functions' ServiceAccount, as the API server sees it (impersonated,
 // with rbac.yaml's Role), under admission-policy.yaml: every object
@@ -221,10 +231,10 @@ func TestFunctionsCreateOnlyLabkeepShapedObjects(t *testing.T) {
 		}), refusedVolume},
 		{"guardian's powers under another image", pod(func(_ *corev1.Pod, _, g *corev1.Container) {
 			g.Image = "ghcr.io/labkeep/workspace:debian12"
-		}), refusedVolume},
+		}), refusedGuardian},
 		{"guardian's image running another command", pod(func(_ *corev1.Pod, _, g *corev1.Container) {
 			g.Command = []string{"/bin/sh", "-c", "cat /host/sys/fs/cgroup/*"}
-		}), refusedVolume},
+		}), refusedGuardian},
 		{"guardian asking for SYS_ADMIN", pod(func(_ *corev1.Pod, _, g *corev1.Container) {
 			g.SecurityContext.Capabilities.Add = append(g.SecurityContext.Capabilities.Add, "SYS_ADMIN")
 		}), refusedCapabilities},
@@ -403,6 +413,13 @@ func createPlacement(t *testing.T, admin kubernetes.Interface, p infra.Placement
 // acting as that functions namespace's ServiceAccount.
 func underAdmissionPolicy(t *testing.T, prefix string) (infra.Placement, string, kubernetes.Interface, *rest.Config) {
 	t.Helper()
+	return underAdmissionParams(t, prefix, nil)
+}
+
+// underAdmissionParams is underAdmissionPolicy with the parameters of data
+// replacing the file's (infra.Admission's Data).
+func underAdmissionParams(t *testing.T, prefix string, data map[string]string) (infra.Placement, string, kubernetes.Interface, *rest.Config) {
+	t.Helper()
 	suffix := stacktest.Suffix()
 	place := infra.Placement{Functions: prefix + "-fn-" + suffix, Sessions: prefix + "-vms-" + suffix}
 	env := prefix + "-" + suffix
@@ -411,7 +428,7 @@ func underAdmissionPolicy(t *testing.T, prefix string) (infra.Placement, string,
 		t.Fatal(err)
 	}
 	createPlacement(t, admin, place)
-	installAdmissionPolicy(t, place, env)
+	installAdmission(t, place, infra.Admission{Env: env, Data: data})
 	return place, env, admin, impersonate(place.Functions)
 }
 
@@ -634,55 +651,49 @@ func admissionParams(t *testing.T, p infra.Placement) *corev1.ConfigMap {
 	return nil
 }
 
-// installAdmissionPolicy creates admission-policy.yaml's objects for the
-// namespaces of p: the ConfigMap in p.Sessions naming env as the
-// environment of p.Functions (instead of the file's own), the binding
-// selecting p.Sessions and reading that ConfigMap. The cluster-scoped
-// policy and binding are deleted when t ends.
+// installAdmissionPolicy creates admission-policy.yaml's objects placed
+// per p (infra.AdmissionObjects: the ConfigMap in p.Sessions naming env as
+// the environment of p.Functions instead of the file's own, the bindings
+// selecting p.Sessions and reading that ConfigMap). The cluster-scoped
+// policies and bindings are deleted when t ends.
 func installAdmissionPolicy(t *testing.T, p infra.Placement, env string) {
 	t.Helper()
+	installAdmission(t, p, infra.Admission{Env: env})
+}
+
+// installAdmission is installAdmissionPolicy with the parameters a.
+func installAdmission(t *testing.T, p infra.Placement, a infra.Admission) {
+	t.Helper()
 	ctx := context.Background()
-	objs, err := infra.Objects(p, "admission-policy.yaml")
+	objs, err := infra.AdmissionObjects(p, a)
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, o := range objs {
-		switch o.GetKind() {
-		case "ConfigMap":
-			data, _, _ := unstructured.NestedStringMap(o.Object, "data")
-			for k := range data {
-				if strings.HasPrefix(k, "env.") {
-					delete(data, k)
-				}
-			}
-			data["env."+p.Functions] = env
-			if err := unstructured.SetNestedStringMap(o.Object, data, "data"); err != nil {
-				t.Fatal(err)
-			}
-		case "ValidatingAdmissionPolicyBinding":
-			if _, ok, _ := unstructured.NestedMap(o.Object, "spec", "paramRef"); ok {
-				if err := unstructured.SetNestedField(o.Object, p.Sessions, "spec", "paramRef", "namespace"); err != nil {
-					t.Fatal(err)
-				}
-			}
-			if err := unstructured.SetNestedStringMap(o.Object, map[string]string{"kubernetes.io/metadata.name": p.Sessions},
-				"spec", "matchResources", "namespaceSelector", "matchLabels"); err != nil {
-				t.Fatal(err)
-			}
-		}
 		if err := api.apply(ctx, o, "", false); err != nil {
 			t.Fatalf("%s %s: %v", o.GetKind(), o.GetName(), err)
 		}
-		if o.GetNamespace() == "" {
-			gvk := o.GroupVersionKind()
-			m, err := api.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
-			if err != nil {
-				t.Fatal(err)
-			}
-			t.Cleanup(func() {
-				_ = api.dyn.Resource(m.Resource).Delete(context.Background(), o.GetName(), metav1.DeleteOptions{})
-			})
+	}
+	deleteClusterScopedAtEnd(t, objs)
+}
+
+// deleteClusterScopedAtEnd deletes the cluster-scoped objects of objs
+// (an admission policy and its bindings) when t ends; namespaced ones go
+// with their namespace.
+func deleteClusterScopedAtEnd(t *testing.T, objs []*unstructured.Unstructured) {
+	t.Helper()
+	for _, o := range objs {
+		if o.GetNamespace() != "" {
+			continue
 		}
+		gvk := o.GroupVersionKind()
+		m, err := api.mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() {
+			_ = api.dyn.Resource(m.Resource).Delete(context.Background(), o.GetName(), metav1.DeleteOptions{})
+		})
 	}
 }
 
@@ -722,7 +733,8 @@ func dryRunCreate(ctx context.Context, c dynamic.Interface, gvr schema.GroupVers
 		}
 		u = &unstructured.Unstructured{Object: m}
 	}
-	gvk := map[string]string{"pods": "Pod", "secrets": "Secret", "services": "Service", "jobs": "Job", "virtualmachines": "VirtualMachine"}[gvr.Resource]
+	gvk := map[string]string{"pods": "Pod", "secrets": "Secret", "services": "Service", "jobs": "Job", "virtualmachines": "VirtualMachine",
+		"networkpolicies": "NetworkPolicy"}[gvr.Resource]
 	u.SetAPIVersion(gvr.GroupVersion().String())
 	u.SetKind(gvk)
 	u.SetNamespace(ns)
