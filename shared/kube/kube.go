@@ -76,7 +76,10 @@ type Config struct {
 	// WorkspacePod is the workspace Pod definition every Pod lab's Pod is
 	// built from (YAML, see infra/guardian/workspace-pod.yaml, which empty
 	// means): a platform may add tolerations, a node selector or a runtime
-	// class, or drop a capability its nodes cannot grant.
+	// class, or drop a capability its nodes cannot grant. The admission
+	// policy admits only the tolerations and runtime classes its
+	// parameters list (tolerations, runtimeClasses), and guardian's
+	// container exactly as labkeep builds it (environment, mounts, probes).
 	WorkspacePod []byte
 	// SSHSourceCIDRs are where students' SSH connections reach the labs
 	// from (the internet, or the SSH ingress or load balancer in front):
