@@ -59,13 +59,21 @@ variable "source_dir" {
 }
 
 variable "jwt_audience" {
-  type    = string
-  default = ""
+  type        = string
+  description = "LABKEEP_JWT_AUDIENCE, the aud every portal token must carry (required, so a token minted for another service is refused)"
+  validation {
+    condition     = length(var.jwt_audience) > 0
+    error_message = "jwt_audience is required: the aud the portal's tokens carry."
+  }
 }
 
 variable "jwt_issuer" {
-  type    = string
-  default = ""
+  type        = string
+  description = "LABKEEP_JWT_ISSUER, the iss every portal token must carry (required)"
+  validation {
+    condition     = length(var.jwt_issuer) > 0
+    error_message = "jwt_issuer is required: the iss the portal's tokens carry."
+  }
 }
 
 variable "max_concurrent_vms" {

@@ -62,6 +62,14 @@ type Server struct {
 // SampleStudent is the sub of the printed student token.
 const SampleStudent = "student-1"
 
+// LocalAudience and LocalIssuer are the aud and iss make run's functions
+// require (LABKEEP_JWT_AUDIENCE and LABKEEP_JWT_ISSUER win) and its
+// printed tokens carry.
+const (
+	LocalAudience = "labkeep"
+	LocalIssuer   = "labkeep-run"
+)
+
 // Start reads the settings (local defaults for the required ones), installs
 // infra/ into st, builds the functions as the infra ServiceAccount and
 // serves them; it prints the URL, tokens and example calls to out. Files
@@ -85,6 +93,9 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 	cfg := app.DefaultConfig()
 	cfg.Env, cfg.DatabaseURL, cfg.JWTSecret, cfg.SchedulerToken = "local", st.DSN(), secret, schedulerToken
 	cfg.LabsFile, cfg.Kubeconfig = labsFile, saKubeconfig
+	// Every shipped deploy template requires aud and iss; so does make
+	// run, and the tokens it prints carry them.
+	cfg.Tokens.Audience, cfg.Tokens.Issuer = LocalAudience, LocalIssuer
 	if st.Node != nil {
 		// Workspace Pods run on the local node: ask only for the
 		// capabilities its runc can grant.

@@ -28,6 +28,12 @@ import (
 // a manifest (they are credentials).
 var secretSettings = []string{"LABKEEP_DATABASE_URL", "LABKEEP_JWT_SECRET", "LABKEEP_SCHEDULER_TOKEN"}
 
+// deployRequired are settings app.Config may run without but every shipped
+// deploy template must set, non-empty: the aud and iss portal tokens must
+// carry, so a token another service mints with the same secret is
+// refused.
+var deployRequired = []string{"LABKEEP_JWT_AUDIENCE", "LABKEEP_JWT_ISSUER"}
+
 // setting is one variable of app.Config's settings table.
 type setting struct {
 	Key string // environment variable
@@ -128,6 +134,11 @@ func TestKnativeServiceConfiguresTheFunctions(t *testing.T) {
 				if _, ok := env[s.Key]; !ok {
 					t.Errorf("%s is required by app.Config but knative-service.yaml does not set it", s.Key)
 				}
+			}
+		}
+		for _, key := range deployRequired {
+			if e, ok := env[key]; !ok || (e.Value == "" && e.ValueFrom == nil) {
+				t.Errorf("%s is required of every deploy template but knative-service.yaml does not set it", key)
 			}
 		}
 		// The defaults lack at least the credentials; if nothing reads as

@@ -75,6 +75,22 @@ func TestDeployTemplates(t *testing.T) {
 			t.Error(p)
 		}
 	})
+	// The aud and iss come from parameters a deployer must give: no
+	// default, nothing empty accepted.
+	t.Run("aud and iss have no default", func(t *testing.T) {
+		for _, p := range []string{"JwtAudience", "JwtIssuer"} {
+			block := regexp.MustCompile(`(?m)^  ` + p + `:\n((?:    .*\n)+)`).FindSubmatch(sam)
+			if block == nil || bytes.Contains(block[1], []byte("Default:")) || !bytes.Contains(block[1], []byte("MinLength: 1")) {
+				t.Errorf("template.yaml's %s parameter: %q, want MinLength: 1 and no Default", p, block)
+			}
+		}
+		for _, v := range []string{"jwt_audience", "jwt_issuer"} {
+			block := regexp.MustCompile(`(?s)variable "` + v + `" \{(.*?)\n\}`).FindSubmatch(tf)
+			if block == nil || bytes.Contains(block[1], []byte("default")) || !bytes.Contains(block[1], []byte("length(var."+v+") > 0")) {
+				t.Errorf("main.tf's %s variable: %q, want a validation of its length and no default", v, block)
+			}
+		}
+	})
 	// The SAM schedule leaves its input unset, so Scheduler sends its
 	// default event (as recorded in functions/lambda's testdata); the
 	// Lambda command hands that to reapTick with the scheduler token.
@@ -104,6 +120,8 @@ func TestDeployTemplates(t *testing.T) {
 		{"reapTick every five minutes", false, "rate(1 minute)", "rate(5 minutes)", "every minute"},
 		{"a schedule with its own input", false, "State: ENABLED", "State: ENABLED\n            Input: '{\"tick\": true}'", "Input"},
 		{"another handler", false, "Handler: bootstrap", "Handler: main", "Handler"},
+		{"the audience left out", false, "          LABKEEP_JWT_AUDIENCE: {Ref: JwtAudience}\n", "", "LABKEEP_JWT_AUDIENCE is required of every deploy template"},
+		{"the issuer left out", true, "      LABKEEP_JWT_ISSUER          = var.jwt_issuer\n", "", "LABKEEP_JWT_ISSUER is required of every deploy template"},
 		{"the scheduler token left out", false, "          LABKEEP_SCHEDULER_TOKEN:\n", "          LABKEEP_SCHEDULER_TOKN:\n", "LABKEEP_SCHEDULER_TOKEN is required"},
 		{"a local-stack setting Config does not read", false, "          LABKEEP_LABS_FILE:", "          LABKEEP_REAP_INTERVAL: 1m\n          LABKEEP_LABS_FILE:", "LABKEEP_REAP_INTERVAL"},
 		{"a secret as a literal", false, `Fn::Sub: "{{resolve:secretsmanager:${JwtSecretSecret}}}"`, "a-literal-secret-of-at-least-32-bytes", "LABKEEP_JWT_SECRET"},
@@ -249,6 +267,11 @@ func envProblems(where string, values map[string]string, secret map[string]bool,
 		known[s.Key] = true
 		if _, ok := values[s.Key]; s.Required && !ok {
 			out = append(out, fmt.Sprintf("%s: %s is required by app.Config.Validate and not set", where, s.Key))
+		}
+	}
+	for _, k := range deployRequired {
+		if _, ok := values[k]; !ok {
+			out = append(out, fmt.Sprintf("%s: %s is required of every deploy template and not set", where, k))
 		}
 	}
 	for k := range values {

@@ -3,6 +3,7 @@ package session_test
 import (
 	"bytes"
 	"context"
+	"net/http"
 	"os"
 	"os/exec"
 	"strings"
@@ -15,11 +16,12 @@ import (
 	"labkeep/infra"
 	"labkeep/localrun/devserve"
 	"labkeep/localrun/stacktest"
+	"labkeep/shared/access"
 )
 
 // `make run` serves the functions on the local stack with the sample labs,
 // LABKEEP_* settings applied, as the infra ServiceAccount, and the printed
-// tokens work.
+// tokens work (they carry the aud and iss it requires).
 func TestMakeRunServesTheFunctions(t *testing.T) {
 	var out bytes.Buffer
 	srv := stacktest.MakeRun(t, st, map[string]string{
@@ -33,6 +35,15 @@ func TestMakeRunServesTheFunctions(t *testing.T) {
 		}
 	}
 	c := stacktest.NewClient(t, srv.URL)
+	// aud and iss are required, as every shipped template requires them:
+	// a token without them is refused.
+	bare, err := access.Sign([]byte(srv.App.Config.JWTSecret), devserve.SampleStudent, access.RoleStudent, time.Now().Add(time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := c.Do("GET", "/getSession", bare, "", ""); r.Status != http.StatusUnauthorized || !strings.Contains(r.Message, "audience") {
+		t.Errorf("a token without aud and iss = %d %s, want 401 naming the audience", r.Status, r.Body)
+	}
 	r := c.Do("POST", "/openSession", srv.StudentToken, `{"lab":"linux-vm"}`, "")
 	if r.Status != 201 || r.Session.Student != devserve.SampleStudent {
 		t.Fatalf("open = %d %s", r.Status, r.Body)
