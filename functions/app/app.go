@@ -179,7 +179,10 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 		},
 	}))
 	// The web terminal and cleanup button (WebSocket: on-prem only).
-	term, err := terminal.New(terminal.Options{Sessions: svc, Auth: auth, API: api, Kube: rc, Exec: kube.WorkspaceExecutor, Namespace: cfg.Kube.Namespace, Now: now, Log: log})
+	term, err := terminal.New(terminal.Options{
+		Sessions: svc, Auth: auth, API: api, Kube: rc, Exec: kube.WorkspaceExecutor,
+		Namespace: cfg.Kube.Namespace, Now: now, Log: log, Limits: cfg.Terminal,
+	})
 	if err != nil {
 		return nil, err
 	}

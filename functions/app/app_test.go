@@ -20,6 +20,7 @@ import (
 	"labkeep/shared/lifetime"
 	"labkeep/shared/reap"
 	"labkeep/shared/seating"
+	"labkeep/shared/termlimit"
 )
 
 func setValid(t *testing.T) {
@@ -87,6 +88,12 @@ func TestInvalidConfigNamesTheVariable(t *testing.T) {
 		{"unknown warm pool time zone", "LABKEEP_WARM_POOL_TZ", "Mars/Olympus"},
 		{"zero warm pool TTL", "LABKEEP_WARM_POOL_TTL", "0s"},
 		{"negative warm pool lead", "LABKEEP_WARM_POOL_LEAD", "-1m"},
+		{"no terminal per student", "LABKEEP_TERMINALS_PER_STUDENT", "0"},
+		{"no terminal per process", "LABKEEP_TERMINALS_PER_PROCESS", "0"},
+		{"zero terminal auth timeout", "LABKEEP_TERMINAL_AUTH_TIMEOUT", "0s"},
+		{"zero terminal idle timeout", "LABKEEP_TERMINAL_IDLE", "0s"},
+		{"negative terminal lifetime", "LABKEEP_TERMINAL_MAX_LIFETIME", "-1h"},
+		{"zero terminal recheck", "LABKEEP_TERMINAL_RECHECK", "0s"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -239,6 +246,7 @@ func TestDefaultsAreThePackagesDefaults(t *testing.T) {
 		"seating":  cmp.Diff(seating.DefaultLimits(), r.Limits),
 		"tokens":   cmp.Diff(access.DefaultTokenRules(), r.Tokens),
 		"alerts":   cmp.Diff(alerts.DefaultLimits(), r.Alerts),
+		"terminal": cmp.Diff(termlimit.DefaultLimits(), r.Terminal),
 	} {
 		if diff != "" {
 			t.Errorf("%s config from the environment differs from the package default (-want +got):\n%s", name, diff)
@@ -287,6 +295,8 @@ func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
 		"LABKEEP_GUARDIAN_ALERT_MAX_FIELDS": "20", "LABKEEP_GUARDIAN_ALERTS_PER_SESSION": "50",
 		"LABKEEP_WARM_POOL": "shell=2; linux-vm=3@Mon-Fri 13:50-16:00", "LABKEEP_WARM_POOL_TZ": "Europe/Paris",
 		"LABKEEP_WARM_POOL_LEAD": "5m", "LABKEEP_WARM_POOL_TTL": "2h", "LABKEEP_PORTAL": "false",
+		"LABKEEP_TERMINALS_PER_STUDENT": "2", "LABKEEP_TERMINALS_PER_PROCESS": "50", "LABKEEP_TERMINAL_AUTH_TIMEOUT": "2s",
+		"LABKEEP_TERMINAL_IDLE": "10m", "LABKEEP_TERMINAL_MAX_LIFETIME": "2h", "LABKEEP_TERMINAL_RECHECK": "3s",
 	}
 	for k, v := range vars {
 		t.Setenv(k, v)
@@ -309,6 +319,7 @@ func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
 	unchanged(t, "lifetime.Policy", lifetime.DefaultPolicy(), r.Policy)
 	unchanged(t, "access.TokenRules", access.DefaultTokenRules(), r.Tokens)
 	unchanged(t, "alerts.Limits", alerts.DefaultLimits(), r.Alerts)
+	unchanged(t, "termlimit.Limits", termlimit.DefaultLimits(), r.Terminal)
 	// Every variable of the table is among those set here, the old name
 	// excepted: a new variable is added to this test.
 	tab := c.Settings()

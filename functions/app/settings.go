@@ -16,6 +16,7 @@ import (
 	"labkeep/shared/reap"
 	"labkeep/shared/seating"
 	"labkeep/shared/setting"
+	"labkeep/shared/termlimit"
 	"labkeep/shared/warmpool"
 )
 
@@ -24,7 +25,7 @@ const EnvPrefix = "LABKEEP"
 
 // Config is every setting of the session functions. The settings of a
 // package live in that package's own configuration (Policy, Kube, Limits,
-// Reap, Tokens, Alerts), whose defaults are the package's; the rest belong
+// Reap, Tokens, Alerts, Terminal), whose defaults are the package's; the rest belong
 // to the binaries. Settings lists the variable that fills each field. The
 // four required settings (env, database URL, JWT secret, scheduler token)
 // have no default; Validate names each one that is missing.
@@ -46,6 +47,8 @@ type Config struct {
 	Reap   reap.Config
 	Tokens access.TokenRules
 	Alerts alerts.Limits
+	// Terminal bounds the web terminal (on-prem server only).
+	Terminal termlimit.Limits
 
 	Kubeconfig       string
 	WorkspacePodFile string
@@ -81,7 +84,7 @@ const (
 func DefaultConfig() Config {
 	return Config{
 		Policy: lifetime.DefaultPolicy(), Kube: kube.DefaultConfig(), Limits: seating.DefaultLimits(),
-		Reap: reap.DefaultConfig(), Tokens: access.DefaultTokenRules(), Alerts: alerts.DefaultLimits(),
+		Reap: reap.DefaultConfig(), Tokens: access.DefaultTokenRules(), Alerts: alerts.DefaultLimits(), Terminal: termlimit.DefaultLimits(),
 		LabsFile: DefaultLabsFile, LabsReload: labs.DefaultReload, HTTPAddr: DefaultHTTPAddr,
 		RetryAfter: httpapi.DefaultRetryAfter, ReapDBConns: DefaultReapDBConns, AdminStatusRuns: DefaultAdminStatusRuns,
 		Portal: portal.DefaultEnabled, WarmPoolLead: seating.DefaultPoolLead, WarmPoolTTL: seating.DefaultPoolTTL,
@@ -94,7 +97,7 @@ func DefaultConfig() Config {
 // the settings reference in functions/README.md (Markdown) all come from
 // it.
 func (c *Config) Settings() setting.Table {
-	k, r, l := &c.Kube, &c.Reap, &c.Limits
+	k, r, l, tl := &c.Kube, &c.Reap, &c.Limits, &c.Terminal
 	return setting.Table{Prefix: EnvPrefix, Vars: []setting.Var{
 		setting.String("ENV", "(required) environment name; labels every object (`labkeep.io/env`) and namespaces the advisory locks; "+
 			"the first labkeep to migrate a database records it there (table `environment`), and a labkeep of another environment "+
@@ -139,7 +142,7 @@ func (c *Config) Settings() setting.Table {
 			&l.CleanupTimeout),
 		setting.Duration("CAPACITY_WAIT", "longest an open queues for the capacity lock before 503 `no_capacity`; must be below "+
 			"the reaper's provision grace", &l.CapacityWait),
-		setting.Duration("RETRY_AFTER", "the Retry-After sent with 503 `no_capacity`", &c.RetryAfter),
+		setting.Duration("RETRY_AFTER", "the Retry-After sent with 503 `no_capacity` and 429 `too_many_terminals`", &c.RetryAfter),
 		setting.String("LABS_FILE", "lab templates", &c.LabsFile),
 		setting.Duration("LABS_RELOAD", "how often the lab templates file is re-read (`0`: only at start); an invalid one is refused "+
 			"(logged, `labkeep_lab_catalog_reload_failures_total`) and the last good catalog stays; running sessions keep the lab "+
@@ -193,6 +196,19 @@ func (c *Config) Settings() setting.Table {
 			"of `PLATFORM_NAMESPACE` (a cloud's fixed egress address, the local stack's host), blocked ranges included", &k.PlatformSourceCIDRs),
 		setting.String("CLUSTER_DNS", "the cluster's DNS Pods, `namespace/key=value[,key=value]`: the only resolver a lab may ask",
 			&k.ClusterDNS),
+		setting.Int("TERMINALS_PER_STUDENT", "web terminals (`/terminal/connect`, on-prem server) a student holds open at once in one "+
+			"server process, ≥ 1; the next is refused 429 `too_many_terminals` (a close with 4429 after the upgrade)", &tl.PerStudent),
+		setting.Int("TERMINALS_PER_PROCESS", "web terminal sockets one server process holds at once, ≥ 1: open terminals and sockets "+
+			"still waiting for their token together, so a flood of sockets that never authenticate cannot take more; the next is "+
+			"refused as past a student's cap", &tl.PerProcess),
+		setting.Duration("TERMINAL_AUTH_TIMEOUT", "how long a new terminal socket may take to send its token before it is dropped",
+			&tl.AuthTimeout),
+		setting.Duration("TERMINAL_IDLE", "a terminal whose client sent no input this long is closed (output does not count), "+
+			"its reason starting `idle`", &tl.Idle),
+		setting.Duration("TERMINAL_MAX_LIFETIME", "a terminal open this long is closed, typing or not, its reason starting `lifetime`",
+			&tl.MaxLifetime),
+		setting.Duration("TERMINAL_RECHECK", "how often an open terminal re-reads its session (`getSession`'s read): it closes "+
+			"within about this long of its session ending (closed, expired, reaped)", &tl.Recheck),
 	}}
 }
 
@@ -279,7 +295,7 @@ func (c Config) Validate() error {
 	errs = append(errs,
 		t.Rename(r.Policy.Validate(), &r.Policy), t.Rename(r.Limits.Validate(), &r.Limits),
 		t.Rename(r.Reap.Validate(), &r.Reap), t.Rename(r.Alerts.Validate(), &r.Alerts),
-		t.Rename(r.Tokens.Validate(), &r.Tokens))
+		t.Rename(r.Tokens.Validate(), &r.Tokens), t.Rename(r.Terminal.Validate(), &r.Terminal))
 	if len(r.SSHAuthorizedKeys) > 0 {
 		bad(&r.SSHAuthorizedKeys, "was renamed %s (platform keys, authorized on every session; students get keys of their own)",
 			key(&r.Kube.PlatformSSHKeys))

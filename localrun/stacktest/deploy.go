@@ -102,6 +102,8 @@ type Options struct {
 	DBConns int
 	// Log is the functions' logger (Logger() if nil).
 	Log *slog.Logger
+	// TerminalIdle is LABKEEP_TERMINAL_IDLE.
+	TerminalIdle time.Duration
 }
 
 // Deployment is one environment's session functions and reaper on the
@@ -281,6 +283,7 @@ func (o Options) config(cfg app.Config) app.Config {
 	cfg.WarmPool = o.WarmPool
 	set(&cfg.WarmPoolTTL, o.WarmPoolTTL)
 	set(&cfg.WarmPoolLead, o.WarmPoolLead)
+	set(&cfg.Terminal.Idle, o.TerminalIdle)
 	cfg.Kube.GuardianWebhookURL = o.GuardianWebhookURL
 	if o.PlatformSSHKeys != nil {
 		cfg.Kube.PlatformSSHKeys = o.PlatformSSHKeys

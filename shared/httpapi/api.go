@@ -61,7 +61,8 @@ type Options struct {
 	// clock the Service uses.
 	Now func() time.Time
 	Log *slog.Logger
-	// RetryAfter is the Retry-After sent with 503 no_capacity.
+	// RetryAfter is the Retry-After sent with 503 no_capacity and 429
+	// too_many_terminals.
 	RetryAfter time.Duration
 }
 

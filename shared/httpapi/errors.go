@@ -9,6 +9,7 @@ import (
 	"labkeep/shared/alerts"
 	"labkeep/shared/reap"
 	"labkeep/shared/session"
+	"labkeep/shared/termlimit"
 )
 
 // statusTable is the one place domain and HTTP errors get their status
@@ -36,6 +37,7 @@ var statusTable = []struct {
 	{session.ErrProvisioning, http.StatusBadGateway},
 	{reap.ErrBusy, http.StatusConflict},
 	{alerts.ErrInvalid, http.StatusBadRequest},
+	{termlimit.ErrTooMany, http.StatusTooManyRequests},
 }
 
 // skippedFor lists the errors that, answering the scheduler (reapTick),
@@ -132,13 +134,13 @@ func (a *API) writeErrorFor(w http.ResponseWriter, r *http.Request, p access.Pri
 		a.log.Error("internal error", "path", r.URL.Path, "session", id, "err", err)
 	case status == http.StatusBadGateway:
 		a.log.Warn("request failed", "path", r.URL.Path, "code", code, "session", id, "err", err)
-	case status == http.StatusServiceUnavailable:
+	case status == http.StatusServiceUnavailable, status == http.StatusTooManyRequests:
 		a.log.Info("request refused", "path", r.URL.Path, "code", code, "session", id, "err", err)
 	}
 	switch status {
 	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="labkeep"`)
-	case http.StatusServiceUnavailable:
+	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
 		w.Header().Set("Retry-After", retryAfter(a.retryAfter))
 	}
 	if sess != nil && sess.ID != "" {

@@ -50,6 +50,7 @@ var errorResponses = map[int]string{
 	http.StatusInternalServerError:   "Internal",
 	http.StatusBadGateway:            "BadGateway",
 	http.StatusServiceUnavailable:    "NoCapacity",
+	http.StatusTooManyRequests:       "TooManyRequests",
 }
 
 // responseCodes are the error codes the description allows in response

@@ -7,8 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/coder/websocket"
@@ -16,6 +19,7 @@ import (
 
 	"labkeep/shared/access"
 	"labkeep/shared/labs"
+	"labkeep/shared/termlimit"
 )
 
 // HangupGrace bounds the hang-up of a shell whose socket has gone (its
@@ -59,14 +63,36 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 	id, node := q.Get("session"), q.Get("node")
 	// A client that can set headers authenticates before the upgrade.
 	preAuthorized := r.Header.Get("Authorization") != ""
+	// Every socket counts against the process's cap from here, before
+	// anything is known of its caller: sockets that never send a token
+	// hold a place until the auth timeout, and no more of them than the
+	// cap can be held at once.
+	place, err := h.ledger.Arrive()
+	if err != nil {
+		h.o.Log.Info("terminal refused", "session", id, "err", err)
+		if preAuthorized {
+			h.o.API.WriteError(w, r, err)
+			return
+		}
+		// A browser learns why only from a close: upgrade, then refuse.
+		if c, aerr := websocket.Accept(w, r, nil); aerr == nil {
+			h.refuse(c, id, err)
+		}
+		return
+	}
+	defer place.Leave()
 	var target Target
+	var student string
 	if preAuthorized {
-		t, err := h.authorize(r.Context(), r, id, node)
+		t, p, err := h.authorize(r.Context(), r, id, node)
+		if err == nil {
+			err = place.Admit(p)
+		}
 		if err != nil {
 			h.o.API.WriteError(w, r, err)
 			return
 		}
-		target = t
+		target, student = t, p
 	}
 	c, err := websocket.Accept(w, r, nil)
 	if err != nil {
@@ -77,52 +103,77 @@ func (h *Handler) connect(w http.ResponseWriter, r *http.Request) {
 	c.SetReadLimit(MaxMessageBytes)
 	ctx := r.Context()
 	if !preAuthorized {
-		t, err := h.firstMessage(ctx, c, r, id, node)
+		t, p, err := h.firstMessage(ctx, c, r, id, node)
+		if err == nil {
+			err = place.Admit(p)
+		}
 		if err != nil {
-			status, code := h.o.API.StatusOf(err)
-			msg := err.Error()
-			if status == http.StatusInternalServerError {
-				h.o.Log.Error("terminal refused", "session", id, "err", err)
-				msg = "internal error"
-			}
-			_ = c.Close(closeCode(status), truncate(code+": "+msg, 120))
+			h.refuse(c, id, err)
 			return
 		}
-		target = t
+		target, student = t, p
 	}
-	h.run(ctx, c, target)
+	h.run(ctx, c, target, student)
 }
+
+// refuse closes c with err's refusal: 4000 + its status, and its code and
+// message as reason (an internal error's message withheld and logged).
+func (h *Handler) refuse(c *websocket.Conn, id string, err error) {
+	code, reason := h.closing(id, err)
+	_ = c.Close(code, reason)
+}
+
+// closing is the close code and reason of refusal err: 4000 + its status,
+// and its code and message.
+func (h *Handler) closing(id string, err error) (websocket.StatusCode, string) {
+	status, code := h.o.API.StatusOf(err)
+	msg := err.Error()
+	if status == http.StatusInternalServerError {
+		h.o.Log.Error("terminal refused", "session", id, "err", err)
+		msg = "internal error"
+	}
+	if !strings.HasPrefix(msg, code+": ") {
+		msg = code + ": " + msg
+	}
+	return closeCode(status), truncate(msg, maxReason)
+}
+
+// maxReason bounds a close reason: a close frame's payload is at most 125
+// bytes, two of them the code.
+const maxReason = 123
 
 // firstMessage reads the token from the socket's first message and
 // authorizes it for session id.
-func (h *Handler) firstMessage(ctx context.Context, c *websocket.Conn, r *http.Request, id, node string) (Target, error) {
-	rctx, cancel := context.WithTimeout(ctx, h.o.AuthTimeout)
+func (h *Handler) firstMessage(ctx context.Context, c *websocket.Conn, r *http.Request, id, node string) (Target, string, error) {
+	rctx, cancel := context.WithTimeout(ctx, h.o.Limits.AuthTimeout)
 	defer cancel()
 	typ, b, err := c.Read(rctx)
 	if err != nil {
-		return Target{}, fmt.Errorf("%w: no token within %s: %v", access.ErrUnauthorized, h.o.AuthTimeout, err)
+		return Target{}, "", fmt.Errorf("%w: no token within %s: %v", access.ErrUnauthorized, h.o.Limits.AuthTimeout, err)
 	}
 	var m control
 	if typ != websocket.MessageText || json.Unmarshal(b, &m) != nil || m.Token == "" {
-		return Target{}, fmt.Errorf("%w: the first message must be {\"token\":\"<JWT>\"}", access.ErrUnauthorized)
+		return Target{}, "", fmt.Errorf("%w: the first message must be {\"token\":\"<JWT>\"}", access.ErrUnauthorized)
 	}
 	req := r.Clone(ctx)
 	req.Header.Set("Authorization", "Bearer "+m.Token)
 	return h.authorize(ctx, req, id, node)
 }
 
-// authorize authenticates r and reaches the caller's node.
-func (h *Handler) authorize(ctx context.Context, r *http.Request, id, node string) (Target, error) {
+// authorize authenticates r and reaches the caller's node; it returns the
+// caller (the student the terminal counts against) too.
+func (h *Handler) authorize(ctx context.Context, r *http.Request, id, node string) (Target, string, error) {
 	p, err := h.o.Auth.Authenticate(r)
 	if err != nil {
-		return Target{}, err
+		return Target{}, "", err
 	}
-	return Reach(ctx, h.o.Sessions, h.o.Now(), p.Subject, id, node)
+	t, err := Reach(ctx, h.o.Sessions, h.o.Now(), p.Subject, id, node)
+	return t, p.Subject, err
 }
 
 // run bridges the socket to the target's exec or console until either
-// ends.
-func (h *Handler) run(ctx context.Context, c *websocket.Conn, t Target) {
+// ends, or until a bound closes it (watch).
+func (h *Handler) run(ctx context.Context, c *websocket.Conn, t Target, student string) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	log := h.o.Log.With("session", t.Session.ID, "object", t.Object)
@@ -135,6 +186,17 @@ func (h *Handler) run(ctx context.Context, c *websocket.Conn, t Target) {
 	// serial console's when virt-handler has accepted it, since an idle
 	// getty writes nothing until the student types.
 	out := &socketWriter{ctx: ctx, c: c, first: connected}
+	// finish ends the terminal from this side, once: an exit message
+	// saying why, then the close. Whoever comes second (the stream's end
+	// after a bound closed the socket) waits for the first and does
+	// nothing.
+	var once sync.Once
+	finish := func(end control, code websocket.StatusCode, reason string) {
+		once.Do(func() {
+			out.control(end)
+			_ = c.Close(code, reason)
+		})
+	}
 	// When the socket goes, the shell is hung up as when an SSH
 	// connection drops: its input is closed and it gets SIGHUP (Hangup),
 	// and its stream has HangupGrace to end by itself before it is cut.
@@ -164,6 +226,11 @@ func (h *Handler) run(ctx context.Context, c *websocket.Conn, t Target) {
 		case <-ctx.Done():
 		}
 	}()
+	opened := h.o.Now()
+	// input is when the client last sent terminal input (UnixNano, by
+	// h.o.Now), for the idle bound.
+	var input atomic.Int64
+	input.Store(opened.UnixNano())
 	go func() {
 		defer close(gone)
 		defer stdinW.Close()
@@ -174,6 +241,7 @@ func (h *Handler) run(ctx context.Context, c *websocket.Conn, t Target) {
 				return
 			}
 			if typ == websocket.MessageBinary {
+				input.Store(h.o.Now().UnixNano())
 				if _, err := stdinW.Write(b); err != nil {
 					return
 				}
@@ -185,7 +253,8 @@ func (h *Handler) run(ctx context.Context, c *websocket.Conn, t Target) {
 			}
 		}
 	}()
-	log.Info("terminal opened", "kind", t.Session.Kind)
+	go h.watch(ctx, t, student, opened, &input, ended, log, finish)
+	log.Info("terminal opened", "kind", t.Session.Kind, "student", student)
 	var err error
 	switch t.Session.Kind {
 	case labs.KindPod:
@@ -209,10 +278,73 @@ func (h *Handler) run(ctx context.Context, c *websocket.Conn, t Target) {
 	log.Info("terminal closed", "err", err)
 	select {
 	case <-gone:
+		return
 	default:
-		out.control(end)
-		_ = c.Close(websocket.StatusNormalClosure, "")
 	}
+	// The stream ended by itself (the shell exited, or its container went
+	// with a session being closed): if the session has ended, that is what
+	// the student is told.
+	if refusal := h.recheck(ctx, t, student, log); refusal != nil {
+		code, reason := h.closing(t.Session.ID, refusal)
+		end.Error = refusal.Error()
+		finish(end, code, reason)
+		return
+	}
+	finish(end, websocket.StatusNormalClosure, "")
+}
+
+// watch closes the terminal, through finish, when one of its bounds says
+// so (termlimit.Limits.Decide): its session no longer live (re-read every
+// Recheck and before any other close), no input for Idle, or open for
+// MaxLifetime. Closing the socket hangs the shell up as a student's
+// leaving does. It returns when the stream has ended or ctx is done.
+func (h *Handler) watch(ctx context.Context, t Target, student string, opened time.Time, input *atomic.Int64,
+	ended <-chan struct{}, log *slog.Logger, finish func(control, websocket.StatusCode, string)) {
+	l := h.o.Limits
+	times := termlimit.Times{Opened: opened, Input: opened, Checked: opened}
+	timer := time.NewTimer(l.Decide(times, opened).Wake.Sub(opened))
+	defer timer.Stop()
+	for {
+		select {
+		case <-timer.C:
+		case <-ended:
+			return
+		case <-ctx.Done():
+			return
+		}
+		now := h.o.Now()
+		times.Input = time.Unix(0, input.Load())
+		v := l.Decide(times, now)
+		if v.Recheck {
+			if refusal := h.recheck(ctx, t, student, log); refusal != nil {
+				log.Info("terminal closed: its session ended", "student", student, "why", refusal)
+				code, reason := h.closing(t.Session.ID, refusal)
+				finish(control{Type: "exit", Error: refusal.Error()}, code, reason)
+				return
+			}
+			times.Checked = now
+		}
+		if v.Timeout != termlimit.NoTimeout {
+			reason := l.Reason(v.Timeout)
+			log.Info("terminal closed on time", "student", student, "why", reason)
+			finish(control{Type: "exit", Error: reason}, websocket.StatusNormalClosure, truncate(reason, maxReason))
+			return
+		}
+		timer.Reset(v.Wake.Sub(now))
+	}
+}
+
+// recheck re-reads the terminal's session and returns the refusal that
+// closes it (Ended), or nil while it stays open.
+func (h *Handler) recheck(ctx context.Context, t Target, student string, log *slog.Logger) error {
+	rctx, cancel := context.WithTimeout(ctx, h.o.Limits.Recheck)
+	defer cancel()
+	got, err := h.o.Sessions.Get(rctx, student, t.Session.ID)
+	refusal := Ended(t.Session.ID, got, err, h.o.Now())
+	if refusal == nil && err != nil && ctx.Err() == nil {
+		log.Warn("terminal cannot re-read its session; it stays open", "err", err)
+	}
+	return refusal
 }
 
 // socketWriter writes terminal output as binary messages, after calling

@@ -30,8 +30,20 @@
 // token. A client that is not a browser may send the Authorization header
 // with the upgrade instead; it is then checked before the upgrade and a
 // refusal is an ordinary HTTP error. After the upgrade a refusal is a close
-// with code 4000 + the HTTP status (4401, 4403, 4404, 4409) and the error
-// code and message as reason.
+// with code 4000 + the HTTP status (4401, 4403, 4404, 4409, 4429) and the
+// error code and message as reason.
+//
+// Every terminal holds a socket here and an exec stream through the API
+// server, so each is bounded (Options.Limits, package termlimit): a
+// student holds a few at once and the process a fixed number, sockets
+// still waiting for their token included (past either cap: 429
+// too_many_terminals, or a close with 4429); a socket that sends no token
+// within the auth timeout is dropped; an open terminal is closed
+// after no input for the idle timeout or at its maximum lifetime (1000,
+// the reason starting "idle" or "lifetime"), and within seconds of its
+// session ending (4403, the refusal a new terminal would get: it re-reads
+// the session every few seconds through Sessions.Get). Each close of an
+// open terminal is preceded by an exit message saying why.
 //
 // On the socket, binary messages are terminal bytes both ways (the client's
 // are the terminal's input); text messages are JSON control messages: the
@@ -67,17 +79,12 @@ import (
 	"labkeep/shared/access"
 	"labkeep/shared/labs"
 	"labkeep/shared/session"
+	"labkeep/shared/termlimit"
 )
 
-// Defaults of Options.
-const (
-	// DefaultAuthTimeout is how long a new WebSocket may take to send its
-	// token before it is closed.
-	DefaultAuthTimeout = 10 * time.Second
-	// DefaultCleanupTimeout bounds a call to guardian's /cleanup, which
-	// freezes, kills and thaws in rounds until nothing unprotected is left.
-	DefaultCleanupTimeout = 30 * time.Second
-)
+// DefaultCleanupTimeout bounds a call to guardian's /cleanup, which
+// freezes, kills and thaws in rounds until nothing unprotected is left.
+const DefaultCleanupTimeout = 30 * time.Second
 
 // Options configure a Handler.
 type Options struct {
@@ -97,12 +104,15 @@ type Options struct {
 	Exec Executor
 	// Namespace is the sessions namespace.
 	Namespace string
-	// Now is the clock (the Service's).
+	// Now is the clock (the Service's): it judges the sessions and the
+	// terminals' idle and lifetime bounds.
 	Now func() time.Time
 	Log *slog.Logger
-	// AuthTimeout and CleanupTimeout default to DefaultAuthTimeout and
-	// DefaultCleanupTimeout.
-	AuthTimeout, CleanupTimeout time.Duration
+	// Limits bound the terminals (termlimit.DefaultLimits in production);
+	// New refuses limits that do not validate.
+	Limits termlimit.Limits
+	// CleanupTimeout defaults to DefaultCleanupTimeout.
+	CleanupTimeout time.Duration
 }
 
 // Executor makes a pods/exec call into the workspace container of Pod pod
@@ -137,15 +147,17 @@ type Handler struct {
 	kube     kubernetes.Interface
 	guardian *Guardian
 	mux      *http.ServeMux
+	// ledger counts this process's terminal sockets against o.Limits.
+	ledger *termlimit.Ledger
 }
 
 // New returns the Handler.
 func New(o Options) (*Handler, error) {
+	if err := o.Limits.Validate(); err != nil {
+		return nil, fmt.Errorf("terminal limits: %w", err)
+	}
 	if o.Log == nil {
 		o.Log = slog.Default()
-	}
-	if o.AuthTimeout <= 0 {
-		o.AuthTimeout = DefaultAuthTimeout
 	}
 	if o.CleanupTimeout <= 0 {
 		o.CleanupTimeout = DefaultCleanupTimeout
@@ -159,7 +171,7 @@ func New(o Options) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{o: o, kube: kc, guardian: &Guardian{Kube: kc, Namespace: o.Namespace, Timeout: o.CleanupTimeout}}
+	h := &Handler{o: o, kube: kc, guardian: &Guardian{Kube: kc, Namespace: o.Namespace, Timeout: o.CleanupTimeout}, ledger: termlimit.NewLedger(o.Limits)}
 	h.mux = http.NewServeMux()
 	h.mux.HandleFunc("GET /terminal/connect", h.connect)
 	h.mux.HandleFunc("POST /terminal/cleanup", h.cleanup)
@@ -224,6 +236,30 @@ func Reach(ctx context.Context, svc Sessions, now time.Time, student, id, node s
 		}
 	}
 	return Target{}, fmt.Errorf("%w: session %s has no node %q", access.ErrBadRequest, id, node)
+}
+
+// Ended is the refusal that closes an open terminal of session id once a
+// re-read of that session (Sessions.Get, as got and err) at now finds it
+// no longer live or no longer the student's — closed, expired, reaped,
+// failed — in the words Reach would refuse a new terminal with; nil while
+// it is live. A live session keeps its terminal whatever its nodes do (a
+// VM whose guest powered off boots again, and its serial console shows
+// the boot). An error reading the session (the database unreachable)
+// keeps it too, as a re-read that says nothing: the next one decides, and
+// the terminal's own bounds hold meanwhile.
+func Ended(id string, got session.Standing, err error, now time.Time) error {
+	switch {
+	case errors.Is(err, session.ErrNoSession):
+		return fmt.Errorf("%w: session %s is no longer a session of yours", access.ErrForbidden, id)
+	case err != nil:
+		return nil
+	case got.Waiting != nil || got.Session == nil:
+		return fmt.Errorf("%w: session %s is no longer running", access.ErrForbidden, id)
+	}
+	if st := got.Session.StatusAt(now); !st.Live() {
+		return fmt.Errorf("%w: session %s has ended (%s)", access.ErrForbidden, id, st)
+	}
+	return nil
 }
 
 // cleanupRequest is the body of POST /terminal/cleanup.
