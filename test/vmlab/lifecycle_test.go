@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/ssh"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
@@ -163,23 +164,22 @@ func TestRealGuestHoldsItsSeatUntilReaped(t *testing.T) {
 	d.WaitGone(bob.ID)
 }
 
-// A student who powers their guest off gets it back, and the reaper never
-// takes the gap for a ghost: the VM's run strategy is Always, so KubeVirt
-// replaces the ended VMI with a new one that boots the same disk. The
+// comesBackAfterPoweroff powers student's running guest off from inside
+// and shows they get it back, and the reaper never takes the gap for a
+// ghost: the VM's run strategy is Always, so KubeVirt replaces the ended
+// VMI with a new one that boots the same disk in a new virt-launcher Pod,
+// at a new address, which getSession gives (booting until ready). The
 // reaper runs every few seconds throughout (its real rules: a missing VMI
 // is a ghost only when looks at least AbsentConfirm apart both miss it);
 // the session stays running, and the student logs in again with the same
 // key and host key.
-func TestPoweredOffGuestComesBackAtItsNewAddressAndIsNoGhost(t *testing.T) {
-	d := deploy(t, stacktest.Options{})
+func comesBackAfterPoweroff(t *testing.T, d *stacktest.Deployment, student string, key ssh.Signer, running stacktest.SessionView) {
+	t.Helper()
 	ctx := context.Background()
-	v := d.Opened("pat", "linux-vm")
-	key := signer(t, v)
-	running := d.WaitRunning("pat", 10*time.Minute)
 	n := running.Nodes[0].SSH
 	addr := net.JoinHostPort(n.Host, strconv.Itoa(n.Port))
 	hosts := stacktest.StrictHosts(t, n.KnownHosts)
-	vm := session.NodeName(v.ID, running.Nodes[0].Name)
+	vm := session.NodeName(running.ID, running.Nodes[0].Name)
 	vmis := d.Dyn.Resource(stacktest.Resource("VirtualMachineInstance")).Namespace(d.Namespace)
 	first, err := vmis.Get(ctx, vm, metav1.GetOptions{})
 	if err != nil {
@@ -211,7 +211,7 @@ func TestPoweredOffGuestComesBackAtItsNewAddressAndIsNoGhost(t *testing.T) {
 		}
 		// The new guest runs in a new virt-launcher Pod, at a new address:
 		// the student finds it where they found the first, in getSession.
-		r := d.Do("GET", "/getSession", d.Token("pat", "student"), "", "")
+		r := d.Do("GET", "/getSession", d.Token(student, "student"), "", "")
 		if r.Status != http.StatusOK || r.Session.Status != "running" || len(r.Session.Nodes) != 1 {
 			t.Fatalf("getSession after the poweroff = %d %s", r.Status, r.Body)
 		}
@@ -235,11 +235,7 @@ func TestPoweredOffGuestComesBackAtItsNewAddressAndIsNoGhost(t *testing.T) {
 	if !phases["booting"] {
 		t.Errorf("getSession never said the node was booting again (phases %v)", phases)
 	}
-	if got := d.RowStatus(v.ID); got != session.StatusRunning {
+	if got := d.RowStatus(running.ID); got != session.StatusRunning {
 		t.Errorf("the session is %s after the guest came back", got)
 	}
-	if r := d.Close("pat"); r.Status != http.StatusOK {
-		t.Fatalf("close pat = %d %s", r.Status, r.Body)
-	}
-	d.WaitGone(v.ID)
 }

@@ -51,7 +51,8 @@ func signer(t *testing.T, v stacktest.SessionView) ssh.Signer {
 // answers, so the student's first login right then succeeds, as root, with
 // the key the open returned and the session's host key checked strictly;
 // the key of another session is refused; the web terminal is the guest's
-// serial console (seesSerialConsole). Closing it stops the guest and
+// serial console (seesSerialConsole); a guest powered off from inside
+// comes back (comesBackAfterPoweroff). Closing it stops the guest and
 // leaves nothing.
 func TestLinuxVMRunsWhenItsGuestAnswersSSH(t *testing.T) {
 	d := deploy(t, stacktest.Options{})
@@ -89,6 +90,10 @@ func TestLinuxVMRunsWhenItsGuestAnswersSSH(t *testing.T) {
 	}
 	t.Run("the web terminal is the guest's serial console", func(t *testing.T) {
 		seesSerialConsole(t, d, "alice", alice.ID)
+	})
+
+	t.Run("a guest powered off from inside comes back at its new address, no ghost", func(t *testing.T) {
+		comesBackAfterPoweroff(t, d, "alice", key, running)
 	})
 
 	vm := session.NodeName(alice.ID, running.Nodes[0].Name)
