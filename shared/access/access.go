@@ -166,6 +166,7 @@ func (r TokenRules) Authenticator(secret []byte, now func() time.Time) (*Authent
 // Authenticate returns the caller of r. Returns ErrUnauthorized (with the
 // reason) if the Authorization header is missing or not a Bearer token, or
 // the token is not HS256 with our secret, lacks exp, sub or a known role,
+// has a sub the platform reserves (session.Reserved),
 // is expired, not yet valid or issued in the future, is valid for longer
 // than the rules allow, or lacks the audience or issuer they require.
 func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
@@ -208,6 +209,8 @@ func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
 		return Principal{}, fmt.Errorf("%w: invalid token: %v", ErrUnauthorized, err)
 	case c.Subject == "":
 		return Principal{}, fmt.Errorf("%w: token has no sub", ErrUnauthorized)
+	case session.Reserved(c.Subject):
+		return Principal{}, fmt.Errorf("%w: token sub %q is reserved for the platform (%s…)", ErrUnauthorized, c.Subject, session.ReservedPrefix)
 	case c.Role != RoleStudent && c.Role != RoleAdmin:
 		return Principal{}, fmt.Errorf("%w: token role %q is neither %q nor %q", ErrUnauthorized, c.Role, RoleStudent, RoleAdmin)
 	}

@@ -107,6 +107,10 @@ func TestAuthenticate(t *testing.T) {
 		// sub and role.
 		{"admin", defaults, 0, "Bearer " + hs256(t, jwt.MapClaims{"sub": "ops", "role": RoleAdmin, "exp": at(time.Hour)}), outcome{Principal: Principal{Subject: "ops", Role: RoleAdmin}}},
 		{"no sub", defaults, 0, "Bearer " + hs256(t, jwt.MapClaims{"role": RoleStudent, "exp": at(time.Hour)}), outcome{Refused: "unauthorized: token has no sub"}},
+		{"the warm pool's reserved student", defaults, 0, "Bearer " + hs256(t, jwt.MapClaims{"sub": "labkeep:pool", "role": RoleStudent, "exp": at(time.Hour)}),
+			outcome{Refused: `unauthorized: token sub "labkeep:pool" is reserved for the platform (labkeep:…)`}},
+		{"any reserved sub, admin too", defaults, 0, "Bearer " + hs256(t, jwt.MapClaims{"sub": "labkeep:x", "role": RoleAdmin, "exp": at(time.Hour)}),
+			outcome{Refused: `unauthorized: token sub "labkeep:x" is reserved for the platform (labkeep:…)`}},
 		{"unknown role", defaults, 0, "Bearer " + hs256(t, jwt.MapClaims{"sub": "alice", "role": "root", "exp": at(time.Hour)}),
 			outcome{Refused: `unauthorized: token role "root" is neither "student" nor "admin"`}},
 

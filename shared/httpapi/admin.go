@@ -12,7 +12,6 @@ import (
 	"labkeep/shared/alerts"
 	"labkeep/shared/reap"
 	"labkeep/shared/seating"
-	"labkeep/shared/session"
 )
 
 // Bounds of GET /adminAlerts' limit.
@@ -58,7 +57,7 @@ func (a *API) adminSessions(w http.ResponseWriter, r *http.Request, store alerts
 		Sessions []adminSessionJSON `json:"sessions"`
 	}{Sessions: []adminSessionJSON{}}
 	for _, s := range live {
-		if s.Pool == session.PoolIdle {
+		if s.Pool.Unclaimed() {
 			continue // adminStatus's pools counts unclaimed instances
 		}
 		out.Sessions = append(out.Sessions, adminSessionJSON{sessionJSON: a.view(s, p), Alerts: counts[s.ID]})

@@ -160,7 +160,7 @@ func (p *PG) Get(ctx context.Context, id string) (session.Session, error) {
 
 // LiveFor implements session.Store.
 func (p *PG) LiveFor(ctx context.Context, student string) (session.Session, error) {
-	s, err := p.queryOne(ctx, `SELECT `+columns+` FROM sessions WHERE student = $1 AND status IN `+liveStatuses+` AND pool <> 'idle'`, student)
+	s, err := p.queryOne(ctx, `SELECT `+columns+` FROM sessions WHERE student = $1 AND status IN `+liveStatuses+` AND pool NOT IN ('idle', 'spent')`, student)
 	if errors.Is(err, session.ErrNoSession) {
 		return s, fmt.Errorf("%w: no live session", session.ErrNoSession)
 	}
@@ -169,7 +169,7 @@ func (p *PG) LiveFor(ctx context.Context, student string) (session.Session, erro
 
 // Latest implements session.Store.
 func (p *PG) Latest(ctx context.Context, student string) (session.Session, error) {
-	s, err := p.queryOne(ctx, `SELECT `+columns+` FROM sessions WHERE student = $1 AND pool <> 'idle'
+	s, err := p.queryOne(ctx, `SELECT `+columns+` FROM sessions WHERE student = $1 AND pool NOT IN ('idle', 'spent')
 		ORDER BY status IN `+liveStatuses+` DESC, started_at DESC LIMIT 1`, student)
 	if errors.Is(err, session.ErrNoSession) {
 		return s, fmt.Errorf("%w: no session", session.ErrNoSession)
@@ -195,6 +195,16 @@ func (p *PG) MarkRunning(ctx context.Context, id string, readyAt time.Time, node
 	}
 	return p.update(ctx, id, `UPDATE sessions SET status = 'running', ready_at = $2, nodes = $3
 		WHERE id = $1 AND status = 'provisioning' RETURNING `+columns, id, readyAt, data)
+}
+
+// RecentOpens implements session.Store (index sessions_by_student).
+func (p *PG) RecentOpens(ctx context.Context, student string, since time.Time, limit int) ([]time.Time, error) {
+	rows, err := p.conns.Query(ctx, `SELECT started_at FROM sessions WHERE student = $1 AND started_at > $2
+		ORDER BY started_at DESC LIMIT $3`, student, since, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[time.Time])
 }
 
 // SetNodes implements session.Store.

@@ -14,16 +14,19 @@ import (
 
 var _ seating.PoolStore = (*PG)(nil)
 
-// ClaimPooled implements seating.PoolStore. The instance is picked with FOR
-// UPDATE SKIP LOCKED, so concurrent claims each take a different instance
-// (or none) and never wait for one another, and an End in progress on an
-// instance (the reaper retiring it) keeps it out of reach. The replaced
-// row or entry is deleted first, inside the transaction, so a student who
-// closed or left meanwhile gets nothing and the instance stays idle; the
-// cluster step (claim) runs while the row lock is held, and its failure
-// rolls everything back. An instance whose TTL has passed is never
+// ClaimPooled implements seating.PoolStore in two transactions around the
+// cluster step. The first picks the instance with FOR UPDATE SKIP LOCKED,
+// so concurrent claims each take a different instance (or none) and never
+// wait for one another, and an End in progress on an instance (the reaper
+// retiring it) keeps it out of reach; it checks that the replaced row or
+// entry still exists (a student who closed or left meanwhile gets nothing
+// and the instance stays idle), and commits the instance as spent, due at
+// abandon, before claim runs: from then on no claim picks it, whatever
+// happens to this one, and if this process dies mid-claim the reaper ends
+// it at abandon. The second deletes the replaced row or entry and hands
+// the spent instance over. An instance whose TTL has passed is never
 // claimed: its anchor's deadline covers a claim within the TTL only.
-func (p *PG) ClaimPooled(ctx context.Context, lab, replaces string, at time.Time, claim func(seating.Instance) (seating.Handover, error)) (inst seating.Instance, claimed session.Session, err error) {
+func (p *PG) ClaimPooled(ctx context.Context, lab, replaces string, at, abandon time.Time, claim func(seating.Instance) (seating.Handover, error)) (inst seating.Instance, claimed session.Session, err error) {
 	err = pgx.BeginFunc(ctx, p.conns, func(tx pgx.Tx) error {
 		row, err := one(tx.Query(ctx, `SELECT `+columns+` FROM sessions
 			WHERE pool = 'idle' AND lab = $1 AND status = 'running' AND expires_at > $2
@@ -32,36 +35,61 @@ func (p *PG) ClaimPooled(ctx context.Context, lab, replaces string, at time.Time
 			return err
 		}
 		inst = instanceOf(row)
-		open, err := tx.Exec(ctx, `DELETE FROM sessions WHERE id = $1 AND status = 'provisioning' AND pool = ''`, replaces)
-		if err != nil {
+		if err := replaced(ctx, tx, replaces, false); err != nil {
 			return err
 		}
-		entry, err := tx.Exec(ctx, `DELETE FROM waitlist WHERE id = $1`, replaces)
-		if err != nil {
+		_, err = tx.Exec(ctx, `UPDATE sessions SET pool = 'spent',
+			expires_at = least(expires_at, $2), max_expires_at = least(max_expires_at, $2) WHERE id = $1`, inst.ID, abandon)
+		return err
+	})
+	if err != nil {
+		if errors.Is(err, session.ErrNoSession) && inst.ID == "" {
+			err = fmt.Errorf("%w: no ready warm pool instance of %s", session.ErrNoSession, lab)
+		}
+		// Nothing was committed: the instance (if one was read) is idle
+		// as it was.
+		return inst, session.Session{}, err
+	}
+	h, err := claim(inst)
+	if err != nil {
+		return inst, session.Session{}, err
+	}
+	err = pgx.BeginFunc(ctx, p.conns, func(tx pgx.Tx) error {
+		if err := replaced(ctx, tx, replaces, true); err != nil {
 			return err
 		}
-		if open.RowsAffected()+entry.RowsAffected() == 0 {
-			return fmt.Errorf("%w: %s is neither a provisioning open nor a waitlist entry any more", session.ErrNoSession, replaces)
-		}
-		h, err := claim(inst)
-		if err != nil {
-			return err
-		}
-		// A failed update leaves the instance as it was: the caller
-		// retires the instance the student's key may have reached.
 		claimed, err = one(tx.Query(ctx, `UPDATE sessions SET student = $2, student_key = $3, started_at = $4,
 			expires_at = $5, max_expires_at = $6, ready_at = $7, pool = 'claimed', claimed_for = $8
-			WHERE id = $1 AND pool = 'idle' AND status = 'running' RETURNING `+columns,
+			WHERE id = $1 AND pool = 'spent' AND status = 'running' RETURNING `+columns,
 			inst.ID, h.Student, h.StudentKey, h.StartedAt, h.ExpiresAt, h.MaxExpiresAt, nullTime(h.ReadyAt), replaces))
 		return err
 	})
 	if err != nil {
-		claimed = session.Session{}
+		return inst, session.Session{}, err
 	}
-	if errors.Is(err, session.ErrNoSession) && inst.ID == "" {
-		return inst, claimed, fmt.Errorf("%w: no ready warm pool instance of %s", session.ErrNoSession, lab)
+	return inst, claimed, nil
+}
+
+// replaced checks (or, with del, deletes) the open's provisioning row or
+// the waitlist entry a claim replaces; session.ErrNoSession if neither
+// exists any more.
+func replaced(ctx context.Context, tx pgx.Tx, id string, del bool) error {
+	verb := "SELECT 1 FROM"
+	if del {
+		verb = "DELETE FROM"
 	}
-	return inst, claimed, err
+	open, err := tx.Exec(ctx, verb+` sessions WHERE id = $1 AND status = 'provisioning' AND pool = ''`, id)
+	if err != nil {
+		return err
+	}
+	entry, err := tx.Exec(ctx, verb+` waitlist WHERE id = $1`, id)
+	if err != nil {
+		return err
+	}
+	if open.RowsAffected()+entry.RowsAffected() == 0 {
+		return fmt.Errorf("%w: %s is neither a provisioning open nor a waitlist entry any more", session.ErrNoSession, id)
+	}
+	return nil
 }
 
 // instanceOf is the warm-pool instance an idle row stores.

@@ -26,14 +26,17 @@ import (
 // and a waiting student's place in the line is never jumped: capacity a
 // pool instance holds is capacity in use.
 //
-// A claim is one transaction under the instance's row lock (PoolStore.ClaimPooled):
-// the open's own provisioning row (or the waitlist entry) goes, the
-// instance's row becomes the student's session (Handover), and, before
-// it commits, the cluster authorizes the student's public key on the
-// running instance (PoolCluster.Claim). Two opens never get one instance: the second skips
-// the locked row. If the cluster step fails nothing is committed, the
+// A claim (PoolStore.ClaimPooled) first marks the instance spent and
+// commits that, then the cluster authorizes the student's public key on
+// the running instance (PoolCluster.Claim, bounded by ClaimTimeout), then
+// the open's own provisioning row (or the waitlist entry) goes and the
+// instance's row becomes the student's session (Handover). Two opens
+// never get one instance: the second skips the locked row, and nobody
+// claims a spent one. If the cluster step or the handover fails, the
 // instance is ended (it may hold part of a student's credentials) and the
-// open provisions cold.
+// open provisions cold; if the process dies mid-claim, the spent instance
+// expires at once the claim could no longer complete, and the reaper ends
+// it.
 
 // Instance is one unclaimed warm-pool instance as the pool's ports pass
 // it: what a claim reads before the instance becomes a student's session.
@@ -71,17 +74,21 @@ type Handover struct {
 // PoolStore is the database side of the warm pool.
 type PoolStore interface {
 	// ClaimPooled takes the oldest ready instance of lab whose TTL has
-	// not passed at at, under its row lock (skipping instances another
-	// claim or a session.End holds), deletes the row or waitlist entry
-	// replaces (the student's open or place in line; session.ErrNoSession
-	// if neither exists any more), then calls claim(instance) and, if it
-	// returns nil error, makes the instance the student's session as the
-	// handover says (marked session.PoolClaimed, ClaimedFor replaces),
-	// commits and returns that session. session.ErrNoSession if lab has no
-	// ready instance. On any error nothing changes; inst is the instance as
-	// read when there was one (zero otherwise), so a caller whose claim may
-	// have reached it can retire it.
-	ClaimPooled(ctx context.Context, lab, replaces string, at time.Time, claim func(Instance) (Handover, error)) (inst Instance, claimed session.Session, err error)
+	// not passed at at (skipping instances another claim or a
+	// session.End holds), checks that the row or waitlist entry replaces
+	// (the student's open or place in line) still exists
+	// (session.ErrNoSession if neither does) and marks the instance
+	// session.PoolSpent, committed, due at abandon; only then calls
+	// claim(instance), so a spent instance, which may hold the student's
+	// key, is never claimed again, even if this caller dies. If claim
+	// returns nil error, it deletes what replaces names and makes the
+	// instance the student's session as the handover says (marked
+	// session.PoolClaimed, ClaimedFor replaces) and returns that session.
+	// session.ErrNoSession (and a zero inst) if lab has no ready instance.
+	// An error before claim ran changes nothing; after it, the instance
+	// stays spent and the caller ends it. inst is the instance as read
+	// when there was one.
+	ClaimPooled(ctx context.Context, lab, replaces string, at, abandon time.Time, claim func(Instance) (Handover, error)) (inst Instance, claimed session.Session, err error)
 }
 
 // PoolCluster is the cluster side of a claim.
@@ -93,9 +100,11 @@ type PoolCluster interface {
 }
 
 // PoolStudent is the student of every unclaimed warm-pool instance's
-// row. The one-live-session-per-student rule does not hold for idle rows
-// (the store exempts them), so any number of instances share it.
-const PoolStudent = "labkeep:pool"
+// row. The one-live-session-per-student rule does not hold for unclaimed
+// rows (the store exempts them), so any number of instances share it. It
+// is one of the platform's reserved ids (session.Reserved): no token
+// acts as it.
+const PoolStudent = session.ReservedPrefix + "pool"
 
 // WarmPool configures the Usher's warm pool.
 type WarmPool struct {
@@ -114,6 +123,11 @@ const (
 	DefaultPoolLead = 10 * time.Minute
 )
 
+// ClaimTimeout bounds a claim's cluster step (the student's key written
+// to the instance). A spent instance whose claim has not completed by
+// twice that is expired, so the reaper ends it.
+const ClaimTimeout = 30 * time.Second
+
 // claim gives the open's row sess (or a waitlist entry with sess.ID)
 // a ready pool instance of lab; ok is false when none could be claimed,
 // and the open provisions cold. Called under the capacity lock, only when
@@ -124,10 +138,13 @@ func (u *Usher) claim(ctx context.Context, sess session.Session, lab labs.Lab) (
 		return session.Session{}, false
 	}
 	tried := false // the cluster step ran: the instance may hold the student's key
-	instance, claimed, err := p.Store.ClaimPooled(ctx, lab.Name, sess.ID, u.now(), func(inst Instance) (Handover, error) {
+	now := u.now()
+	cctx, cancel := context.WithTimeout(ctx, ClaimTimeout)
+	defer cancel()
+	instance, claimed, err := p.Store.ClaimPooled(ctx, lab.Name, sess.ID, now, now.Add(2*ClaimTimeout), func(inst Instance) (Handover, error) {
 		tried = true
 		h := Handover{Student: sess.Student, StudentKey: sess.StudentKey, Window: u.rows.Policy.Open(u.now())}
-		if err := p.Cluster.Claim(ctx, inst, sess.StudentKey, lab); err != nil {
+		if err := p.Cluster.Claim(cctx, inst, sess.StudentKey, lab); err != nil {
 			return h, err
 		}
 		// The student could log in from now: that is their time to ready.
@@ -144,8 +161,8 @@ func (u *Usher) claim(ctx context.Context, sess session.Session, lab labs.Lab) (
 		u.metrics.PoolClaimed(lab.Name, ClaimEmpty)
 		return session.Session{}, false
 	case !tried:
-		// The open was closed meanwhile, or a database fault: the
-		// instance was not touched and stays in the pool.
+		// The open was closed meanwhile, or a database fault before the
+		// mark: the instance was not touched and stays in the pool.
 		u.log.Warn("no warm pool claim", "lab", lab.Name, "for", sess.ID, "err", err)
 		return session.Session{}, false
 	}
@@ -157,14 +174,15 @@ func (u *Usher) claim(ctx context.Context, sess session.Session, lab labs.Lab) (
 	return session.Session{}, false
 }
 
-// retire ends an unclaimed instance through session.End, recording why.
+// retire ends an unclaimed (idle or spent) instance through session.End,
+// recording why.
 func (u *Usher) retire(ctx context.Context, id, why string) {
 	reason := session.EndReason{Kind: session.EndClosed, Actor: session.ActorReaper, Detail: "warm pool: " + why}
 	cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), u.limits.CleanupTimeout)
 	defer cancel()
 	_, _, err := session.End(cctx, u.store, u.cluster, id, session.Ending{
 		Reason: reason, EvenIfTeardownFails: true,
-		Due: func(cur session.Session) bool { return cur.Pool == session.PoolIdle },
+		Due: func(cur session.Session) bool { return cur.Pool.Unclaimed() },
 	}, u.now())
 	if err != nil {
 		u.log.Warn("cannot end warm pool instance; the reaper retries", "session", id, "err", err)

@@ -62,12 +62,12 @@ func TestPoolStatuses(t *testing.T) {
 }
 
 // poolStore is a PoolStore over memStore's rows, as pgstore stores
-// instances: an idle running row is an instance; a claim deletes the
-// open's row and, if claim succeeds, writes the handover over the
-// instance's row.
+// instances: an idle running row is an instance; a claim marks it spent
+// (due at abandon) before the cluster step, then deletes the open's row
+// and, if claim succeeded, writes the handover over the instance's row.
 type poolStore struct{ rows *memStore }
 
-func (p poolStore) ClaimPooled(_ context.Context, lab, replaces string, _ time.Time, claim func(Instance) (Handover, error)) (Instance, session.Session, error) {
+func (p poolStore) ClaimPooled(_ context.Context, lab, replaces string, _, abandon time.Time, claim func(Instance) (Handover, error)) (Instance, session.Session, error) {
 	p.rows.mu.Lock()
 	var inst Instance
 	var row session.Session
@@ -75,6 +75,13 @@ func (p poolStore) ClaimPooled(_ context.Context, lab, replaces string, _ time.T
 		if r.Pool == session.PoolIdle && r.Lab == lab && r.Status == session.StatusRunning {
 			row, inst = r, Instance{ID: r.ID, Lab: r.Lab, Kind: r.Kind, Nodes: r.Nodes, Window: r.Window, Ready: true}
 		}
+	}
+	if inst.ID != "" {
+		row.Pool = session.PoolSpent
+		if abandon.Before(row.ExpiresAt) {
+			row.ExpiresAt, row.MaxExpiresAt = abandon, abandon
+		}
+		p.rows.rows[row.ID] = row
 	}
 	p.rows.mu.Unlock()
 	if inst.ID == "" {
@@ -120,6 +127,7 @@ func TestOpenClaimsAWarmInstance(t *testing.T) {
 		ClaimsAsked   []string
 		Provisioned   int    // cold provisions
 		Instance      string // the instance row's status afterwards
+		InstancePool  string // and its pool state
 		Retired       bool   // its end says the claim failed
 	}
 	tests := []struct {
@@ -129,11 +137,11 @@ func TestOpenClaimsAWarmInstance(t *testing.T) {
 		want     result
 	}{
 		{"a ready instance is handed over", true, nil,
-			result{Student: "ann", Pool: "claimed", Claimed: true, Window: true, ClaimsAsked: []string{"i-1 " + key}, Instance: "running"}},
+			result{Student: "ann", Pool: "claimed", Claimed: true, Window: true, ClaimsAsked: []string{"i-1 " + key}, Instance: "running", InstancePool: "claimed"}},
 		{"no ready instance: cold", false, nil,
 			result{Student: "ann", Window: true, Provisioned: 1}},
 		{"the cluster step fails: retired, cold", true, errors.New("exec refused"),
-			result{Student: "ann", Window: true, ClaimsAsked: []string{"i-1 " + key}, Provisioned: 1, Instance: "closed", Retired: true}},
+			result{Student: "ann", Window: true, ClaimsAsked: []string{"i-1 " + key}, Provisioned: 1, Instance: "closed", InstancePool: "spent", Retired: true}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -156,7 +164,7 @@ func TestOpenClaimsAWarmInstance(t *testing.T) {
 			s := opened.Session
 			inst := store.rows["i-1"]
 			got := result{Student: s.Student, Pool: string(s.Pool), Claimed: s.ID == "i-1", Window: s.StartedAt.Equal(t0),
-				ClaimsAsked: pc.claims, Provisioned: len(c.provisioned), Instance: string(inst.Status),
+				ClaimsAsked: pc.claims, Provisioned: len(c.provisioned), Instance: string(inst.Status), InstancePool: string(inst.Pool),
 				Retired: strings.Contains(inst.End.Detail, "claim failed: exec refused")}
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("open with a warm pool (-want +got):\n%s", diff)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -80,6 +81,19 @@ func (m *memStore) MarkRunning(_ context.Context, id string, at time.Time, nodes
 	s.Status, s.ReadyAt, s.Nodes = session.StatusRunning, at, nodes
 	m.rows[id] = s
 	return s, nil
+}
+
+func (m *memStore) RecentOpens(_ context.Context, student string, since time.Time, limit int) ([]time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []time.Time
+	for _, s := range m.rows {
+		if s.Student == student && s.StartedAt.After(since) {
+			out = append(out, s.StartedAt)
+		}
+	}
+	slices.SortFunc(out, func(a, b time.Time) int { return b.Compare(a) })
+	return out[:min(len(out), limit)], nil
 }
 
 func (m *memStore) SetNodes(_ context.Context, id string, nodes []session.Node) (session.Session, error) {

@@ -81,7 +81,7 @@ func (s *Starter) opened(lab string, err error) {
 // ready reports a student's time to ready; an unclaimed pool instance has
 // no student waiting for it.
 func (s *Starter) ready(sess Session) {
-	if sess.ReadyAt.IsZero() || sess.Pool == PoolIdle {
+	if sess.ReadyAt.IsZero() || sess.Pool.Unclaimed() {
 		return
 	}
 	s.metrics().Ready(sess.Lab, sess.TimeToReady())
@@ -115,7 +115,7 @@ func (s *Starter) CountLive(ctx context.Context) ([]LiveCount, error) {
 	index := map[key]int{}
 	var out []LiveCount
 	for _, sess := range live {
-		if sess.Pool == PoolIdle {
+		if sess.Pool.Unclaimed() {
 			continue
 		}
 		k := key{sess.Lab, sess.Status}

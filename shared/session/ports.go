@@ -22,6 +22,9 @@ type Store interface {
 	// Latest returns the student's live session if there is one, else their
 	// most recently started one, or ErrNoSession if they never had one.
 	Latest(ctx context.Context, student string) (Session, error)
+	// RecentOpens returns the start times of the student's session rows
+	// started after since, newest first, at most limit (OpenRate).
+	RecentOpens(ctx context.Context, student string, since time.Time, limit int) ([]time.Time, error)
 	// ListLive returns every live session (for the reaper), oldest first.
 	ListLive(ctx context.Context) ([]Session, error)
 	// MarkRunning moves a provisioning session to running with its ready

@@ -25,6 +25,9 @@ type Service struct {
 	// waitlist, the warm pool) and hands capacity a session frees to the
 	// line.
 	Seating Seating
+	// OpenRate bounds the opens a student makes that write a row; zero:
+	// no bound (DefaultOpenRate is the deployed default).
+	OpenRate OpenRate
 }
 
 // Catalog is where Open looks labs up: a *labs.Live re-read while the
@@ -91,6 +94,20 @@ func (s *Service) Open(ctx context.Context, student, labName, publicKey string) 
 	return s.open(ctx, student, labName, publicKey, false)
 }
 
+// rateAllows refuses with a *TooManyOpensError an open past the student's
+// OpenRate; it is checked only for an open that would write a row.
+func (s *Service) rateAllows(ctx context.Context, student string) error {
+	if s.OpenRate.Max <= 0 {
+		return nil
+	}
+	now := s.now()
+	recent, err := s.Store.RecentOpens(ctx, student, now.Add(-s.OpenRate.Per), s.OpenRate.Max)
+	if err != nil {
+		return err
+	}
+	return s.OpenRate.Allow(recent, now)
+}
+
 // OpenWaiting is Open for a student willing to wait: where Open would
 // refuse with ErrNoCapacity because the limit is reached (or someone
 // already waits), the student joins the line instead and gets their place
@@ -125,6 +142,9 @@ func (s *Service) open(ctx context.Context, student, labName, publicKey string, 
 	if w, err := s.Seating.Queued(ctx, student); err == nil {
 		return Standing{Waiting: &w}, nil
 	} else if !errors.Is(err, ErrNoSession) {
+		return Standing{}, err
+	}
+	if err := s.rateAllows(ctx, student); err != nil {
 		return Standing{}, err
 	}
 	sess, err := s.New(uuid.NewString(), student, lab, studentKey)
@@ -231,7 +251,8 @@ func (s *Service) reclaimExpired(ctx context.Context, live Session) bool {
 // Limits.QueueIdle). A provisioning session is checked against the
 // cluster first and becomes running once every node is ready. Returns
 // ErrNoSession if there is neither, or if id belongs to another student
-// (indistinguishable on purpose).
+// or to a warm-pool instance no student holds (indistinguishable on
+// purpose).
 func (s *Service) Get(ctx context.Context, student, id string) (Standing, error) {
 	if w, err := s.Seating.Queued(ctx, student); err == nil && (id == "" || id == w.ID) {
 		return Standing{Waiting: &w}, nil
@@ -242,7 +263,7 @@ func (s *Service) Get(ctx context.Context, student, id string) (Standing, error)
 	var err error
 	if id != "" {
 		sess, err = s.Store.Get(ctx, id)
-		if err == nil && sess.Student != student {
+		if err == nil && (sess.Student != student || sess.Pool.Unclaimed()) {
 			err = fmt.Errorf("%w: no session %s for this student", ErrNoSession, id)
 		}
 	} else {

@@ -7,6 +7,7 @@ import (
 	"io"
 	"labkeep/shared/line"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -76,6 +77,19 @@ func (m *memStore) MarkRunning(_ context.Context, id string, at time.Time, nodes
 	s.Status, s.ReadyAt, s.Nodes = StatusRunning, at, nodes
 	m.rows[id] = s
 	return s, nil
+}
+
+func (m *memStore) RecentOpens(_ context.Context, student string, since time.Time, limit int) ([]time.Time, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []time.Time
+	for _, s := range m.rows {
+		if s.Student == student && s.StartedAt.After(since) {
+			out = append(out, s.StartedAt)
+		}
+	}
+	slices.SortFunc(out, func(a, b time.Time) int { return b.Compare(a) })
+	return out[:min(len(out), limit)], nil
 }
 
 func (m *memStore) SetNodes(_ context.Context, id string, nodes []Node) (Session, error) {

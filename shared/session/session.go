@@ -18,6 +18,7 @@ package session
 
 import (
 	"errors"
+	"strings"
 	"time"
 
 	"labkeep/shared/labs"
@@ -77,7 +78,8 @@ type Session struct {
 	// is never shown in API responses.
 	GradingToken string
 	// Pool marks warm-pool rows: PoolIdle for an unclaimed instance,
-	// PoolClaimed for a session that came from the pool; empty otherwise.
+	// PoolSpent for one a claim has started on, PoolClaimed for a session
+	// that came from the pool; empty otherwise.
 	Pool PoolState
 	// ClaimedFor is, for a session claimed from the pool, the id the
 	// student knew before the claim (their open's row or waitlist entry);
@@ -98,9 +100,28 @@ const (
 	// (Store.LiveFor, Store.Latest) never return an idle row, whoever
 	// asks.
 	PoolIdle PoolState = "idle"
+	// PoolSpent: an instance a claim has started on, marked (and
+	// committed) before any key is written to it, so it may hold a
+	// student's key: it is never claimed again and, unless that claim
+	// completes (PoolClaimed), it is ended. Like an idle row it belongs to
+	// no student, and no student read returns it.
+	PoolSpent PoolState = "spent"
 	// PoolClaimed: a student's session that came from the warm pool.
 	PoolClaimed PoolState = "claimed"
 )
+
+// Unclaimed reports whether the row is a warm-pool instance no student
+// holds (idle or spent): every student path (getSession, extend, close,
+// the terminal) treats it as no session at all.
+func (p PoolState) Unclaimed() bool { return p == PoolIdle || p == PoolSpent }
+
+// ReservedPrefix starts the student ids the platform keeps for itself
+// (the warm pool's instances are stored under one): a token whose subject
+// starts with it is refused at authentication, so no caller acts as one.
+const ReservedPrefix = "labkeep:"
+
+// Reserved reports whether id is one of the platform's own student ids.
+func Reserved(id string) bool { return strings.HasPrefix(id, ReservedPrefix) }
 
 // Node is one machine of a session.
 type Node struct {

@@ -431,3 +431,66 @@ func TestWarmPoolNeverPassesTheLine(t *testing.T) {
 		t.Errorf("pool: %+v, want the instance still idle", got)
 	}
 }
+
+// A claim that fails after the student's key reached the instance (the
+// database refuses the handover, which runs only once the cluster step
+// wrote the key) hands the instance to nobody: it was marked spent before
+// the key was written, the open provisions cold, the instance is ended,
+// and the next student's open never gets it. No caller reaches an
+// unclaimed instance: a token whose subject is the pool's reserved
+// student is refused at authentication, and a student or an admin naming
+// an idle instance's id finds no session.
+func TestWarmPoolClaimFailingAfterTheKeyWrite(t *testing.T) {
+	e := newEnv(t, stacktest.Options{MaxVMs: 4, WarmPool: "linux-vm=1"})
+	e.FillPool("linux-vm", 1, time.Minute)
+	instance := idleIDs(e, "linux-vm")[0]
+
+	pool := e.Token(seating.PoolStudent, "student")
+	for _, path := range []string{"/getSession", "/getSession?id=" + instance} {
+		if r := e.Do("GET", path, pool, "", ""); r.Status != http.StatusUnauthorized {
+			t.Errorf("GET %s as %s = %d %s, want 401", path, seating.PoolStudent, r.Status, r.Body)
+		}
+	}
+	if r := e.Do("POST", "/terminal/cleanup", pool, `{"session":"`+instance+`"}`, ""); r.Status != http.StatusUnauthorized {
+		t.Errorf("cleanup as %s = %d %s, want 401", seating.PoolStudent, r.Status, r.Body)
+	}
+	if r := e.Do("GET", "/getSession?id="+instance, e.Token("eve", "student"), "", ""); r.Status != http.StatusNotFound {
+		t.Errorf("a student's getSession of the idle instance = %d %s, want 404", r.Status, r.Body)
+	}
+	if r := e.Do("GET", "/getSession?student="+seating.PoolStudent+"&id="+instance, e.Token("ops", "admin"), "", ""); r.Status != http.StatusNotFound {
+		t.Errorf("an admin's getSession of the idle instance for %s = %d %s, want 404", seating.PoolStudent, r.Status, r.Body)
+	}
+
+	ctx := context.Background()
+	fault := "refuse_handover_" + strings.ReplaceAll(e.Env, "-", "_")
+	if _, err := e.DB.Exec(ctx, `CREATE FUNCTION `+fault+`() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF OLD.pool = 'spent' AND NEW.pool = 'claimed' AND NEW.student = 'noa' THEN
+				RAISE EXCEPTION 'injected fault: handover refused';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER `+fault+` BEFORE UPDATE ON sessions FOR EACH ROW EXECUTE FUNCTION `+fault+`();`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := e.DB.Exec(context.Background(), `DROP TRIGGER `+fault+` ON sessions; DROP FUNCTION `+fault+`();`); err != nil {
+			t.Error(err)
+		}
+	})
+
+	r := e.Open("noa", "linux-vm")
+	if r.Status != http.StatusCreated || r.Session.ID == instance {
+		t.Fatalf("open with the handover refused = %d %s, want a cold session of its own", r.Status, r.Body)
+	}
+	ended := e.Session(instance)
+	if ended.Status.Live() || ended.Student != seating.PoolStudent || ended.Pool != session.PoolSpent || !strings.Contains(ended.End.Detail, "claim failed") {
+		t.Errorf("instance after the failed handover: %s, student %q, pool %q, reason %q; want ended spent, never the student's",
+			ended.Status, ended.Student, ended.Pool, ended.End.Detail)
+	}
+	if r := e.Open("ola", "linux-vm"); r.Status != http.StatusCreated || r.Session.ID == instance {
+		t.Errorf("the next open = %d %s, want a session that is not the spent instance %s", r.Status, r.Body, instance)
+	}
+	e.WaitGone(instance)
+	e.WaitRunning("noa", time.Minute)
+}
