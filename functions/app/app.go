@@ -152,7 +152,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 		Waitlist: store, Pool: pool, Now: now, Log: log, Metrics: newSeatingMetrics(reg),
 	})
 	reg.MustRegister(seatsCollector{usher})
-	svc := &session.Service{Starter: rows, Labs: catalog, Seating: usher}
+	svc := &session.Service{Starter: rows, Labs: catalog, Seating: usher, OpenRate: cfg.OpenRate}
 	api := httpapi.New(httpapi.Options{
 		Sessions: svc, Seats: usher, Auth: auth,
 		Now: now, Log: log, RetryAfter: cfg.RetryAfter,
@@ -181,7 +181,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	// The web terminal and cleanup button (WebSocket: on-prem only).
 	term, err := terminal.New(terminal.Options{
 		Sessions: svc, Auth: auth, API: api, Kube: rc, Exec: kube.WorkspaceExecutor,
-		Namespace: cfg.Kube.Namespace, Now: now, Log: log, Limits: cfg.Terminal,
+		Namespace: cfg.Kube.Namespace, Now: now, Log: log, Limits: cfg.Terminal, WorkspaceKey: cfg.Kube.WorkspaceKey,
 	})
 	if err != nil {
 		return nil, err

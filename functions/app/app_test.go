@@ -20,6 +20,7 @@ import (
 	"labkeep/shared/lifetime"
 	"labkeep/shared/reap"
 	"labkeep/shared/seating"
+	"labkeep/shared/session"
 	"labkeep/shared/termlimit"
 )
 
@@ -28,11 +29,13 @@ func setValid(t *testing.T) {
 	t.Setenv("LABKEEP_ENV", "dev")
 	t.Setenv("LABKEEP_DATABASE_URL", "postgres://nowhere/labkeep")
 	t.Setenv("LABKEEP_JWT_SECRET", strings.Repeat("s", 32))
+	t.Setenv("LABKEEP_WORKSPACE_KEY", strings.Repeat("w", 32))
 	t.Setenv("LABKEEP_SCHEDULER_TOKEN", strings.Repeat("t", 32))
 }
 
 // required are the variables setValid sets, which have no default.
-var required = map[string]bool{"LABKEEP_ENV": true, "LABKEEP_DATABASE_URL": true, "LABKEEP_JWT_SECRET": true, "LABKEEP_SCHEDULER_TOKEN": true}
+var required = map[string]bool{"LABKEEP_ENV": true, "LABKEEP_DATABASE_URL": true, "LABKEEP_JWT_SECRET": true, "LABKEEP_WORKSPACE_KEY": true,
+	"LABKEEP_SCHEDULER_TOKEN": true}
 
 func TestConfigDefaults(t *testing.T) {
 	setValid(t)
@@ -57,6 +60,9 @@ func TestInvalidConfigNamesTheVariable(t *testing.T) {
 		{"missing database", "LABKEEP_DATABASE_URL", ""},
 		{"missing secret", "LABKEEP_JWT_SECRET", ""},
 		{"short secret", "LABKEEP_JWT_SECRET", "short"},
+		{"missing workspace key", "LABKEEP_WORKSPACE_KEY", ""},
+		{"short workspace key", "LABKEEP_WORKSPACE_KEY", "short"},
+		{"workspace key is the JWT secret", "LABKEEP_WORKSPACE_KEY", strings.Repeat("s", 32)},
 		{"unparsable lifetime", "LABKEEP_SESSION_LIFETIME", "an hour"},
 		{"zero lifetime", "LABKEEP_SESSION_LIFETIME", "0s"},
 		{"cap below lifetime", "LABKEEP_SESSION_MAX_LIFETIME", "30m"},
@@ -94,6 +100,8 @@ func TestInvalidConfigNamesTheVariable(t *testing.T) {
 		{"zero terminal idle timeout", "LABKEEP_TERMINAL_IDLE", "0s"},
 		{"negative terminal lifetime", "LABKEEP_TERMINAL_MAX_LIFETIME", "-1h"},
 		{"zero terminal recheck", "LABKEEP_TERMINAL_RECHECK", "0s"},
+		{"negative opens per student", "LABKEEP_OPENS_PER_STUDENT", "-1"},
+		{"an open rate with no window", "LABKEEP_OPENS_WINDOW", "0s"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -165,6 +173,7 @@ func TestValidateMessages(t *testing.T) {
 	valid := func() Config {
 		c := DefaultConfig()
 		c.Env, c.DatabaseURL, c.JWTSecret, c.SchedulerToken = "dev", "postgres://x/y", strings.Repeat("j", 32), strings.Repeat("s", 16)
+		c.WorkspaceSecret = strings.Repeat("w", 32)
 		return c
 	}
 	tests := []struct {
@@ -207,6 +216,10 @@ func TestValidateMessages(t *testing.T) {
 		{"token lifetime zero", func(c *Config) { c.Tokens.MaxLifetime = 0 },
 			"LABKEEP_JWT_MAX_LIFETIME: must be positive, got 0s"},
 		{"token audience and issuer required", func(c *Config) { c.Tokens.Audience, c.Tokens.Issuer = "labkeep", "https://portal.example" }, ""},
+		{"workspace key is required", func(c *Config) { c.WorkspaceSecret = "" },
+			"LABKEEP_WORKSPACE_KEY: must be at least 32 bytes, got 0"},
+		{"workspace key is not the JWT secret", func(c *Config) { c.WorkspaceSecret = c.JWTSecret },
+			"LABKEEP_WORKSPACE_KEY: must not be LABKEEP_JWT_SECRET"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -235,7 +248,7 @@ func TestDefaultsAreThePackagesDefaults(t *testing.T) {
 	}
 	wantKube := kube.DefaultConfig()
 	wantKube.Env, wantKube.MaxLifetime = "dev", lifetime.DefaultPolicy().MaxLifetime
-	wantKube.GuardianAlertKey = c.AlertKey()
+	wantKube.WorkspaceKey = c.WorkspaceKey()
 	wantReap := reap.DefaultConfig()
 	wantReap.Env = "dev"
 	r := must(c.resolve())
@@ -277,7 +290,7 @@ func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
 		"LABKEEP_ENV": "prod", "LABKEEP_DATABASE_URL": "postgres://db/x", "LABKEEP_NAMESPACE": "vms",
 		"LABKEEP_SESSION_LIFETIME": "2m", "LABKEEP_SESSION_MAX_LIFETIME": "5m", "LABKEEP_DEADLINE_GRACE": "1m",
 		"LABKEEP_MAX_CONCURRENT_VMS": "3", "LABKEEP_MAX_CONCURRENT_PODS": "7", "LABKEEP_LABS_FILE": "/labs.yaml", "LABKEEP_JWT_SECRET": strings.Repeat("k", 40),
-		"LABKEEP_HTTP_ADDR": "127.0.0.1:9", "LABKEEP_METRICS_ADDR": "127.0.0.1:10", "LABKEEP_LABS_RELOAD": "3s", "LABKEEP_KUBECONFIG": "/kubeconfig", "LABKEEP_KUBE_TIMEOUT": "3s",
+		"LABKEEP_WORKSPACE_KEY": strings.Repeat("w", 40), "LABKEEP_HTTP_ADDR": "127.0.0.1:9", "LABKEEP_METRICS_ADDR": "127.0.0.1:10", "LABKEEP_LABS_RELOAD": "3s", "LABKEEP_KUBECONFIG": "/kubeconfig", "LABKEEP_KUBE_TIMEOUT": "3s",
 		"LABKEEP_ANCHOR_IMAGE": "pause:x", "LABKEEP_ANCHOR_BACKOFF_LIMIT": "2", "LABKEEP_ANCHOR_COMPLETIONS": "7",
 		"LABKEEP_GUARDIAN_IMAGE": "guardian:x", "LABKEEP_PLATFORM_SSH_KEYS": "ssh-ed25519 AAA a",
 		"LABKEEP_RETRY_AFTER": "9s", "LABKEEP_SCHEDULER_TOKEN": strings.Repeat("t", 20), "LABKEEP_CAPACITY_WAIT": "20s",
@@ -297,6 +310,7 @@ func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
 		"LABKEEP_WARM_POOL_LEAD": "5m", "LABKEEP_WARM_POOL_TTL": "2h", "LABKEEP_PORTAL": "false",
 		"LABKEEP_TERMINALS_PER_STUDENT": "2", "LABKEEP_TERMINALS_PER_PROCESS": "50", "LABKEEP_TERMINAL_AUTH_TIMEOUT": "2s",
 		"LABKEEP_TERMINAL_IDLE": "10m", "LABKEEP_TERMINAL_MAX_LIFETIME": "2h", "LABKEEP_TERMINAL_RECHECK": "3s",
+		"LABKEEP_OPENS_PER_STUDENT": "4", "LABKEEP_OPENS_WINDOW": "30s",
 	}
 	for k, v := range vars {
 		t.Setenv(k, v)
@@ -320,6 +334,7 @@ func TestEveryConfigFieldComesFromAVariable(t *testing.T) {
 	unchanged(t, "access.TokenRules", access.DefaultTokenRules(), r.Tokens)
 	unchanged(t, "alerts.Limits", alerts.DefaultLimits(), r.Alerts)
 	unchanged(t, "termlimit.Limits", termlimit.DefaultLimits(), r.Terminal)
+	unchanged(t, "session.OpenRate", session.DefaultOpenRate, r.OpenRate)
 	// Every variable of the table is among those set here, the old name
 	// excepted: a new variable is added to this test.
 	tab := c.Settings()

@@ -15,9 +15,11 @@ import (
 	"labkeep/shared/portal"
 	"labkeep/shared/reap"
 	"labkeep/shared/seating"
+	"labkeep/shared/session"
 	"labkeep/shared/setting"
 	"labkeep/shared/termlimit"
 	"labkeep/shared/warmpool"
+	"labkeep/shared/workspacekey"
 )
 
 // EnvPrefix is the prefix of every setting's variable (LABKEEP_…).
@@ -25,21 +27,24 @@ const EnvPrefix = "LABKEEP"
 
 // Config is every setting of the session functions. The settings of a
 // package live in that package's own configuration (Policy, Kube, Limits,
-// Reap, Tokens, Alerts, Terminal), whose defaults are the package's; the rest belong
+// Reap, Tokens, Alerts, Terminal, OpenRate), whose defaults are the package's; the rest belong
 // to the binaries. Settings lists the variable that fills each field. The
-// four required settings (env, database URL, JWT secret, scheduler token)
-// have no default; Validate names each one that is missing.
+// five required settings (env, database URL, JWT secret, workspace key,
+// scheduler token) have no default; Validate names each one that is
+// missing.
 //
 // A few package fields are not settings of their own but copies of one:
 // Kube.Env and Reap.Env are Env, Kube.MaxLifetime is Policy.MaxLifetime,
-// Kube.GuardianAlertKey is AlertKey() and Kube.WorkspacePod the contents
+// Kube.WorkspaceKey is WorkspaceKey() and Kube.WorkspacePod the contents
 // of WorkspacePodFile; Validate and Build fill them (resolve), so a Config
 // built in code sets each setting once.
 type Config struct {
-	Env            string
-	DatabaseURL    string
-	JWTSecret      string
-	SchedulerToken string
+	Env         string
+	DatabaseURL string
+	JWTSecret   string
+	// WorkspaceSecret is the workspace key's secret (WorkspaceKey).
+	WorkspaceSecret string
+	SchedulerToken  string
 
 	Policy lifetime.Policy
 	Kube   kube.Config
@@ -49,6 +54,8 @@ type Config struct {
 	Alerts alerts.Limits
 	// Terminal bounds the web terminal (on-prem server only).
 	Terminal termlimit.Limits
+	// OpenRate bounds each student's opens that write a row.
+	OpenRate session.OpenRate
 
 	Kubeconfig       string
 	WorkspacePodFile string
@@ -85,6 +92,7 @@ func DefaultConfig() Config {
 	return Config{
 		Policy: lifetime.DefaultPolicy(), Kube: kube.DefaultConfig(), Limits: seating.DefaultLimits(),
 		Reap: reap.DefaultConfig(), Tokens: access.DefaultTokenRules(), Alerts: alerts.DefaultLimits(), Terminal: termlimit.DefaultLimits(),
+		OpenRate: session.DefaultOpenRate,
 		LabsFile: DefaultLabsFile, LabsReload: labs.DefaultReload, HTTPAddr: DefaultHTTPAddr,
 		RetryAfter: httpapi.DefaultRetryAfter, ReapDBConns: DefaultReapDBConns, AdminStatusRuns: DefaultAdminStatusRuns,
 		Portal: portal.DefaultEnabled, WarmPoolLead: seating.DefaultPoolLead, WarmPoolTTL: seating.DefaultPoolTTL,
@@ -105,8 +113,10 @@ func (c *Config) Settings() setting.Table {
 		setting.String("DATABASE_URL", "(required) PostgreSQL DSN; one database per environment (a database migrated before it "+
 			"recorded its environment becomes the environment of the first labkeep that opens it: upgrade each environment against its own database first)",
 			&c.DatabaseURL),
-		setting.String("JWT_SECRET", "(required, ≥ 32 bytes) the portal's shared HS256 secret; workspaces' webhook credentials "+
-			"are derived from it", &c.JWTSecret).Feeds(&k.GuardianAlertKey),
+		setting.String("JWT_SECRET", "(required, ≥ 32 bytes) the portal's shared HS256 secret", &c.JWTSecret),
+		setting.String("WORKSPACE_KEY", "(required, ≥ 32 bytes, not the JWT secret) the key each workspace's own credentials are "+
+			"derived from (HMACs of the session): its guardian's alert webhook credentials and cleanup token; rotating it "+
+			"invalidates those of live workspaces", &c.WorkspaceSecret).Feeds(&k.WorkspaceKey),
 		setting.String("JWT_AUDIENCE", "when set, every token must carry this `aud` (one of its values)", &c.Tokens.Audience),
 		setting.String("JWT_ISSUER", "when set, every token must carry this `iss`", &c.Tokens.Issuer),
 		setting.Duration("JWT_MAX_LIFETIME", "longest a token may be valid: `exp − iat` (the life its issuer gave it, the same at "+
@@ -209,6 +219,10 @@ func (c *Config) Settings() setting.Table {
 			&tl.MaxLifetime),
 		setting.Duration("TERMINAL_RECHECK", "how often an open terminal re-reads its session (`getSession`'s read): it closes "+
 			"within about this long of its session ending (closed, expired, reaped)", &tl.Recheck),
+		setting.Int("OPENS_PER_STUDENT", "opens a student may make per `OPENS_WINDOW` that write a session row (refused for no "+
+			"capacity, failed or started; an answer with their live session or place in line is not one); past it `openSession` "+
+			"answers 429 `too_many_opens` with `Retry-After` and writes nothing; 0: no bound", &c.OpenRate.Max),
+		setting.Duration("OPENS_WINDOW", "the sliding window `OPENS_PER_STUDENT` counts in", &c.OpenRate.Per),
 	}}
 }
 
@@ -232,7 +246,7 @@ func (c *Config) named(field any, err error) error {
 func (c Config) resolve() (Config, error) {
 	c.Kube.Env, c.Reap.Env = c.Env, c.Env
 	c.Kube.MaxLifetime = c.Policy.MaxLifetime
-	c.Kube.GuardianAlertKey = c.AlertKey()
+	c.Kube.WorkspaceKey = c.WorkspaceKey()
 	if c.WorkspacePodFile != "" {
 		data, err := os.ReadFile(c.WorkspacePodFile)
 		if err != nil {
@@ -264,11 +278,18 @@ func (c *Config) PoolSchedule() (warmpool.Schedule, error) {
 	return sched, nil
 }
 
-// AlertKey derives each workspace's webhook credentials from the JWT
-// secret (alerts.Key separates the two uses): no further secret to
-// deploy. Rotating the JWT secret invalidates the credentials live
-// workspaces hold; their alerts are refused until those sessions end.
-func (c Config) AlertKey() alerts.Key { return alerts.Key{Secret: []byte(c.JWTSecret), Env: c.Env} }
+// WorkspaceKey derives each workspace's own credentials (shared/workspacekey)
+// from WorkspaceSecret, a secret of its own: a workspace's root can read
+// its own credentials, and whoever holds the JWT secret mints every
+// student's and admin's token, so the two are never one. Rotating it
+// invalidates the credentials live workspaces hold: their alerts and
+// cleanups are refused until those sessions end.
+func (c Config) WorkspaceKey() workspacekey.Key {
+	return workspacekey.Key{Secret: []byte(c.WorkspaceSecret), Env: c.Env}
+}
+
+// AlertKey is WorkspaceKey as the alert webhook's credentials.
+func (c Config) AlertKey() alerts.Key { return alerts.Key(c.WorkspaceKey()) }
 
 // MinSchedulerTokenBytes is the shortest scheduler token accepted: it is
 // the only credential of an endpoint that deletes things.
@@ -295,7 +316,8 @@ func (c Config) Validate() error {
 	errs = append(errs,
 		t.Rename(r.Policy.Validate(), &r.Policy), t.Rename(r.Limits.Validate(), &r.Limits),
 		t.Rename(r.Reap.Validate(), &r.Reap), t.Rename(r.Alerts.Validate(), &r.Alerts),
-		t.Rename(r.Tokens.Validate(), &r.Tokens), t.Rename(r.Terminal.Validate(), &r.Terminal))
+		t.Rename(r.Tokens.Validate(), &r.Tokens), t.Rename(r.Terminal.Validate(), &r.Terminal),
+		t.Rename(r.OpenRate.Validate(), &r.OpenRate))
 	if len(r.SSHAuthorizedKeys) > 0 {
 		bad(&r.SSHAuthorizedKeys, "was renamed %s (platform keys, authorized on every session; students get keys of their own)",
 			key(&r.Kube.PlatformSSHKeys))
@@ -316,6 +338,13 @@ func (c Config) Validate() error {
 	}
 	if len(r.JWTSecret) < MinJWTSecretBytes {
 		bad(&r.JWTSecret, "must be at least %d bytes, got %d", MinJWTSecretBytes, len(r.JWTSecret))
+	}
+	switch {
+	case len(r.WorkspaceSecret) < workspacekey.MinSecretBytes:
+		bad(&r.WorkspaceSecret, "must be at least %d bytes, got %d", workspacekey.MinSecretBytes, len(r.WorkspaceSecret))
+	case r.WorkspaceSecret == r.JWTSecret:
+		bad(&r.WorkspaceSecret, "must not be %s: a workspace's root reads its own credentials, and the JWT secret mints "+
+			"every student's token", key(&r.JWTSecret))
 	}
 	if r.LabsFile == "" {
 		bad(&r.LabsFile, "is required")

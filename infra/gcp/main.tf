@@ -113,6 +113,7 @@ locals {
   secrets = {
     LABKEEP_DATABASE_URL    = "labkeep-database-url-${var.env}"
     LABKEEP_JWT_SECRET      = "labkeep-jwt-secret-${var.env}"
+    LABKEEP_WORKSPACE_KEY   = "labkeep-workspace-key-${var.env}"
     LABKEEP_SCHEDULER_TOKEN = "labkeep-scheduler-token-${var.env}"
   }
 }

@@ -73,7 +73,8 @@ const (
 // Start reads the settings (local defaults for the required ones), installs
 // infra/ into st, builds the functions as the infra ServiceAccount and
 // serves them; it prints the URL, tokens and example calls to out. Files
-// (labs.yaml, the functions' kubeconfig, the JWT secret) go to stateDir.
+// (labs.yaml, the functions' kubeconfig, the JWT secret, the workspace
+// key) go to stateDir.
 // The labs are infra/base/labs.yaml's, unless LABKEEP_LABS_FILE names
 // others; on a stack with real KubeVirt its VM labs are made local
 // (stack.LocalVMLabs: the local guest disk, sizes the node holds).
@@ -88,10 +89,15 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
+	workspaceKey, err := localSecret(filepath.Join(stateDir, "workspace-key"))
+	if err != nil {
+		return nil, err
+	}
 	// The settings production must be given default to the local stack's;
 	// any LABKEEP_* variable that is set still wins.
 	cfg := app.DefaultConfig()
 	cfg.Env, cfg.DatabaseURL, cfg.JWTSecret, cfg.SchedulerToken = "local", st.DSN(), secret, schedulerToken
+	cfg.WorkspaceSecret = workspaceKey
 	cfg.LabsFile, cfg.Kubeconfig = labsFile, saKubeconfig
 	// Every shipped deploy template requires aud and iss; so does make
 	// run, and the tokens it prints carry them.
@@ -335,8 +341,10 @@ func matchQuota(ctx context.Context, st *stack.Stack, cfg app.Config) error {
 	})
 }
 
-// localSecret returns the JWT secret kept in path, creating a random one
-// the first time, so tokens stay valid across restarts of `make run`.
+// localSecret returns the secret kept in path (the JWT secret, the
+// workspace key, the scheduler token), creating a random one the first
+// time, so tokens and workspaces' credentials stay valid across restarts
+// of `make run`.
 func localSecret(path string) (string, error) {
 	if b, err := os.ReadFile(path); err == nil && len(b) >= 32 {
 		return string(b), nil

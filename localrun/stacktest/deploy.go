@@ -30,6 +30,11 @@ import (
 // JWTSecret signs the tokens of every Deployment (LABKEEP_JWT_SECRET).
 const JWTSecret = "stacktest-secret-0123456789abcdef-0123456789"
 
+// WorkspaceKey is every Deployment's LABKEEP_WORKSPACE_KEY: workspaces'
+// own credentials (guardian's alert webhook's and cleanup token) are
+// derived from it.
+const WorkspaceKey = "stacktest-workspace-key-0123456789abcdef-0123"
+
 // SchedulerToken is every Deployment's LABKEEP_SCHEDULER_TOKEN.
 const SchedulerToken = "stacktest-scheduler-token-0123456789"
 
@@ -205,7 +210,7 @@ func Deploy(t testing.TB, st *stack.Stack, o Options) *Deployment {
 
 	cfg := o.config(app.DefaultConfig())
 	cfg.Env, cfg.DatabaseURL, cfg.Kube.Namespace, cfg.LabsFile, cfg.Kubeconfig = d.Env, dsn, d.Namespace, labsFile, d.Kubeconfig
-	cfg.JWTSecret, cfg.SchedulerToken = JWTSecret, SchedulerToken
+	cfg.JWTSecret, cfg.SchedulerToken, cfg.WorkspaceSecret = JWTSecret, SchedulerToken, WorkspaceKey
 	if st.Node != nil {
 		// Workspace Pods run on the local node: ask only for what its
 		// runc can grant.

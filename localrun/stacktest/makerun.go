@@ -18,7 +18,7 @@ import (
 // prints to out (nothing kept if nil) and is stopped when t ends.
 func MakeRun(t testing.TB, st *stack.Stack, settings map[string]string, out io.Writer) *devserve.Server {
 	t.Helper()
-	for _, k := range []string{"LABKEEP_ENV", "LABKEEP_DATABASE_URL", "LABKEEP_JWT_SECRET", "LABKEEP_LABS_FILE", "LABKEEP_KUBECONFIG", "LABKEEP_SCHEDULER_TOKEN", "LABKEEP_PORTAL"} {
+	for _, k := range []string{"LABKEEP_ENV", "LABKEEP_DATABASE_URL", "LABKEEP_JWT_SECRET", "LABKEEP_WORKSPACE_KEY", "LABKEEP_LABS_FILE", "LABKEEP_KUBECONFIG", "LABKEEP_SCHEDULER_TOKEN", "LABKEEP_PORTAL"} {
 		t.Setenv(k, "")
 		os.Unsetenv(k) // Start fills these with local defaults
 	}

@@ -12,17 +12,15 @@
 // themselves against that description, so either drifting from it fails
 // its own tests.
 //
-// The credential is derived, not stored: Token is an HMAC of the session id
-// under labkeep's key, so it is known only to labkeep and to the one
-// workspace Pod it was put into, a workspace's token is worth nothing for
-// any other session, and nothing secret sits in the database.
+// The credential is derived, not stored (shared/workspacekey): Token is an
+// HMAC of the session id under labkeep's workspace key, so it is known only
+// to labkeep and to the one workspace Pod it was put into, a workspace's
+// token is worth nothing for any other session, and nothing secret sits in
+// the database.
 package alerts
 
 import (
 	"context"
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net/url"
@@ -32,6 +30,7 @@ import (
 	"unicode/utf8"
 
 	"labkeep/shared/setting"
+	"labkeep/shared/workspacekey"
 )
 
 // Severity grades an alert, as guardian does.
@@ -186,33 +185,22 @@ type Store interface {
 	Counts(ctx context.Context, sessions []string) (map[string]int, error)
 }
 
-// Key derives the per-session webhook credentials. Its zero value derives
-// none (Enabled is false).
-type Key struct {
-	// Secret is labkeep's key; Env is the environment, so two environments
-	// sharing a secret still give a session different tokens.
-	Secret []byte
-	Env    string
-}
+// Key derives the per-session webhook credentials: workspacekey's Alert
+// use of labkeep's workspace key. Its zero value derives none (Enabled is
+// false).
+type Key workspacekey.Key
 
 // Enabled reports whether the key can derive tokens.
-func (k Key) Enabled() bool { return len(k.Secret) > 0 }
+func (k Key) Enabled() bool { return workspacekey.Key(k).Enabled() }
 
-// tokenLabel separates the alert tokens from anything else signed with the
-// same secret: a JWT's signing input is base64url and dots, never a NUL.
-const tokenLabel = "labkeep guardian alert\x00"
-
-// Token is session's webhook credential: hex HMAC-SHA256 of the
-// environment and session id.
+// Token is session's webhook credential.
 func (k Key) Token(session string) string {
-	m := hmac.New(sha256.New, k.Secret)
-	m.Write([]byte(tokenLabel + k.Env + "\x00" + session))
-	return hex.EncodeToString(m.Sum(nil))
+	return workspacekey.Key(k).Token(workspacekey.Alert, session)
 }
 
 // Verify reports, in constant time, whether token is session's.
 func (k Key) Verify(session, token string) bool {
-	return k.Enabled() && hmac.Equal([]byte(k.Token(session)), []byte(token))
+	return workspacekey.Key(k).Verify(workspacekey.Alert, session, token)
 }
 
 // ErrBadWebhookURL is a webhook base URL labkeep cannot hand to guardian.

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"labkeep/shared/workspacekey"
 )
 
 func valid() Alert {
@@ -56,30 +58,17 @@ func TestCheck(t *testing.T) {
 	}
 }
 
-func TestTokenIsPerSessionAndEnvironment(t *testing.T) {
+// The webhook credential is the workspace key's Alert use (whose rules
+// shared/workspacekey tests): never a cleanup token, and verified for its
+// own session alone.
+func TestTokenIsTheWorkspaceKeysAlertUse(t *testing.T) {
 	k := Key{Secret: []byte("0123456789abcdef0123456789abcdef"), Env: "prod"}
 	const a, b = "6f1c9f0e-8a51-4d7e-9a43-0e4f2b7c1d20", "0b7d2e11-3c4f-4a5b-8c6d-7e8f9a0b1c2d"
-	tok := k.Token(a)
-	tests := []struct {
-		name    string
-		key     Key
-		session string
-		token   string
-		want    bool
-	}{
-		{"its own session", k, a, tok, true},
-		{"another session", k, b, tok, false},
-		{"another environment", Key{Secret: k.Secret, Env: "dev"}, a, tok, false},
-		{"another secret", Key{Secret: []byte("another secret, 32 bytes long!!"), Env: "prod"}, a, tok, false},
-		{"no key", Key{}, a, Key{}.Token(a), false},
-		{"empty token", k, a, "", false},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			if got := tc.key.Verify(tc.session, tc.token); got != tc.want {
-				t.Errorf("Verify = %v, want %v", got, tc.want)
-			}
-		})
+	wk := workspacekey.Key(k)
+	got := []any{k.Token(a), k.Token(a) == wk.Token(workspacekey.Cleanup, a), k.Verify(a, k.Token(a)), k.Verify(b, k.Token(a))}
+	want := []any{wk.Token(workspacekey.Alert, a), false, true, false}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("token, is it the cleanup token, verified for its session, for another (-want +got):\n%s", diff)
 	}
 }
 

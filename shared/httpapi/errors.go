@@ -38,6 +38,7 @@ var statusTable = []struct {
 	{reap.ErrBusy, http.StatusConflict},
 	{alerts.ErrInvalid, http.StatusBadRequest},
 	{termlimit.ErrTooMany, http.StatusTooManyRequests},
+	{session.ErrTooManyOpens, http.StatusTooManyRequests},
 }
 
 // skippedFor lists the errors that, answering the scheduler (reapTick),
@@ -141,7 +142,11 @@ func (a *API) writeErrorFor(w http.ResponseWriter, r *http.Request, p access.Pri
 	case http.StatusUnauthorized:
 		w.Header().Set("WWW-Authenticate", `Bearer realm="labkeep"`)
 	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
-		w.Header().Set("Retry-After", retryAfter(a.retryAfter))
+		wait := a.retryAfter
+		if tm := (*session.TooManyOpensError)(nil); errors.As(err, &tm) {
+			wait = tm.RetryAfter // when the student's next open is allowed
+		}
+		w.Header().Set("Retry-After", retryAfter(wait))
 	}
 	if sess != nil && sess.ID != "" {
 		v := a.view(*sess, p)

@@ -32,6 +32,7 @@ import (
 	"labkeep/shared/reap"
 	"labkeep/shared/session"
 	"labkeep/shared/setting"
+	"labkeep/shared/workspacekey"
 )
 
 // Config says where and how sessions are created.
@@ -63,11 +64,17 @@ type Config struct {
 	GuardianImage string
 	// GuardianWebhookURL, when set, is labkeep's POST /guardianAlert as
 	// workspaces reach it: each workspace Pod's guardian gets it as
-	// GUARDIAN_WEBHOOK_URL with its own session's credentials
-	// (GuardianAlertKey.WebhookURL), so a workspace can post alerts for its
-	// own session only. Empty: the definition's GUARDIAN_WEBHOOK_URL stays.
+	// GUARDIAN_WEBHOOK_URL with its own session's credentials (alerts.Key's
+	// WebhookURL under WorkspaceKey), so a workspace can post alerts for
+	// its own session only. Empty: the definition's GUARDIAN_WEBHOOK_URL
+	// stays.
 	GuardianWebhookURL string
-	GuardianAlertKey   alerts.Key
+	// WorkspaceKey derives each workspace's own credentials: its alert
+	// webhook's and its guardian's cleanup token, which goes into the
+	// session's Secret (CleanupTokenKey) and from there into guardian's
+	// GUARDIAN_CLEANUP_TOKEN. Its zero value derives none: guardian then
+	// has no cleanup token and refuses every cleanup.
+	WorkspaceKey workspacekey.Key
 	// PlatformSSHKeys are the platform's own keys (a grader's, an
 	// operator's), authorized on every node of every session next to the
 	// session's student key. Whoever holds one enters every student's lab:
@@ -146,7 +153,7 @@ func (c Config) Validate() error {
 
 // guardianWebhook checks the optional webhook base URL and that there is a
 // key to sign its credentials with.
-func guardianWebhook(url string, key alerts.Key) error {
+func guardianWebhook(url string, key workspacekey.Key) error {
 	switch {
 	case url == "":
 		return nil
@@ -180,7 +187,7 @@ func (c Config) validate() (*corev1.Pod, error) {
 		setting.AtLeast("AnchorCompletions", c.AnchorCompletions, 1),
 		setting.Required("AnchorImage", c.AnchorImage),
 		setting.Required("GuardianImage", c.GuardianImage),
-		guardianWebhook(c.GuardianWebhookURL, c.GuardianAlertKey),
+		guardianWebhook(c.GuardianWebhookURL, c.WorkspaceKey),
 		setting.Positive("CallTimeout", c.CallTimeout),
 		setting.AtLeast("Burst", c.Burst, 1))
 	if c.QPS <= 0 {

@@ -23,8 +23,10 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"labkeep/infra"
+	"labkeep/shared/alerts"
 	"labkeep/shared/labs"
 	"labkeep/shared/session"
+	"labkeep/shared/workspacekey"
 )
 
 // Labels every labkeep object carries. The reaper only ever touches objects
@@ -207,20 +209,41 @@ func (b builder) cloudInit(n labs.Node, anchor *batchv1.Job) *corev1.Secret {
 	ud.WriteString("write_files:\n")
 	fmt.Fprintf(&ud, "  - path: /etc/labkeep/grading-token\n    permissions: '0600'\n    content: %q\n", b.sess.GradingToken)
 	fmt.Fprintf(&ud, "  - path: /etc/labkeep/session\n    permissions: '0644'\n    content: %q\n", b.sess.ID+"\n")
+	data := map[string]string{
+		"userdata":            ud.String(),
+		"grading-token":       b.sess.GradingToken,
+		"ssh-authorized-keys": strings.Join(keys, "\n") + "\n",
+		"ssh-host-key":        b.sess.Issued.HostPrivateKey,
+		"ssh-host-key.pub":    b.sess.HostKey + "\n",
+	}
+	if tok := b.cleanupToken(); tok != "" {
+		data[CleanupTokenKey] = tok
+	}
 	return &corev1.Secret{
 		ObjectMeta: b.owned(session.CloudInitName(b.sess.ID, n.Name), n.Role, n.Name, anchor),
 		Immutable:  ptr(true),
 		Type:       corev1.SecretTypeOpaque,
 		// A workspace Pod mounts these keys at /etc/labkeep: its image
 		// runs sshd with ssh-host-key and ssh-authorized-keys.
-		StringData: map[string]string{
-			"userdata":            ud.String(),
-			"grading-token":       b.sess.GradingToken,
-			"ssh-authorized-keys": strings.Join(keys, "\n") + "\n",
-			"ssh-host-key":        b.sess.Issued.HostPrivateKey,
-			"ssh-host-key.pub":    b.sess.HostKey + "\n",
-		},
+		StringData: data,
 	}
+}
+
+// CleanupTokenKey is the key of a Pod lab's Secret holding its guardian's
+// cleanup token, which guardian's GUARDIAN_CLEANUP_TOKEN takes by
+// secretKeyRef (the admission policy admits no other source).
+const CleanupTokenKey = "guardian-cleanup-token"
+
+// cleanupToken is the session's own guardian cleanup token (workspacekey's
+// Cleanup use), for a Pod lab with a workspace key; "" otherwise. It sits
+// in the session's Secret, which the workspace mounts: the workspace's
+// root can read it, and it opens this session's guardian alone, which
+// that root can already kill processes in.
+func (b builder) cleanupToken() string {
+	if b.lab.Kind != labs.KindPod {
+		return ""
+	}
+	return b.cfg.WorkspaceKey.Token(workspacekey.Cleanup, b.sess.ID)
 }
 
 func (b builder) resources(n labs.Node) corev1.ResourceList {
@@ -493,9 +516,9 @@ func ipBlocks(cidrs, blocked []string) []networkingv1.NetworkPolicyPeer {
 // per session is filled in: name, labels and owner, the hostname and
 // deadline, the guardian and lab images, the lab's SSH port (the
 // workspace's port and guardian's probe address), the node's resources,
-// the session's Secret, mounted at /etc/labkeep in both containers, and,
-// with GuardianWebhookURL set, guardian's webhook with the session's own
-// credentials.
+// the session's Secret, mounted at /etc/labkeep in both containers,
+// guardian's cleanup token from that Secret and, with GuardianWebhookURL
+// set, guardian's webhook with the session's own credentials.
 func (b builder) workspace(anchor *batchv1.Job) (*corev1.Pod, error) {
 	if b.pod == nil {
 		return nil, errors.New("no workspace Pod definition")
@@ -530,16 +553,18 @@ func (b builder) workspace(anchor *batchv1.Job) (*corev1.Pod, error) {
 	// closes /proc/<guardian>/environ to it), not in the session's Secret,
 	// which the workspace mounts.
 	if b.cfg.GuardianWebhookURL != "" {
-		hook := corev1.EnvVar{Name: "GUARDIAN_WEBHOOK_URL", Value: b.cfg.GuardianAlertKey.WebhookURL(b.cfg.GuardianWebhookURL, b.sess.ID)}
-		i := 0
-		for i < len(g.Env) && g.Env[i].Name != hook.Name {
-			i++
-		}
-		if i == len(g.Env) {
-			g.Env = append(g.Env, hook)
-		} else {
-			g.Env[i] = hook
-		}
+		setEnv(g, corev1.EnvVar{Name: "GUARDIAN_WEBHOOK_URL",
+			Value: alerts.Key(b.cfg.WorkspaceKey).WebhookURL(b.cfg.GuardianWebhookURL, b.sess.ID)})
+	}
+	// guardian's cleanup token is this session's own, from this session's
+	// Secret (cloudInit); without a workspace key there is none, and
+	// guardian refuses every cleanup.
+	cleanup := corev1.EnvVar{Name: "GUARDIAN_CLEANUP_TOKEN", ValueFrom: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+		LocalObjectReference: corev1.LocalObjectReference{Name: session.CloudInitName(b.sess.ID, n.Name)}, Key: CleanupTokenKey}}}
+	if b.cleanupToken() == "" {
+		g.Env = slices.DeleteFunc(g.Env, func(e corev1.EnvVar) bool { return e.Name == cleanup.Name })
+	} else {
+		setEnv(g, cleanup)
 	}
 	w := &pod.Spec.Containers[0]
 	w.Image = b.lab.Image
@@ -561,6 +586,17 @@ func (b builder) workspace(anchor *batchv1.Job) (*corev1.Pod, error) {
 		}
 	}
 	return pod, nil
+}
+
+// setEnv sets c's variable e.Name to e, in place, or appends it.
+func setEnv(c *corev1.Container, e corev1.EnvVar) {
+	for i := range c.Env {
+		if c.Env[i].Name == e.Name {
+			c.Env[i] = e
+			return
+		}
+	}
+	c.Env = append(c.Env, e)
 }
 
 // ParseWorkspacePod decodes a workspace Pod definition (data, or

@@ -19,10 +19,13 @@ import (
 	"sigs.k8s.io/yaml"
 
 	"labkeep/infra"
-	"labkeep/shared/alerts"
 	"labkeep/shared/labs"
 	"labkeep/shared/session"
+	"labkeep/shared/workspacekey"
 )
+
+// testWorkspaceKey is the builders' workspace key.
+var testWorkspaceKey = workspacekey.Key{Secret: []byte("0123456789abcdef0123456789abcdef"), Env: "dev"}
 
 func testBuilder(t *testing.T, lab string) builder {
 	t.Helper()
@@ -44,6 +47,7 @@ func testBuilder(t *testing.T, lab string) builder {
 		cfg: func() Config {
 			c := DefaultConfig()
 			c.Namespace, c.Env, c.MaxLifetime, c.AnchorImage, c.GuardianImage = "ns", "dev", 3*time.Hour, "pause", "guardian"
+			c.WorkspaceKey = testWorkspaceKey
 			return c
 		}(),
 		sess: session.Session{ID: "0b3c6a4e-1f6f-4a50-9d7e-2f3b7d1c9a11", Student: "alice@example.org", GradingToken: "tok"},
@@ -325,12 +329,16 @@ func TestWorkspacePodIsTheInfraDefinition(t *testing.T) {
 	if diff := cmp.Diff(&tmpl, pod); diff != "" {
 		t.Errorf("workspace Pod differs from infra/guardian/workspace-pod.yaml beyond the per-session fields (-template +built):\n%s", diff)
 	}
-	// The one env value filled in is guardian's SSH probe address.
+	// The env values filled in are guardian's SSH probe address and the
+	// Secret its cleanup token comes from, the session's own.
 	built := mustWorkspace(t, b, &batchv1.Job{})
 	for i, e := range built.Spec.InitContainers[0].Env {
-		want := tmpl.Spec.InitContainers[0].Env[i]
-		if e.Name == "GUARDIAN_SSH_ADDR" {
+		want := *tmpl.Spec.InitContainers[0].Env[i].DeepCopy()
+		switch e.Name {
+		case "GUARDIAN_SSH_ADDR":
 			want.Value = "127.0.0.1:2222"
+		case "GUARDIAN_CLEANUP_TOKEN":
+			want.ValueFrom.SecretKeyRef.Name = session.CloudInitName(b.sess.ID, "workspace")
 		}
 		if diff := cmp.Diff(want, e); diff != "" {
 			t.Errorf("guardian env %d (-want +got):\n%s", i, diff)
@@ -368,6 +376,56 @@ func TestNodeCredentials(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// A Pod lab's guardian takes its cleanup token from its own session's
+// Secret, which holds that session's token under the workspace key and
+// nothing another session's guardian could use; a VM lab's Secret holds
+// none, and without a workspace key guardian gets no token at all (it then
+// refuses every cleanup).
+func TestCleanupTokenIsTheSessionsOwn(t *testing.T) {
+	type got struct {
+		SecretToken string
+		HasToken    bool
+		Env         *corev1.EnvVarSource
+	}
+	b := testBuilder(t, "shell")
+	secret := session.CloudInitName(b.sess.ID, "workspace")
+	tests := []struct {
+		name string
+		lab  string
+		key  workspacekey.Key
+		want got
+	}{
+		{"pod lab", "shell", testWorkspaceKey, got{
+			SecretToken: testWorkspaceKey.Token(workspacekey.Cleanup, b.sess.ID), HasToken: true,
+			Env: &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: CleanupTokenKey}},
+		}},
+		{"pod lab without a workspace key", "shell", workspacekey.Key{}, got{}},
+		{"VM lab", "linux", testWorkspaceKey, got{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			b := testBuilder(t, tt.lab)
+			b.cfg.WorkspaceKey = tt.key
+			var g got
+			g.SecretToken, g.HasToken = b.cloudInit(b.lab.Nodes[0], &batchv1.Job{}).StringData[CleanupTokenKey]
+			if tt.lab == "shell" {
+				for _, e := range built(t, b).Spec.InitContainers[0].Env {
+					if e.Name == "GUARDIAN_CLEANUP_TOKEN" {
+						g.Env = e.ValueFrom
+					}
+				}
+			}
+			if diff := cmp.Diff(tt.want, g); diff != "" {
+				t.Errorf("cleanup token (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if other := testWorkspaceKey.Token(workspacekey.Cleanup, "another-session"); other == tests[0].want.SecretToken {
+		t.Error("two sessions share a cleanup token")
 	}
 }
 
@@ -463,7 +521,7 @@ func TestNetworkPolicy(t *testing.T) {
 		}},
 		{"pod lab whose guardian posts to an address: that address and port out, even in a blocked range", "shell", func(c *Config) {
 			c.GuardianWebhookURL = "http://10.216.3.1:8080/guardianAlert"
-			c.GuardianAlertKey = alerts.Key{Secret: []byte("0123456789abcdef0123456789abcdef"), Env: "dev"}
+			c.WorkspaceKey = workspacekey.Key{Secret: []byte("0123456789abcdef0123456789abcdef"), Env: "dev"}
 		}, networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: sel}, PolicyTypes: both,
 			Ingress: []networkingv1.NetworkPolicyIngressRule{ssh(2222, defaultSources...), guardian("labkeep")},
@@ -472,7 +530,7 @@ func TestNetworkPolicy(t *testing.T) {
 		}},
 		{"pod lab whose guardian posts to a name: the internet rule covers it", "shell", func(c *Config) {
 			c.GuardianWebhookURL = "https://labkeep.example/guardianAlert"
-			c.GuardianAlertKey = alerts.Key{Secret: []byte("0123456789abcdef0123456789abcdef"), Env: "dev"}
+			c.WorkspaceKey = workspacekey.Key{Secret: []byte("0123456789abcdef0123456789abcdef"), Env: "dev"}
 		}, networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: sel}, PolicyTypes: both,
 			Ingress: []networkingv1.NetworkPolicyIngressRule{ssh(2222, defaultSources...), guardian("labkeep")},
@@ -480,7 +538,7 @@ func TestNetworkPolicy(t *testing.T) {
 		}},
 		{"VM lab: no guardian, no alert receiver", "linux", func(c *Config) {
 			c.GuardianWebhookURL = "http://10.216.3.1:8080/guardianAlert"
-			c.GuardianAlertKey = alerts.Key{Secret: []byte("0123456789abcdef0123456789abcdef"), Env: "dev"}
+			c.WorkspaceKey = workspacekey.Key{Secret: []byte("0123456789abcdef0123456789abcdef"), Env: "dev"}
 		}, networkingv1.NetworkPolicySpec{
 			PodSelector: metav1.LabelSelector{MatchLabels: sel}, PolicyTypes: both,
 			Ingress: []networkingv1.NetworkPolicyIngressRule{ssh(22, defaultSources...)},

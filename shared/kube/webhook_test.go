@@ -9,6 +9,7 @@ import (
 
 	"labkeep/shared/alerts"
 	"labkeep/shared/setting"
+	"labkeep/shared/workspacekey"
 )
 
 // guardianEnv is the value of name in the workspace Pod's guardian
@@ -36,30 +37,30 @@ func TestWorkspaceGuardianWebhook(t *testing.T) {
 	if _, plain := guardianEnv(t, b, "GUARDIAN_WEBHOOK_URL"); plain {
 		t.Errorf("without LABKEEP_GUARDIAN_WEBHOOK_URL the definition's ConfigMap reference must stay")
 	}
-	key := alerts.Key{Secret: []byte("0123456789abcdef0123456789abcdef"), Env: "dev"}
-	b.cfg.GuardianWebhookURL, b.cfg.GuardianAlertKey = "https://labkeep.example/guardianAlert", key
+	key := workspacekey.Key{Secret: []byte("0123456789abcdef0123456789abcdef"), Env: "dev"}
+	b.cfg.GuardianWebhookURL, b.cfg.WorkspaceKey = "https://labkeep.example/guardianAlert", key
 	got, plain := guardianEnv(t, b, "GUARDIAN_WEBHOOK_URL")
 	u, err := url.Parse(got)
 	if !plain || err != nil {
 		t.Fatalf("GUARDIAN_WEBHOOK_URL = %q (plain %v, %v)", got, plain, err)
 	}
 	pass, _ := u.User.Password()
-	if diff := cmp.Diff([]string{b.sess.ID, key.Token(b.sess.ID), "labkeep.example", "/guardianAlert"},
+	if diff := cmp.Diff([]string{b.sess.ID, alerts.Key(key).Token(b.sess.ID), "labkeep.example", "/guardianAlert"},
 		[]string{u.User.Username(), pass, u.Host, u.Path}); diff != "" {
 		t.Errorf("webhook URL (-want +got):\n%s", diff)
 	}
 }
 
 func TestGuardianWebhookSetting(t *testing.T) {
-	key := alerts.Key{Secret: []byte("k"), Env: "dev"}
+	key := workspacekey.Key{Secret: []byte("k"), Env: "dev"}
 	tests := []struct {
 		name, url string
-		key       alerts.Key
+		key       workspacekey.Key
 		ok        bool
 	}{
-		{"none", "", alerts.Key{}, true},
+		{"none", "", workspacekey.Key{}, true},
 		{"an https URL", "https://labkeep.example/guardianAlert", key, true},
-		{"no key", "https://labkeep.example/guardianAlert", alerts.Key{}, false},
+		{"no key", "https://labkeep.example/guardianAlert", workspacekey.Key{}, false},
 		{"credentials of its own", "https://u:p@labkeep.example/guardianAlert", key, false},
 		{"relative", "/guardianAlert", key, false},
 	}

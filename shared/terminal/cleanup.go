@@ -3,12 +3,12 @@ package terminal
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strconv"
-	"strings"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -16,45 +16,59 @@ import (
 
 	"labkeep/shared/access"
 	"labkeep/shared/labs"
-)
-
-// Where guardian's cleanup token is: the Secret the workspace Pod's
-// GUARDIAN_CLEANUP_TOKEN comes from (infra/guardian/workspace-pod.yaml).
-const (
-	GuardianSecret   = "labkeep-guardian"
-	GuardianTokenKey = "cleanup-token"
+	"labkeep/shared/workspacekey"
 )
 
 // Guardian calls the guardian of a workspace Pod. It reaches guardian at
-// the Pod's IP and API port, not through the API server's pods/proxy: the
-// API server removes the Authorization header of a request it has
-// authenticated, so guardian's bearer token cannot pass through it. So the
-// functions need a network path to the Pod network (the on-prem server has
-// one) and the token, which they read from the Secret GuardianSecret at
-// each call (a rotated token takes effect at once); the student never
-// sees it.
+// the Pod IP the API server reports for the session's Pod and its API
+// port, not through the API server's pods/proxy: the API server removes the
+// Authorization header of a request it has authenticated, so guardian's
+// bearer token cannot pass through it. So the functions need a network path
+// to the Pod network (the on-prem server has one).
+//
+// The bearer token is the session's own (workspacekey's Cleanup use of the
+// workspace key), derived from the session id at each call; the same token
+// reaches that session's guardian alone, through the session's Secret
+// (shared/kube). Whatever answers at the Pod's address is trusted with
+// nothing else, because it cannot be told from guardian: the workspace's
+// root can kill guardian and bind its port in the Pod's network namespace
+// while the kubelet restarts it, and then receives this call. Such a
+// listener can always impersonate that one guardian and learns that one
+// session's token, which the same root can read anyway (the session's
+// Secret is mounted in the workspace) and which opens no other session's
+// guardian. So nothing sent here is worth anything beyond the caller's own
+// workspace, and the call follows no redirect (a redirect is refused as a
+// bad gateway), so an impersonator cannot bounce the functions' request,
+// token and all, to an address of its choosing.
 type Guardian struct {
-	Kube      kubernetes.Interface
-	Namespace string
-	// Timeout bounds the whole call.
-	Timeout time.Duration
+	kube      kubernetes.Interface
+	namespace string
+	key       workspacekey.Key
+	timeout   time.Duration
+	client    *http.Client
 }
 
-// Cleanup asks the guardian of Pod pod to kill every unprotected process
-// in the workspace and returns its report. guardian refusing or failing
-// is an access.ErrBadGateway with guardian's own words.
-func (g *Guardian) Cleanup(ctx context.Context, pod string) (CleanupReport, error) {
-	ctx, cancel := context.WithTimeout(ctx, g.Timeout)
+// NewGuardian returns the client of workspace Pods' guardians in namespace,
+// read through kc, with the workspace key the cleanup tokens are derived
+// from; timeout bounds each whole call.
+func NewGuardian(kc kubernetes.Interface, namespace string, key workspacekey.Key, timeout time.Duration) *Guardian {
+	return &Guardian{kube: kc, namespace: namespace, key: key, timeout: timeout, client: &http.Client{
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}}
+}
+
+// Cleanup asks the guardian of session's workspace Pod pod to kill every
+// unprotected process in the workspace and returns its report. guardian
+// refusing or failing, and any redirect, is an access.ErrBadGateway with
+// the answer's own words.
+func (g *Guardian) Cleanup(ctx context.Context, session, pod string) (CleanupReport, error) {
+	ctx, cancel := context.WithTimeout(ctx, g.timeout)
 	defer cancel()
-	sec, err := g.Kube.CoreV1().Secrets(g.Namespace).Get(ctx, GuardianSecret, metav1.GetOptions{})
-	if err != nil {
-		return CleanupReport{}, fmt.Errorf("reading guardian's cleanup token: %w", err)
-	}
-	token := strings.TrimSpace(string(sec.Data[GuardianTokenKey]))
+	token := g.key.Token(workspacekey.Cleanup, session)
 	if token == "" {
-		return CleanupReport{}, fmt.Errorf("the Secret %s has no %s", GuardianSecret, GuardianTokenKey)
+		return CleanupReport{}, errors.New("no workspace key: guardians' cleanup tokens cannot be derived")
 	}
-	p, err := g.Kube.CoreV1().Pods(g.Namespace).Get(ctx, pod, metav1.GetOptions{})
+	p, err := g.kube.CoreV1().Pods(g.namespace).Get(ctx, pod, metav1.GetOptions{})
 	if err != nil {
 		return CleanupReport{}, fmt.Errorf("reading workspace Pod %s: %w", pod, err)
 	}
@@ -78,11 +92,15 @@ func (g *Guardian) Cleanup(ctx context.Context, pod string) (CleanupReport, erro
 		return CleanupReport{}, err
 	}
 	req.Header.Set("Authorization", "Bearer "+token)
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := g.client.Do(req)
 	if err != nil {
 		return CleanupReport{}, fmt.Errorf("%w: guardian in the workspace Pod did not answer: %v", access.ErrBadGateway, err)
 	}
 	defer resp.Body.Close()
+	if resp.StatusCode >= 300 && resp.StatusCode < 400 {
+		return CleanupReport{}, fmt.Errorf("%w: the workspace Pod answered a redirect (%d to %q), which labkeep never follows",
+			access.ErrBadGateway, resp.StatusCode, resp.Header.Get("Location"))
+	}
 	body, err := io.ReadAll(io.LimitReader(resp.Body, 1<<20))
 	if err != nil {
 		return CleanupReport{}, fmt.Errorf("%w: reading guardian's answer: %v", access.ErrBadGateway, err)

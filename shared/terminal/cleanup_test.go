@@ -24,6 +24,7 @@ import (
 
 	"labkeep/shared/access"
 	"labkeep/shared/labs"
+	"labkeep/shared/workspacekey"
 )
 
 // guardianDescription is where guardian's API, POST /cleanup included, is
@@ -84,9 +85,15 @@ func (f *fakeGuardian) received() []receivedRequest {
 	return slices.Clone(f.reqs)
 }
 
-// callCleanup runs Guardian.Cleanup against h, served as the guardian of a
-// workspace Pod whose cleanup token is token.
-func callCleanup(t *testing.T, h http.Handler, token string) (CleanupReport, error) {
+// cleanupKey is the workspace key of the tests' guardians, and
+// cleanupSession the session whose workspace they guard.
+var cleanupKey = workspacekey.Key{Secret: []byte("0123456789abcdef0123456789abcdef"), Env: "dev"}
+
+const cleanupSession = "6f1c9f0e-8a51-4d7e-9a43-0e4f2b7c1d20"
+
+// callCleanup runs Guardian.Cleanup for cleanupSession against h, served as
+// the guardian of its workspace Pod.
+func callCleanup(t *testing.T, h http.Handler) (CleanupReport, error) {
 	t.Helper()
 	srv := httptest.NewServer(h)
 	defer srv.Close()
@@ -99,20 +106,17 @@ func callCleanup(t *testing.T, h http.Handler, token string) (CleanupReport, err
 		t.Fatal(err)
 	}
 	kc := fake.NewClientset(
-		&corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: GuardianSecret, Namespace: "sessions"},
-			Data: map[string][]byte{GuardianTokenKey: []byte(token + "\n")}},
 		&corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "ws", Namespace: "sessions"},
 			Spec: corev1.PodSpec{InitContainers: []corev1.Container{{Name: "guardian",
 				Ports: []corev1.ContainerPort{{Name: labs.GuardianAPIPort, ContainerPort: int32(p)}}}}},
 			Status: corev1.PodStatus{PodIP: host}},
 	)
-	g := &Guardian{Kube: kc, Namespace: "sessions", Timeout: 10 * time.Second}
-	return g.Cleanup(t.Context(), "ws")
+	return NewGuardian(kc, "sessions", cleanupKey, 10*time.Second).Cleanup(t.Context(), cleanupSession, "ws")
 }
 
 // The request the client sends is the described one: POST /cleanup, the
-// described bearer scheme carrying the Secret's token, and no body, as
-// the description asks none.
+// described bearer scheme carrying the session's own cleanup token, and
+// no body, as the description asks none.
 func TestCleanupSendsTheDescribedRequest(t *testing.T) {
 	doc, op := cleanupOperation(t)
 	if op.RequestBody != nil {
@@ -135,10 +139,11 @@ func TestCleanupSendsTheDescribedRequest(t *testing.T) {
 		t.Fatal(err)
 	}
 	f := &fakeGuardian{status: http.StatusOK, contentType: "application/json", body: example}
-	if _, err := callCleanup(t, f, "s3cret"); err != nil {
+	if _, err := callCleanup(t, f); err != nil {
 		t.Fatal(err)
 	}
-	want := []receivedRequest{{method: http.MethodPost, path: "/cleanup", authorization: "Bearer s3cret"}}
+	want := []receivedRequest{{method: http.MethodPost, path: "/cleanup",
+		authorization: "Bearer " + cleanupKey.Token(workspacekey.Cleanup, cleanupSession)}}
 	if diff := cmp.Diff(want, f.received(), cmp.AllowUnexported(receivedRequest{})); diff != "" {
 		t.Errorf("requests guardian received (-want +got):\n%s", diff)
 	}
@@ -185,7 +190,7 @@ func TestCleanupReadsTheDescribedAnswers(t *testing.T) {
 				}
 				body = string(b)
 			}
-			got, err := callCleanup(t, &fakeGuardian{status: tt.status, contentType: mt, body: []byte(body)}, "s3cret")
+			got, err := callCleanup(t, &fakeGuardian{status: tt.status, contentType: mt, body: []byte(body)})
 			if tt.status == http.StatusOK {
 				if err != nil {
 					t.Fatal(err)
@@ -237,11 +242,46 @@ func TestCleanupReportIsTheDescribedReport(t *testing.T) {
 	if diff := cmp.Diff(slices.Sorted(slices.Values(described)), slices.Sorted(slices.Values(read))); diff != "" {
 		t.Errorf("described properties against the client's JSON names (-want +got):\n%s", diff)
 	}
-	got, err := callCleanup(t, &fakeGuardian{status: http.StatusOK, contentType: "application/json", body: []byte(`{"killed":[],"failed":0}`)}, "s3cret")
+	got, err := callCleanup(t, &fakeGuardian{status: http.StatusOK, contentType: "application/json", body: []byte(`{"killed":[],"failed":0}`)})
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(CleanupReport{Killed: []int{}}, got); diff != "" {
 		t.Errorf("report of a cleanup that killed nothing (-want +got):\n%s", diff)
+	}
+}
+
+// Whatever answers at the workspace Pod's address may be the workspace's
+// root in guardian's place, so a redirect is never followed, whatever its
+// status: the target is never asked (the token never leaves for it) and
+// the cleanup fails as a bad gateway naming the redirect.
+func TestCleanupFollowsNoRedirect(t *testing.T) {
+	for _, status := range []int{http.StatusMovedPermanently, http.StatusFound, http.StatusSeeOther,
+		http.StatusTemporaryRedirect, http.StatusPermanentRedirect} {
+		t.Run(strconv.Itoa(status), func(t *testing.T) {
+			target := &fakeGuardian{status: http.StatusOK, contentType: "application/json", body: []byte(`{"killed":[],"failed":0}`)}
+			srv := httptest.NewServer(target)
+			defer srv.Close()
+			bounce := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				http.Redirect(w, r, srv.URL+"/cleanup", status)
+			})
+			_, err := callCleanup(t, bounce)
+			if !errors.Is(err, access.ErrBadGateway) || !strings.Contains(err.Error(), "redirect") {
+				t.Errorf("error %v, want a bad gateway naming the redirect", err)
+			}
+			if diff := cmp.Diff([]receivedRequest(nil), target.received(), cmp.AllowUnexported(receivedRequest{})); diff != "" {
+				t.Errorf("requests the redirect's target received (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// Without a workspace key there is no token to send: the call fails
+// before anything is asked of the cluster or the Pod (the fake cluster
+// holds no Pod, so any further step would fail differently).
+func TestCleanupWithoutAKeySendsNothing(t *testing.T) {
+	_, err := NewGuardian(fake.NewClientset(), "sessions", workspacekey.Key{}, time.Second).Cleanup(t.Context(), cleanupSession, "ws")
+	if err == nil || !strings.Contains(err.Error(), "no workspace key") {
+		t.Errorf("Cleanup without a key = %v, want the missing key named", err)
 	}
 }

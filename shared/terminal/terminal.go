@@ -80,6 +80,7 @@ import (
 	"labkeep/shared/labs"
 	"labkeep/shared/session"
 	"labkeep/shared/termlimit"
+	"labkeep/shared/workspacekey"
 )
 
 // DefaultCleanupTimeout bounds a call to guardian's /cleanup, which
@@ -96,8 +97,8 @@ type Options struct {
 	// table (*httpapi.API), so the terminal's errors are theirs.
 	API Refusals
 	// Kube is the functions' own credentials (their ServiceAccount): it
-	// needs pods/exec and, for VM labs, virtualmachineinstances/console in
-	// the sessions namespace, and get on the Secret GuardianSecret there.
+	// needs pods/exec, get on Pods and, for VM labs,
+	// virtualmachineinstances/console in the sessions namespace.
 	Kube *rest.Config
 	// Exec makes a pods/exec call into a workspace Pod's workspace
 	// container (the Kubernetes adapter's WorkspaceExecutor).
@@ -113,6 +114,9 @@ type Options struct {
 	Limits termlimit.Limits
 	// CleanupTimeout defaults to DefaultCleanupTimeout.
 	CleanupTimeout time.Duration
+	// WorkspaceKey derives each session's guardian cleanup token (the key
+	// shared/kube put the tokens into the sessions' Secrets with).
+	WorkspaceKey workspacekey.Key
 }
 
 // Executor makes a pods/exec call into the workspace container of Pod pod
@@ -171,7 +175,7 @@ func New(o Options) (*Handler, error) {
 	if err != nil {
 		return nil, err
 	}
-	h := &Handler{o: o, kube: kc, guardian: &Guardian{Kube: kc, Namespace: o.Namespace, Timeout: o.CleanupTimeout}, ledger: termlimit.NewLedger(o.Limits)}
+	h := &Handler{o: o, kube: kc, guardian: NewGuardian(kc, o.Namespace, o.WorkspaceKey, o.CleanupTimeout), ledger: termlimit.NewLedger(o.Limits)}
 	h.mux = http.NewServeMux()
 	h.mux.HandleFunc("GET /terminal/connect", h.connect)
 	h.mux.HandleFunc("POST /terminal/cleanup", h.cleanup)
@@ -299,7 +303,7 @@ func (h *Handler) cleanup(w http.ResponseWriter, r *http.Request) {
 		h.o.API.WriteError(w, r, err)
 		return
 	}
-	res, err := h.guardian.Cleanup(r.Context(), t.Object)
+	res, err := h.guardian.Cleanup(r.Context(), t.Session.ID, t.Object)
 	if err != nil {
 		h.o.Log.Warn("cleanup failed", "session", t.Session.ID, "err", err)
 		h.o.API.WriteError(w, r, err)

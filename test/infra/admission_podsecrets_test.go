@@ -12,11 +12,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 
-	"labkeep/shared/alerts"
 	"labkeep/shared/kube"
 	"labkeep/shared/labs"
 	"labkeep/shared/session"
-	"labkeep/shared/terminal"
+	"labkeep/shared/workspacekey"
 )
 
 // The policy's messages for a Pod's Secrets and name, as
@@ -31,9 +30,9 @@ const (
 // under admission-policy.yaml on the real API server (rbac.yaml, the
 // functions impersonated). The workspace's root reads whatever its Pod
 // mounts or puts in its environment, so only labkeep's own references
-// pass: the node's cloud-init Secret as a volume, guardian's cleanup
-// token in guardian's environment; and no persistentVolumeClaim (a VM
-// session's disk).
+// pass: the node's cloud-init Secret as a volume, that Secret's cleanup
+// token (the session's own) in guardian's environment; and no
+// persistentVolumeClaim (a VM session's disk).
 //   - every workspace Pod labkeep's builder makes, for every Pod lab of
 //     infra/base/labs.yaml and one opting in to NET_RAW, for a student's
 //     session and a pool instance, with and without guardian's webhook,
@@ -43,9 +42,10 @@ const (
 //     or keys Secret or of the database Secret, a projected Secret,
 //     another session's disk as a persistentVolumeClaim, a
 //     secretKeyRef or envFrom secretRef in the workspace or in an added
-//     init container, guardian's token in the workspace, guardian reading
-//     another Secret, a Job's Pod mounting a Secret, a Pod not named for
-//     its node;
+//     init container, guardian's token in the workspace, guardian taking
+//     another session's cleanup token or another key of its own Secret
+//     as its token, guardian reading another Secret, a Job's Pod mounting
+//     a Secret, a Pod not named for its node;
 //   - a Pod carrying another session's labels and naming its Secret must
 //     take that session's Pod's name, which is taken;
 //   - a VM booting a kernel from an image outside the allowlist is
@@ -63,9 +63,9 @@ func TestAdmissionLimitsPodSecrets(t *testing.T) {
 		cfg := kube.DefaultConfig()
 		cfg.Namespace, cfg.Env, cfg.MaxLifetime = place.Sessions, env, time.Hour
 		cfg.PlatformSSHKeys = []string{"ssh-ed25519 AAAAgrader grader@platform"}
+		cfg.WorkspaceKey = workspacekey.Key{Secret: []byte("workspace key"), Env: env}
 		if webhook {
 			cfg.GuardianWebhookURL = "https://labkeep.example.org/guardianAlert"
-			cfg.GuardianAlertKey = alerts.Key{Secret: []byte("alert key"), Env: env}
 		}
 		c, err := kube.NewForConfig(cfg, fnRC)
 		if err != nil {
@@ -184,7 +184,6 @@ func TestAdmissionLimitsPodSecrets(t *testing.T) {
 		{"another session's keys Secret", pod(secretVolume(session.SSHKeysName(other.ID, node))), refusedPodSecrets},
 		{"its own node's keys Secret", pod(secretVolume(session.SSHKeysName(own.ID, node))), refusedPodSecrets},
 		{"the database Secret", pod(secretVolume("labkeep-secrets")), refusedPodSecrets},
-		{"guardian's Secret as a volume", pod(secretVolume(terminal.GuardianSecret)), refusedPodSecrets},
 		{"a projected volume of another session's Secret", pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
 			p.Spec.Volumes = append(p.Spec.Volumes, corev1.Volume{Name: "extra", VolumeSource: corev1.VolumeSource{
 				Projected: &corev1.ProjectedVolumeSource{Sources: []corev1.VolumeProjection{{
@@ -201,7 +200,13 @@ func TestAdmissionLimitsPodSecrets(t *testing.T) {
 			ws.Env = append(ws.Env, secretEnv(otherCloudInit, "ssh-host-key"))
 		}), refusedPodSecrets},
 		{"guardian's cleanup token in the workspace", pod(func(_ *corev1.Pod, ws, _ *corev1.Container) {
-			ws.Env = append(ws.Env, secretEnv(terminal.GuardianSecret, terminal.GuardianTokenKey))
+			ws.Env = append(ws.Env, secretEnv(ownCloudInit, kube.CleanupTokenKey))
+		}), refusedPodSecrets},
+		{"guardian taking another session's cleanup token", pod(func(_ *corev1.Pod, _, g *corev1.Container) {
+			cleanupTokenFrom(t, g, otherCloudInit, kube.CleanupTokenKey)
+		}), refusedPodSecrets},
+		{"guardian taking another key of its own Secret as its cleanup token", pod(func(_ *corev1.Pod, _, g *corev1.Container) {
+			cleanupTokenFrom(t, g, ownCloudInit, "grading-token")
 		}), refusedPodSecrets},
 		{"guardian reading the database Secret", pod(func(_ *corev1.Pod, _, g *corev1.Container) {
 			g.Env = append(g.Env, secretEnv("labkeep-secrets", "password"))
@@ -216,7 +221,7 @@ func TestAdmissionLimitsPodSecrets(t *testing.T) {
 		{"an init container other than guardian reading guardian's token", pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
 			initContainer(p, ws, func(c *corev1.Container) {
 				c.Name = "guardian-2"
-				c.Env = []corev1.EnvVar{secretEnv(terminal.GuardianSecret, terminal.GuardianTokenKey)}
+				c.Env = []corev1.EnvVar{secretEnv(ownCloudInit, kube.CleanupTokenKey)}
 			})
 		}), refusedPodSecrets},
 		{"an init container with an envFrom secretRef of the database Secret", pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
@@ -240,10 +245,11 @@ func TestAdmissionLimitsPodSecrets(t *testing.T) {
 		}), refusedPodName},
 	})
 	// The name is what ties a Pod's labels to one session: passing the
-	// policy with another session's Secret takes that session's Pod's
-	// name, and the API server refuses it as taken.
+	// policy with another session's Secret (and so its cleanup token)
+	// takes that session's Pod's name, and the API server refuses it as
+	// taken.
 	testAdmission(t, fnDyn, place.Sessions, []admissionCase{
-		{"another session's labels, name and cloud-init Secret", pod(func(p *corev1.Pod, _, _ *corev1.Container) {
+		{"another session's labels, name, cloud-init Secret and cleanup token", pod(func(p *corev1.Pod, _, g *corev1.Container) {
 			p.Labels = maps.Clone(workspace.Labels)
 			p.Labels[kube.LabelSession] = other.ID
 			p.Name = session.NodeName(other.ID, node)
@@ -252,6 +258,7 @@ func TestAdmissionLimitsPodSecrets(t *testing.T) {
 					s.SecretName = otherCloudInit
 				}
 			}
+			cleanupTokenFrom(t, g, otherCloudInit, kube.CleanupTokenKey)
 		}), nameTaken},
 	})
 
@@ -303,4 +310,18 @@ func testKernelBootImage(t *testing.T, cluster *kube.Cluster, fnDyn dynamic.Inte
 			_ = unstructured.SetNestedSlice(u.Object, vols, "spec", "template", "spec", "volumes")
 		}), refusedPullSecret},
 	})
+}
+
+// cleanupTokenFrom points g's GUARDIAN_CLEANUP_TOKEN at key of Secret
+// secret; labkeep's own Pod has the variable.
+func cleanupTokenFrom(t *testing.T, g *corev1.Container, secret, key string) {
+	t.Helper()
+	for i := range g.Env {
+		if g.Env[i].Name == "GUARDIAN_CLEANUP_TOKEN" {
+			g.Env[i].ValueFrom = &corev1.EnvVarSource{SecretKeyRef: &corev1.SecretKeySelector{
+				LocalObjectReference: corev1.LocalObjectReference{Name: secret}, Key: key}}
+			return
+		}
+	}
+	t.Fatalf("labkeep's guardian has no GUARDIAN_CLEANUP_TOKEN: %+v", g.Env)
 }

@@ -29,6 +29,7 @@ import (
 	"labkeep/shared/kube"
 	"labkeep/shared/labs"
 	"labkeep/shared/session"
+	"labkeep/shared/workspacekey"
 )
 
 // The policy's messages for guardian, Pod fields, Jobs and NetworkPolicies,
@@ -68,7 +69,7 @@ func newShapeFixture(t *testing.T, prefix string, data map[string]string) *shape
 	cfg := kube.DefaultConfig()
 	cfg.Namespace, cfg.Env, cfg.MaxLifetime = place.Sessions, env, time.Hour
 	cfg.GuardianWebhookURL = "https://labkeep.example.org/guardianAlert"
-	cfg.GuardianAlertKey = alerts.Key{Secret: []byte("alert key"), Env: env}
+	cfg.WorkspaceKey = workspacekey.Key{Secret: []byte("workspace key"), Env: env}
 	var err error
 	if f.cluster, err = kube.NewForConfig(cfg, fnRC); err != nil {
 		t.Fatal(err)
@@ -123,7 +124,7 @@ func setEnv(c *corev1.Container, name, value string) {
 // startup probe sent to another host).
 func TestAdmissionKeepsGuardianLabkeeps(t *testing.T) {
 	f := newShapeFixture(t, "grd", nil)
-	otherWebhook := alerts.Key{Secret: []byte("alert key"), Env: f.env}.WebhookURL("https://labkeep.example.org/guardianAlert", f.other.ID)
+	otherWebhook := alerts.Key{Secret: []byte("workspace key"), Env: f.env}.WebhookURL("https://labkeep.example.org/guardianAlert", f.other.ID)
 	exec := &corev1.Probe{ProbeHandler: corev1.ProbeHandler{Exec: &corev1.ExecAction{Command: []string{"/bin/sh", "-c", "kill -9 -1"}}}}
 	testAdmission(t, f.fnDyn, f.place.Sessions, []admissionCase{
 		{"labkeep's own workspace Pod", f.pod(nil), ""},
@@ -353,7 +354,7 @@ func TestAdmissionAllowsOnlyTheSessionsNetworkPolicy(t *testing.T) {
 	cfg := kube.DefaultConfig()
 	cfg.Namespace, cfg.Env, cfg.MaxLifetime = place.Sessions, env, time.Hour
 	cfg.GuardianWebhookURL = "http://10.1.2.3:8080/guardianAlert"
-	cfg.GuardianAlertKey = alerts.Key{Secret: []byte("alert key"), Env: env}
+	cfg.WorkspaceKey = workspacekey.Key{Secret: []byte("workspace key"), Env: env}
 	cfg.PlatformSourceCIDRs = []string{"192.0.2.10/32"}
 	cluster, err := kube.NewForConfig(cfg, fnRC)
 	if err != nil {
@@ -497,7 +498,7 @@ func TestMakeRunAppliesTheAdmissionPolicy(t *testing.T) {
 	cfg.Namespace, cfg.Env, cfg.MaxLifetime = place.Sessions, env, time.Hour
 	cfg.AnchorImage, cfg.GuardianImage, cfg.WorkspacePod = images.Pause, images.Guardian, definition
 	cfg.GuardianWebhookURL = "http://10.88.0.1:34567/guardianAlert"
-	cfg.GuardianAlertKey = alerts.Key{Secret: []byte("alert key"), Env: env}
+	cfg.WorkspaceKey = workspacekey.Key{Secret: []byte("workspace key"), Env: env}
 	cfg.SSHSourceCIDRs = append(cfg.SSHSourceCIDRs, "10.88.0.1/32")
 	cfg.PlatformSourceCIDRs = []string{"10.88.0.1/32"}
 	cluster, err := kube.NewForConfig(cfg, fnRC)

@@ -26,7 +26,7 @@ import (
 
 // secretSettings must come from a Secret, never from a literal value in
 // a manifest (they are credentials).
-var secretSettings = []string{"LABKEEP_DATABASE_URL", "LABKEEP_JWT_SECRET", "LABKEEP_SCHEDULER_TOKEN"}
+var secretSettings = []string{"LABKEEP_DATABASE_URL", "LABKEEP_JWT_SECRET", "LABKEEP_WORKSPACE_KEY", "LABKEEP_SCHEDULER_TOKEN"}
 
 // deployRequired are settings app.Config may run without but every shipped
 // deploy template must set, non-empty: the aud and iss portal tokens must
@@ -189,6 +189,7 @@ func TestKnativeServiceConfiguresTheFunctions(t *testing.T) {
 		standIns := map[string]string{
 			"LABKEEP_DATABASE_URL":    "postgres://labkeep@db.example/labkeep",
 			"LABKEEP_JWT_SECRET":      strings.Repeat("j", 32),
+			"LABKEEP_WORKSPACE_KEY":   strings.Repeat("w", 32),
 			"LABKEEP_SCHEDULER_TOKEN": strings.Repeat("s", 32),
 		}
 		for _, e := range c.Env {

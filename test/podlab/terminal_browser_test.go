@@ -20,7 +20,7 @@ import (
 // pages run under their Content-Security-Policy: a violation or an
 // uncaught exception fails the test.
 func TestWebTerminalInTheBrowser(t *testing.T) {
-	d := deployWithCleanup(t)
+	d := stacktest.Deploy(t, st, stacktest.Options{})
 	s := openLab(t, d, "wendy", "shell", nil)
 	s.waitRunning(3 * time.Minute)
 

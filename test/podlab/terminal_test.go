@@ -15,16 +15,10 @@ import (
 	"time"
 
 	"github.com/coder/websocket"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"labkeep/localrun/stacktest"
 	"labkeep/shared/terminal"
 )
-
-// guardianToken is the cleanup token the test's operator puts in the
-// sessions namespace's Secret labkeep-guardian.
-const guardianToken = "podlab-guardian-cleanup-token-0123456789"
 
 // The web terminal is the way back in when SSH is not: a shell in the
 // student's real workspace container through the API server's pods/exec
@@ -32,7 +26,7 @@ const guardianToken = "podlab-guardian-cleanup-token-0123456789"
 // cleanup button asking the Pod's guardian to kill everything
 // unprotected. Only the session's own student reaches either.
 func TestWebTerminal(t *testing.T) {
-	d := deployWithCleanup(t)
+	d := stacktest.Deploy(t, st, stacktest.Options{})
 	s := openLab(t, d, "tara", "shell", nil)
 	s.waitRunning(3 * time.Minute)
 	s.waitSSH(time.Minute)
@@ -186,21 +180,6 @@ func TestWebTerminal(t *testing.T) {
 			t.Errorf("own cleanup = %d %s", r.Status, r.Body)
 		}
 	})
-}
-
-// deployWithCleanup deploys the functions and, as an operator does,
-// puts guardian's cleanup token in the Secret the workspace Pod's
-// GUARDIAN_CLEANUP_TOKEN comes from, before any Pod starts.
-func deployWithCleanup(t *testing.T) *stacktest.Deployment {
-	t.Helper()
-	d := stacktest.Deploy(t, st, stacktest.Options{})
-	if _, err := d.Kube.CoreV1().Secrets(d.Namespace).Create(context.Background(), &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: terminal.GuardianSecret},
-		Data:       map[string][]byte{terminal.GuardianTokenKey: []byte(guardianToken)},
-	}, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	return d
 }
 
 // term is one terminal WebSocket as the portal's page holds it.

@@ -23,6 +23,7 @@ func TestRunFailsNamingTheVariable(t *testing.T) {
 	t.Setenv("LABKEEP_ENV", "dev")
 	t.Setenv("LABKEEP_DATABASE_URL", "postgres://nowhere/x")
 	t.Setenv("LABKEEP_JWT_SECRET", strings.Repeat("x", 32))
+	t.Setenv("LABKEEP_WORKSPACE_KEY", strings.Repeat("w", 32))
 	t.Setenv("LABKEEP_SCHEDULER_TOKEN", "")
 	os.Unsetenv("LABKEEP_SCHEDULER_TOKEN")
 	if err := run(log); err == nil || !strings.Contains(err.Error(), "LABKEEP_SCHEDULER_TOKEN") {
