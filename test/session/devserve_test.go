@@ -41,8 +41,8 @@ func TestMakeRunServesTheFunctions(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r := c.Do("GET", "/getSession", bare, "", ""); r.Status != http.StatusUnauthorized || !strings.Contains(r.Message, "audience") {
-		t.Errorf("a token without aud and iss = %d %s, want 401 naming the audience", r.Status, r.Body)
+	if r := c.Do("GET", "/getSession", bare, "", ""); r.Status != http.StatusUnauthorized || !strings.Contains(r.Message, "aud claim is required") {
+		t.Errorf("a token without aud and iss = %d %s, want 401 naming the missing aud", r.Status, r.Body)
 	}
 	r := c.Do("POST", "/openSession", srv.StudentToken, `{"lab":"linux-vm"}`, "")
 	if r.Status != 201 || r.Session.Student != devserve.SampleStudent {
