@@ -190,15 +190,15 @@ func (s *Starter) Refresh(ctx context.Context, sess Session) Session {
 	case sess.Status != StatusProvisioning:
 		return sess
 	}
-	nodes, readyAt, ok := s.observe(ctx, sess)
+	nodes, ready, cond, ok := s.observe(ctx, sess)
 	if !ok {
 		return sess
 	}
 	sess.Nodes = nodes
-	if readyAt.IsZero() {
+	if !ready {
 		return sess
 	}
-	readyAt = recordedReadyAt(readyAt, sess.StartedAt, s.now())
+	readyAt := recordedReadyAt(cond, sess.StartedAt, s.now())
 	updated, err := s.Store.MarkRunning(ctx, sess.ID, readyAt.UTC().Truncate(time.Microsecond), sess.Nodes)
 	if err != nil && !errors.Is(err, ErrNotLive) {
 		s.Log.Warn("cannot mark session running", "session", sess.ID, "err", err)
@@ -217,7 +217,7 @@ func (s *Starter) Refresh(ctx context.Context, sess Session) Session {
 // ready again. A workspace Pod keeps its address for its life, so Pod
 // sessions are not looked at. Only a change is written.
 func (s *Starter) follow(ctx context.Context, sess Session) Session {
-	nodes, _, ok := s.observe(ctx, sess)
+	nodes, _, _, ok := s.observe(ctx, sess)
 	if !ok || slices.Equal(nodes, sess.Nodes) {
 		return sess
 	}
@@ -233,18 +233,18 @@ func (s *Starter) follow(ctx context.Context, sess Session) Session {
 }
 
 // observe returns sess's nodes as the cluster shows them now (an address
-// once known is kept until the cluster gives another) and, when every node
-// is ready, the latest Ready condition time among them (else zero; the
-// current time if the cluster gives none). ok is false if the cluster could
-// not be read.
-func (s *Starter) observe(ctx context.Context, sess Session) (nodes []Node, readyAt time.Time, ok bool) {
+// once known is kept until the cluster gives another), whether every node
+// is ready, and the latest Ready condition time among them (zero if the
+// cluster gives none; recordedReadyAt decides what that means). ok is
+// false if the cluster could not be read.
+func (s *Starter) observe(ctx context.Context, sess Session) (nodes []Node, ready bool, cond time.Time, ok bool) {
 	states, err := s.Cluster.Observe(ctx, sess)
 	if err != nil {
 		s.Log.Warn("cannot observe session", "session", sess.ID, "err", err)
-		return nil, time.Time{}, false
+		return nil, false, time.Time{}, false
 	}
 	nodes = slices.Clone(sess.Nodes)
-	ready := len(states) == len(nodes)
+	ready = len(states) == len(nodes)
 	for i := range nodes {
 		if i >= len(states) {
 			break
@@ -256,17 +256,11 @@ func (s *Starter) observe(ctx context.Context, sess Session) (nodes []Node, read
 			nodes[i].SSHHost = st.Host
 		}
 		ready = ready && st.Ready
-		if st.ReadyAt.After(readyAt) {
-			readyAt = st.ReadyAt
+		if st.ReadyAt.After(cond) {
+			cond = st.ReadyAt
 		}
 	}
-	if !ready {
-		return nodes, time.Time{}, true
-	}
-	if readyAt.IsZero() {
-		readyAt = s.now()
-	}
-	return nodes, readyAt, true
+	return nodes, ready, cond, true
 }
 
 // conditionResolution is the precision of Kubernetes condition times,
