@@ -15,6 +15,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -173,7 +174,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	a.handler = api.WithAdmin(httpapi.AdminOptions{
 		Alerts: store, Limits: cfg.Alerts, Key: cfg.AlertKey(),
 	}, api.WithReaper(httpapi.ReaperOptions{
-		Reaper: reaper, DryRun: &preview, SchedulerToken: cfg.SchedulerToken, Gatherer: public,
+		Reaper: reaper, DryRun: &preview, SchedulerToken: cfg.SchedulerToken, Gatherer: public, MetricsToken: cfg.MetricsToken,
 		Status: func(ctx context.Context) (reap.Status, error) {
 			return reaper.ReadStatus(ctx, store, cluster, cfg.AdminStatusRuns, cfg.Limits.MaxVMs)
 		},
@@ -206,6 +207,16 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 // Handler is the http.Handler every platform serves: the session
 // endpoints and the reaper's.
 func (a *App) Handler() http.Handler { return a.handler }
+
+// MetricsHandler serves /metrics on LABKEEP_METRICS_ADDR's listener, which
+// only the cluster reaches: with a metrics token it requires it, as the
+// public handler does; without one it answers every scrape.
+func (a *App) MetricsHandler() http.Handler {
+	if a.Config.MetricsToken == "" {
+		return promhttp.HandlerFor(a.Metrics, promhttp.HandlerOpts{})
+	}
+	return a.API.Metrics(a.Metrics, a.Config.MetricsToken)
+}
 
 // AlertHandler serves POST /guardianAlert alone (any other path is 404):
 // what the workspaces' network may reach when the platform's other

@@ -63,6 +63,7 @@ type Config struct {
 	LabsReload       time.Duration
 	HTTPAddr         string
 	MetricsAddr      string
+	MetricsToken     string
 	RetryAfter       time.Duration
 	DBMaxConns       int
 	ReapDBConns      int
@@ -160,6 +161,9 @@ func (c *Config) Settings() setting.Table {
 		setting.String("HTTP_ADDR", "listen address", &c.HTTPAddr),
 		setting.String("METRICS_ADDR", "`labkeep-http` serves `GET /metrics` on this address only, apart from the public handler, "+
 			"which then has none; empty keeps `/metrics` on the public handler (Lambda, Cloud Functions)", &c.MetricsAddr),
+		setting.String("METRICS_TOKEN", "(≥ 16 bytes) the bearer token `/metrics` requires wherever it is served; without it "+
+			"`/metrics` on the public handler refuses every call (a scrape reads the database), and `LABKEEP_METRICS_ADDR`'s "+
+			"listener, which only the cluster reaches, answers without one", &c.MetricsToken),
 		setting.Bool("REAP_DRY_RUN", "report what would be deleted, delete nothing", &r.DryRun),
 		setting.Duration("REAP_RUN_DEADLINE", "bound of one reaper run (below the 1-minute period)", &r.RunDeadline),
 		setting.Duration("REAP_PROVISION_TIMEOUT", "a session still provisioning after this is a ghost", &r.ProvisionTimeout),
@@ -175,7 +179,9 @@ func (c *Config) Settings() setting.Table {
 		setting.Duration("REAP_DOWN_GRACE", "a running session whose VM is reported down or whose workspace Pod has ended is a "+
 			"ghost once runs have seen it so this long", &r.DownGrace),
 		setting.Duration("REAP_RETENTION", "reaper run records older than this are deleted by the reaper (≥ 24h)", &r.Retention),
-		setting.Int("REAP_RETENTION_BATCH", "at most this many old run records deleted per run (≥ 1)", &r.RetentionBatch),
+		setting.Duration("REAP_REFUSED_RETENTION", "rows of opens refused for lack of capacity (503 `no_capacity`) older than this are deleted by the "+
+			"reaper, not in a dry run (≥ 1h and ≥ `OPENS_WINDOW`: the open rate counts them)", &r.RefusedRetention),
+		setting.Int("REAP_RETENTION_BATCH", "at most this many old run records, and as many refused opens, deleted per run (≥ 1)", &r.RetentionBatch),
 		setting.Int("ADMIN_STATUS_RUNS", "how many recent runs `GET /adminStatus` shows", &c.AdminStatusRuns),
 		setting.Duration("KUBE_TIMEOUT", "bound of every single Kubernetes API call", &k.CallTimeout),
 		setting.Float32("KUBE_QPS", "client-side rate limit towards the API server, requests per second", &k.QPS),
@@ -292,7 +298,8 @@ func (c Config) WorkspaceKey() workspacekey.Key {
 func (c Config) AlertKey() alerts.Key { return alerts.Key(c.WorkspaceKey()) }
 
 // MinSchedulerTokenBytes is the shortest scheduler token accepted: it is
-// the only credential of an endpoint that deletes things.
+// the only credential of an endpoint that deletes things. The metrics
+// token has the same bound.
 const MinSchedulerTokenBytes = 16
 
 // MinJWTSecretBytes is the shortest JWT secret accepted.
@@ -357,6 +364,13 @@ func (c Config) Validate() error {
 	}
 	if r.MetricsAddr != "" && r.MetricsAddr == r.HTTPAddr {
 		bad(&r.MetricsAddr, "must differ from %s %s: /metrics is kept off the public listener", key(&r.HTTPAddr), r.HTTPAddr)
+	}
+	if r.OpenRate.Max > 0 && r.Reap.RefusedRetention < r.OpenRate.Per {
+		bad(&r.Reap.RefusedRetention, "%s is below %s %s: the open rate counts refused opens of the whole window", r.Reap.RefusedRetention,
+			key(&r.OpenRate.Per), r.OpenRate.Per)
+	}
+	if r.MetricsToken != "" && len(r.MetricsToken) < MinSchedulerTokenBytes {
+		bad(&r.MetricsToken, "must be at least %d bytes, got %d", MinSchedulerTokenBytes, len(r.MetricsToken))
 	}
 	if r.RetryAfter <= 0 {
 		bad(&r.RetryAfter, "must be positive, got %s", r.RetryAfter)

@@ -108,13 +108,15 @@ variable "alert_notification_channels" {
 
 locals {
   name = "labkeep-${var.env}"
-  # The three credentials, created and filled by the operator
-  # (infra/README.md); the function reads their latest versions.
+  # The credentials, created and filled by the operator
+  # (infra/README.md); the function reads their latest versions. The
+  # function is public, so /metrics answers only the metrics token.
   secrets = {
     LABKEEP_DATABASE_URL    = "labkeep-database-url-${var.env}"
     LABKEEP_JWT_SECRET      = "labkeep-jwt-secret-${var.env}"
     LABKEEP_WORKSPACE_KEY   = "labkeep-workspace-key-${var.env}"
     LABKEEP_SCHEDULER_TOKEN = "labkeep-scheduler-token-${var.env}"
+    LABKEEP_METRICS_TOKEN   = "labkeep-metrics-token-${var.env}"
   }
 }
 

@@ -49,8 +49,9 @@ type Server struct {
 	// LABKEEP_JWT_MAX_LIFETIME, with the audience and issuer required.
 	StudentToken, AdminToken string
 	// EnvFile is the shell file that exports them (TOKEN, ADMIN_TOKEN,
-	// and LABKEEP_URL and LABKEEP_ADMIN_TOKEN for the labkeep CLI): the
-	// printed example calls work once it is sourced.
+	// METRICS_TOKEN for /metrics, and LABKEEP_URL and LABKEEP_ADMIN_TOKEN
+	// for the labkeep CLI): the printed example calls work once it is
+	// sourced.
 	EnvFile        string
 	srv            *http.Server
 	alerts         *http.Server // nil unless Start opened guardian's alert listener
@@ -93,11 +94,15 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 	if err != nil {
 		return nil, err
 	}
+	metricsToken, err := localSecret(filepath.Join(stateDir, "metrics-token"))
+	if err != nil {
+		return nil, err
+	}
 	// The settings production must be given default to the local stack's;
 	// any LABKEEP_* variable that is set still wins.
 	cfg := app.DefaultConfig()
 	cfg.Env, cfg.DatabaseURL, cfg.JWTSecret, cfg.SchedulerToken = "local", st.DSN(), secret, schedulerToken
-	cfg.WorkspaceSecret = workspaceKey
+	cfg.WorkspaceSecret, cfg.MetricsToken = workspaceKey, metricsToken
 	cfg.LabsFile, cfg.Kubeconfig = labsFile, saKubeconfig
 	// Every shipped deploy template requires aud and iss; so does make
 	// run, and the tokens it prints carry them.
@@ -210,12 +215,12 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 	fmt.Fprintf(out, "  labs:          %v (from %s)\n", a.Labs.Names(), cfg.LabsFile)
 	fmt.Fprintf(out, "  student token: %s\n", s.StudentToken)
 	fmt.Fprintf(out, "  admin token:   %s\n", s.AdminToken)
-	fmt.Fprintf(out, "  first:         source %s   # sets $TOKEN, $ADMIN_TOKEN, $LABKEEP_URL, $LABKEEP_ADMIN_TOKEN\n", s.EnvFile)
+	fmt.Fprintf(out, "  first:         source %s   # sets $TOKEN, $ADMIN_TOKEN, $LABKEEP_URL, $LABKEEP_ADMIN_TOKEN, $METRICS_TOKEN\n", s.EnvFile)
 	fmt.Fprintf(out, "  try:           curl -sS -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{\"lab\":\"linux-vm\"}' %s/openSession\n", s.URL)
 	fmt.Fprintf(out, "                 curl -sS -H \"Authorization: Bearer $TOKEN\" %s/getSession\n", s.URL)
 	fmt.Fprintf(out, "  reaper:        curl -sS -X POST -H \"Authorization: Bearer $ADMIN_TOKEN\" -H 'Content-Type: application/json' -d '{\"dryRun\":true}' %s/adminReapNow   # deletes nothing\n", s.URL)
 	fmt.Fprintf(out, "                 curl -sS -X POST -H \"Authorization: Bearer $ADMIN_TOKEN\" %s/adminReapNow\n", s.URL)
-	fmt.Fprintf(out, "                 curl -sS -H \"Authorization: Bearer $ADMIN_TOKEN\" %s/adminStatus ; curl -sS %s/metrics\n", s.URL, s.URL)
+	fmt.Fprintf(out, "                 curl -sS -H \"Authorization: Bearer $ADMIN_TOKEN\" %s/adminStatus ; curl -sS -H \"Authorization: Bearer $METRICS_TOKEN\" %s/metrics\n", s.URL, s.URL)
 	return s, nil
 }
 
@@ -244,7 +249,7 @@ func writeEnvFile(path string, s *Server) error {
 	var b strings.Builder
 	for _, kv := range [][2]string{
 		{"TOKEN", s.StudentToken}, {"ADMIN_TOKEN", s.AdminToken},
-		{"LABKEEP_URL", s.URL}, {"LABKEEP_ADMIN_TOKEN", s.AdminToken},
+		{"LABKEEP_URL", s.URL}, {"LABKEEP_ADMIN_TOKEN", s.AdminToken}, {"METRICS_TOKEN", s.App.Config.MetricsToken},
 	} {
 		fmt.Fprintf(&b, "export %s=%q\n", kv[0], kv[1])
 	}

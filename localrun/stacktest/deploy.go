@@ -38,6 +38,10 @@ const WorkspaceKey = "stacktest-workspace-key-0123456789abcdef-0123"
 // SchedulerToken is every Deployment's LABKEEP_SCHEDULER_TOKEN.
 const SchedulerToken = "stacktest-scheduler-token-0123456789"
 
+// MetricsToken is every Deployment's LABKEEP_METRICS_TOKEN: /metrics on
+// the public handler answers only it (Client.Scrape sends it).
+const MetricsToken = "stacktest-metrics-token-0123456789"
+
 // Images the deployments run: the ones the local node provides, under the
 // names production pulls.
 const (
@@ -210,7 +214,7 @@ func Deploy(t testing.TB, st *stack.Stack, o Options) *Deployment {
 
 	cfg := o.config(app.DefaultConfig())
 	cfg.Env, cfg.DatabaseURL, cfg.Kube.Namespace, cfg.LabsFile, cfg.Kubeconfig = d.Env, dsn, d.Namespace, labsFile, d.Kubeconfig
-	cfg.JWTSecret, cfg.SchedulerToken, cfg.WorkspaceSecret = JWTSecret, SchedulerToken, WorkspaceKey
+	cfg.JWTSecret, cfg.SchedulerToken, cfg.WorkspaceSecret, cfg.MetricsToken = JWTSecret, SchedulerToken, WorkspaceKey, MetricsToken
 	if st.Node != nil {
 		// Workspace Pods run on the local node: ask only for what its
 		// runc can grant.

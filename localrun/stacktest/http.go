@@ -125,6 +125,17 @@ type Response struct {
 // sessionPaths are the endpoints whose success body is a session.
 var sessionPaths = map[string]bool{"/openSession": true, "/getSession": true, "/extendSession": true, "/closeSession": true}
 
+// Scrape is what GET /metrics serves to the metrics token (MetricsToken);
+// any answer but 200 fails the test.
+func (c Client) Scrape() string {
+	c.t.Helper()
+	r := c.Do("GET", "/metrics", MetricsToken, "", "")
+	if r.Status != http.StatusOK {
+		c.t.Fatalf("GET /metrics with the metrics token = %d %.300s", r.Status, r.Body)
+	}
+	return string(r.Body)
+}
+
 // Do sends one request; token "" sends no Authorization, body "" none, and
 // ctype "" means application/json when there is a body. Every error answer
 // must be labkeep's JSON error body, and every success answer of a session

@@ -36,6 +36,12 @@ type ReaperOptions struct {
 	SchedulerToken string
 	// Gatherer serves /metrics (nil: no /metrics route).
 	Gatherer prometheus.Gatherer
+	// MetricsToken authenticates GET /metrics (Authorization: Bearer …).
+	// If empty, /metrics refuses every call: a scrape reads the database
+	// (the live sessions, the seats), so an open /metrics on a public
+	// address is a free way to load it, and what it tells (how many labs
+	// run, how often opens fail) is the operator's.
+	MetricsToken string
 }
 
 // reaperRoutes lists the reaper's paths with their only method.
@@ -50,7 +56,8 @@ var reaperRoutes = map[string]string{
 // POST /adminReapNow (optionally {"dryRun": true}) and GET /adminStatus
 // (admin JWT), POST /reapTick
 // (scheduler token; any payload is accepted and ignored, so a CloudEvent,
-// an EventBridge event or an empty body all work) and GET /metrics — in
+// an EventBridge event or an empty body all work) and GET /metrics
+// (metrics token) — in
 // front of the session API, which serves every other path.
 func (a *API) WithReaper(o ReaperOptions) http.Handler {
 	mux := http.NewServeMux()
@@ -93,7 +100,7 @@ func (a *API) WithReaper(o ReaperOptions) http.Handler {
 		writeJSON(w, http.StatusOK, out)
 	})
 	mux.HandleFunc("/reapTick", func(w http.ResponseWriter, r *http.Request) {
-		if !schedulerAuthorized(r, o.SchedulerToken) {
+		if !bearerAuthorized(r, o.SchedulerToken) {
 			a.writeError(w, r, fmt.Errorf("%w: reapTick needs the scheduler token", access.ErrUnauthorized), nil)
 			return
 		}
@@ -102,7 +109,7 @@ func (a *API) WithReaper(o ReaperOptions) http.Handler {
 		a.reapNow(w, r, o.Reaper, reap.TriggerSchedule)
 	})
 	if o.Gatherer != nil {
-		mux.Handle("/metrics", promhttp.HandlerFor(o.Gatherer, promhttp.HandlerOpts{}))
+		mux.Handle("/metrics", a.Metrics(o.Gatherer, o.MetricsToken))
 	}
 	mux.Handle("/", a)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -110,6 +117,21 @@ func (a *API) WithReaper(o ReaperOptions) http.Handler {
 			return
 		}
 		mux.ServeHTTP(w, r)
+	})
+}
+
+// Metrics serves g's exposition to callers bearing token (Authorization:
+// Bearer …, compared in constant time) and answers every other call 401
+// unauthorized; with token empty, every call. A listener that needs no
+// token (one only the cluster reaches) serves promhttp's handler itself.
+func (a *API) Metrics(g prometheus.Gatherer, token string) http.Handler {
+	metrics := promhttp.HandlerFor(g, promhttp.HandlerOpts{})
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !bearerAuthorized(r, token) {
+			a.writeError(w, r, fmt.Errorf("%w: /metrics needs the metrics token", access.ErrUnauthorized), nil)
+			return
+		}
+		metrics.ServeHTTP(w, r)
 	})
 }
 
@@ -155,8 +177,9 @@ func (a *API) reapNow(w http.ResponseWriter, r *http.Request, rr ReaperRunner, t
 	writeJSON(w, http.StatusOK, report)
 }
 
-// schedulerAuthorized compares the bearer token in constant time.
-func schedulerAuthorized(r *http.Request, token string) bool {
+// bearerAuthorized reports whether r carries token as its bearer token,
+// compared in constant time; an empty token authorizes nothing.
+func bearerAuthorized(r *http.Request, token string) bool {
 	if token == "" {
 		return false
 	}

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	dto "github.com/prometheus/client_model/go"
 
 	"labkeep/shared/access"
 	"labkeep/shared/reap"
@@ -32,16 +33,24 @@ func (r *runner) RunOnce(_ context.Context, t reap.Trigger) (reap.Report, error)
 	return reap.Report{Trigger: t, Counts: map[reap.ItemKind]int{reap.Expired: 1}}, nil
 }
 
-// A run already going is the schedule's success (reapTick 200 skipped) but
-// the admin's refusal (adminReapNow 409 busy); any other error is an error
-// for both. The HTTP layer over a fake runner: the real lock is test/reap's.
-func TestReapWhileARunIsGoing(t *testing.T) {
-	secret := []byte("reaper-test-secret-0123456789abcdef")
-	now := func() time.Time { return time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC) }
+// reaperTestAuth is the JWT secret and clock of these tests' APIs and an
+// admin's token under them.
+func reaperTestAuth(t *testing.T) (secret []byte, now func() time.Time, admin string) {
+	t.Helper()
+	secret = []byte("reaper-test-secret-0123456789abcdef")
+	now = func() time.Time { return time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC) }
 	admin, err := access.Sign(secret, "ops", access.RoleAdmin, now().Add(time.Hour))
 	if err != nil {
 		t.Fatal(err)
 	}
+	return secret, now, admin
+}
+
+// A run already going is the schedule's success (reapTick 200 skipped) but
+// the admin's refusal (adminReapNow 409 busy); any other error is an error
+// for both. The HTTP layer over a fake runner: the real lock is test/reap's.
+func TestReapWhileARunIsGoing(t *testing.T) {
+	secret, now, admin := reaperTestAuth(t)
 	const token = "scheduler-token-0123456789"
 	busy := fmt.Errorf("%w: another reaper run holds the lock", reap.ErrBusy)
 	type answer struct {
@@ -103,12 +112,7 @@ func TestReapWhileARunIsGoing(t *testing.T) {
 // dry run with 400 and runs nothing. Over fake runners: that a dry run
 // deletes nothing on the real stack is test/reap's.
 func TestAdminReapNowDryRun(t *testing.T) {
-	secret := []byte("reaper-test-secret-0123456789abcdef")
-	now := func() time.Time { return time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC) }
-	admin, err := access.Sign(secret, "ops", access.RoleAdmin, now().Add(time.Hour))
-	if err != nil {
-		t.Fatal(err)
-	}
+	secret, now, admin := reaperTestAuth(t)
 	tests := []struct {
 		name              string
 		body              string
@@ -140,6 +144,56 @@ func TestAdminReapNowDryRun(t *testing.T) {
 			got := []int{w.Code, full.calls, dry.calls}
 			if diff := cmp.Diff([]int{tc.wantStatus, tc.wantFull, tc.wantDry}, got); diff != "" {
 				t.Errorf("[status, full runs, dry runs] (-want +got):\n%s\nbody %s", diff, w.Body)
+			}
+		})
+	}
+}
+
+// countingGatherer counts the scrapes that reached it.
+type countingGatherer struct{ calls int }
+
+func (g *countingGatherer) Gather() ([]*dto.MetricFamily, error) {
+	g.calls++
+	return nil, nil
+}
+
+// GET /metrics answers only its bearer token: no token, another one (the
+// scheduler's, an admin's JWT) or a server with none configured get 401,
+// and none of them reaches the gatherer (a scrape reads the database).
+func TestMetricsNeedTheirToken(t *testing.T) {
+	secret, now, admin := reaperTestAuth(t)
+	const metricsToken, schedulerToken = "metrics-token-0123456789", "scheduler-token-0123456789"
+	type answer struct {
+		Status   int
+		Gathered int
+	}
+	tests := []struct {
+		name       string
+		configured string
+		auth       string
+		want       answer
+	}{
+		{"its token: scraped", metricsToken, "Bearer " + metricsToken, answer{200, 1}},
+		{"no Authorization: 401", metricsToken, "", answer{401, 0}},
+		{"the scheduler's token: 401", metricsToken, "Bearer " + schedulerToken, answer{401, 0}},
+		{"an admin's JWT: 401", metricsToken, "Bearer " + admin, answer{401, 0}},
+		{"the token as Basic credentials: 401", metricsToken, "Basic " + metricsToken, answer{401, 0}},
+		{"no token configured, empty bearer: 401", "", "Bearer ", answer{401, 0}},
+		{"no token configured, any bearer: 401", "", "Bearer " + metricsToken, answer{401, 0}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			g := &countingGatherer{}
+			a := New(Options{Auth: access.NewAuthenticator(secret, now), Now: now, Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+			h := a.WithReaper(ReaperOptions{Reaper: &runner{}, SchedulerToken: schedulerToken, Gatherer: g, MetricsToken: tc.configured})
+			req := httptest.NewRequest("GET", "/metrics", nil)
+			if tc.auth != "" {
+				req.Header.Set("Authorization", tc.auth)
+			}
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, req)
+			if diff := cmp.Diff(tc.want, answer{w.Code, g.calls}); diff != "" {
+				t.Errorf("answer (-want +got):\n%s\nbody %s", diff, w.Body)
 			}
 		})
 	}

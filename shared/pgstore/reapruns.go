@@ -78,6 +78,23 @@ func (p *PG) PruneRuns(ctx context.Context, before time.Time, limit int) (int, e
 	return int(tag.RowsAffected()), nil
 }
 
+// PruneRefused implements reap.Store: it deletes at most limit rows of
+// opens refused for lack of capacity (failed, end_kind no_capacity,
+// end_actor open) that finished before before, oldest first, in one short
+// statement (the sessions_refused index finds them), and returns how many
+// it deleted. Every row of the database is this environment's (Open
+// refuses a database another environment recorded), so, as every other
+// sessions query, it needs no environment filter.
+func (p *PG) PruneRefused(ctx context.Context, before time.Time, limit int) (int, error) {
+	tag, err := p.conns.Exec(ctx, `DELETE FROM sessions WHERE id IN (
+		SELECT id FROM sessions WHERE status = 'failed' AND end_kind = 'no_capacity' AND end_actor = 'open'
+			AND finished_at < $1 ORDER BY finished_at, id LIMIT $2)`, before, limit)
+	if err != nil {
+		return 0, err
+	}
+	return int(tag.RowsAffected()), nil
+}
+
 // Suspects implements reap.Store: the suspects the last run handed on.
 func (p *PG) Suspects(ctx context.Context) ([]reap.Suspect, error) {
 	rows, err := p.conns.Query(ctx, `SELECT session_id, object, trouble, detail, since FROM reap_suspects`)

@@ -58,6 +58,12 @@ type Store interface {
 	// PruneRuns deletes at most limit stored runs that started before
 	// before, oldest first, and returns how many it deleted.
 	PruneRuns(ctx context.Context, before time.Time, limit int) (int, error)
+	// PruneRefused deletes at most limit session rows of refused opens
+	// (failed, ended no_capacity by the open itself) that finished before
+	// before, oldest first, and returns how many it deleted. It never
+	// touches any other row: a live session, or one that ended any other
+	// way, is a student's history and stays.
+	PruneRefused(ctx context.Context, before time.Time, limit int) (int, error)
 }
 
 // Cluster is what a run needs of Kubernetes.
@@ -84,16 +90,31 @@ type Config struct {
 	// Workers is how many items are handled at once.
 	Workers int
 	// Retention is how long run records are kept: every run deletes the
-	// records of runs that started longer ago, at most RetentionBatch of
-	// them, so a backlog (a first run against years of records) is worked
-	// off over several runs instead of in one long statement.
-	Retention      time.Duration
+	// records of runs that started longer ago.
+	Retention time.Duration
+	// RefusedRetention is how long the row of an open refused for lack of
+	// capacity is kept: every run that deletes (not a dry run) deletes
+	// the refused opens that finished longer ago. Such a row holds no lab
+	// resource, but each refusal writes one, so without this they pile up
+	// for as long as the database lives (the open rate only slows them).
+	RefusedRetention time.Duration
+	// RetentionBatch bounds each retention's deletes per run, the run
+	// records' and the refused opens' alike: at most this many of each,
+	// so a backlog (a first run against years of rows) is worked off over
+	// several runs instead of in one long statement.
 	RetentionBatch int
 }
 
 // MinRetention is the shortest Retention accepted: a day of runs, far more
 // than adminStatus and its failing-run-after-run counts look back over.
 const MinRetention = 24 * time.Hour
+
+// MinRefusedRetention is the shortest RefusedRetention accepted: the
+// per-student open rate counts a student's recent rows, refused ones
+// included, so deleting them sooner would hand back opens the rate
+// refuses; and the student who was refused still reads that session
+// through getSession for a while after.
+const MinRefusedRetention = time.Hour
 
 // SchedulePeriod is how often the scheduler calls reapTick (every shipped
 // schedule is once a minute); a run's deadline must stay below it.
@@ -105,10 +126,11 @@ func DefaultConfig() Config {
 	return Config{
 		Rules: Rules{ProvisionTimeout: 10 * time.Minute, ProvisionGrace: 2 * time.Minute,
 			AbsentConfirm: 30 * time.Second, DownGrace: 5 * time.Minute},
-		RunDeadline:    50 * time.Second,
-		Workers:        8,
-		Retention:      30 * 24 * time.Hour,
-		RetentionBatch: 1000,
+		RunDeadline:      50 * time.Second,
+		Workers:          8,
+		Retention:        30 * 24 * time.Hour,
+		RefusedRetention: 24 * time.Hour,
+		RetentionBatch:   1000,
 	}
 }
 
@@ -129,6 +151,10 @@ func (c Config) Validate() error {
 		setting.Positive("DownGrace", c.DownGrace))
 	if c.Retention < MinRetention {
 		errs = append(errs, setting.Invalid("Retention", "%s is below %s: the recent runs adminStatus reads would be deleted", c.Retention, MinRetention))
+	}
+	if c.RefusedRetention < MinRefusedRetention {
+		errs = append(errs, setting.Invalid("RefusedRetention", "%s is below %s: the open rate counts a student's recent refused opens, "+
+			"and the student reads a refused session through getSession for a while", c.RefusedRetention, MinRefusedRetention))
 	}
 	if c.ProvisionGrace <= 0 {
 		errs = append(errs, setting.Positive("ProvisionGrace", c.ProvisionGrace))
@@ -170,10 +196,11 @@ type Backstop interface {
 // another run holds it), plans from the live rows, one inventory of the
 // namespace and the suspects the last run handed on, hands this run's
 // suspects on (a dry run too: they are observations, not deletions),
-// handles every item in its own failure scope, stores the report and
-// returns it. A failed item is in Report.Failures, not in the error:
-// the error is only for a run that could not start or could not even list
-// the live sessions.
+// handles every item in its own failure scope, deletes the run records
+// and (unless a dry run) the refused opens past their retention, stores
+// the report and returns it. A failed item is in Report.Failures, not in
+// the error: the error is only for a run that could not start or could
+// not even list the live sessions.
 func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (Report, error) {
 	cfg := r.Config
 	if err := cfg.Validate(); err != nil {
@@ -263,6 +290,15 @@ func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (Report, error) {
 		report.Failures = append(report.Failures, Failure{Kind: FailedRetention, Error: err.Error()})
 	} else {
 		report.PrunedRuns = n
+	}
+	// Refused opens are students' rows: a dry run deletes none of them.
+	if !cfg.DryRun {
+		if n, err := r.Store.PruneRefused(sctx, report.StartedAt.Add(-cfg.RefusedRetention), cfg.RetentionBatch); err != nil {
+			log.Warn("cannot delete old refused opens", "err", err)
+			report.Failures = append(report.Failures, Failure{Kind: FailedRetention, Error: "deleting old refused opens: " + err.Error()})
+		} else {
+			report.PrunedRefused = n
+		}
 	}
 	if r.Backstop != nil && !cfg.DryRun {
 		if n, err := r.Backstop.ServeWaitlist(runCtx); err != nil {

@@ -21,6 +21,10 @@ type Report struct {
 	// run deleted (in a dry run too: they are the reaper's own records,
 	// not a lab's resources).
 	PrunedRuns int `json:"prunedRuns"`
+	// PrunedRefused is how many session rows of opens refused for lack of
+	// capacity, finished longer ago than their retention, this run
+	// deleted; always 0 in a dry run, which deletes no student's row.
+	PrunedRefused int `json:"prunedRefused"`
 }
 
 // Reaped is one item a run handled (or would have, in a dry run).
@@ -46,8 +50,8 @@ const (
 	// FailedInventory: the namespace listing failed (the run then reaps
 	// expired sessions only).
 	FailedInventory ItemKind = "inventory"
-	// FailedRetention: old run records could not be deleted (the next run
-	// tries again).
+	// FailedRetention: old run records or old refused opens could not be
+	// deleted, the error says which (the next run tries again).
 	FailedRetention ItemKind = "retention"
 	// FailedPool: the warm pool's maintenance failed for some lab (the
 	// next run tries again).

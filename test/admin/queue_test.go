@@ -3,7 +3,6 @@ package admin_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -72,16 +71,7 @@ func adminStatus(t *testing.T, d *stacktest.Deployment) statusJSON {
 // serves, or "" if absent.
 func metric(t *testing.T, d *stacktest.Deployment, series string) string {
 	t.Helper()
-	res, err := http.Get(d.Server.URL + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	body, err := io.ReadAll(res.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, line := range strings.Split(string(body), "\n") {
+	for _, line := range strings.Split(d.Scrape(), "\n") {
 		if v, ok := strings.CutPrefix(line, series+" "); ok {
 			return v
 		}

@@ -123,6 +123,9 @@ func TestDeployTemplates(t *testing.T) {
 		{"the audience left out", false, "          LABKEEP_JWT_AUDIENCE: {Ref: JwtAudience}\n", "", "LABKEEP_JWT_AUDIENCE is required of every deploy template"},
 		{"the issuer left out", true, "      LABKEEP_JWT_ISSUER          = var.jwt_issuer\n", "", "LABKEEP_JWT_ISSUER is required of every deploy template"},
 		{"the scheduler token left out", false, "          LABKEEP_SCHEDULER_TOKEN:\n", "          LABKEEP_SCHEDULER_TOKN:\n", "LABKEEP_SCHEDULER_TOKEN is required"},
+		{"the metrics token left out", false, "          LABKEEP_METRICS_TOKEN:\n", "          LABKEEP_METRICS_TOKN:\n", "LABKEEP_METRICS_TOKEN is not set"},
+		{"the metrics token left out of the secrets", true, "    LABKEEP_METRICS_TOKEN   = \"labkeep-metrics-token-${var.env}\"\n", "", "LABKEEP_METRICS_TOKEN is not set"},
+		{"an IAM authorizer on /metrics", false, "Method: GET, Path: /metrics, PayloadFormatVersion: \"2.0\"}", "Method: GET, Path: /metrics, PayloadFormatVersion: \"2.0\", Auth: {Authorizer: AWS_IAM}}", "authorizer"},
 		{"a local-stack setting Config does not read", false, "          LABKEEP_LABS_FILE:", "          LABKEEP_REAP_INTERVAL: 1m\n          LABKEEP_LABS_FILE:", "LABKEEP_REAP_INTERVAL"},
 		{"a secret as a literal", false, `Fn::Sub: "{{resolve:secretsmanager:${JwtSecretSecret}}}"`, "a-literal-secret-of-at-least-32-bytes", "LABKEEP_JWT_SECRET"},
 		{"another environment's namespace", false, "Fn::Sub: labkeep-sessions-${EnvName}", "Fn::Sub: labkeep-sessions-prod", "LABKEEP_NAMESPACE"},
@@ -279,6 +282,13 @@ func envProblems(where string, values map[string]string, secret map[string]bool,
 			out = append(out, fmt.Sprintf("%s: sets %s, which app.Config does not read", where, k))
 		}
 	}
+	// Neither cloud gives /metrics a listener of its own, so it is on the
+	// public handler and answers only the metrics token.
+	if _, own := values["LABKEEP_METRICS_ADDR"]; !own {
+		if _, ok := values["LABKEEP_METRICS_TOKEN"]; !ok {
+			out = append(out, fmt.Sprintf("%s: /metrics is on the public handler and LABKEEP_METRICS_TOKEN is not set: every scrape would be refused", where))
+		}
+	}
 	for _, k := range secretSettings {
 		if _, ok := values[k]; ok && !secret[k] {
 			out = append(out, fmt.Sprintf("%s: %s must come from the secret store, not a literal value", where, k))
@@ -368,8 +378,8 @@ func samProblems(src []byte, in inputs) []string {
 				bad("event %s (%s %s): PayloadFormatVersion %v, want \"2.0\": functions/lambda refuses any other", name, method, path, v)
 			}
 			if path == "/metrics" {
-				if auth, _ := ev.Properties["Auth"].(map[string]any); auth["Authorizer"] != "AWS_IAM" {
-					bad("GET /metrics is routed without the AWS_IAM authorizer: it has no authentication of its own")
+				if _, ok := ev.Properties["Auth"]; ok {
+					bad("GET /metrics has an authorizer: it would take the Authorization header the metrics token travels in")
 				}
 			}
 		case "ScheduleV2":

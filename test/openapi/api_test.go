@@ -119,7 +119,9 @@ func TestEveryRouteMatchesTheDescription(t *testing.T) {
 	t.Run("service", func(t *testing.T) {
 		cl.run(t, []call{
 			{name: "healthz", method: "GET", path: "/healthz", status: 200},
-			{name: "metrics", method: "GET", path: "/metrics", status: 200},
+			{name: "metrics", method: "GET", path: "/metrics", auth: bearer(stacktest.MetricsToken), status: 200},
+			{name: "metrics without the metrics token", method: "GET", path: "/metrics", status: 401, code: "unauthorized", invalid: true},
+			{name: "metrics with the scheduler's token", method: "GET", path: "/metrics", auth: scheduler, status: 401, code: "unauthorized"},
 			{name: "the description", method: "GET", path: "/openapi.yaml", status: 200},
 			{name: "an unknown path", method: "GET", path: "/nope", auth: tok("s"), status: 404, code: "not_found"},
 			{name: "another method", method: "PUT", path: "/openSession", auth: tok("s"), body: `{"lab":"linux-vm"}`, status: 405, code: "method_not_allowed"},

@@ -130,7 +130,7 @@ func TestReaperEndpoints(t *testing.T) {
 	}
 	h.WaitGone(stuck.ID)
 
-	r = h.Do("GET", "/metrics", "", "", "")
+	m := h.Scrape()
 	for _, want := range []string{
 		`labkeep_reap_runs_total{result="ok",trigger="schedule"} 3`,
 		`labkeep_reap_runs_total{result="ok",trigger="admin"} 1`,
@@ -140,7 +140,7 @@ func TestReaperEndpoints(t *testing.T) {
 		`labkeep_live_sessions 1`,
 		`labkeep_reap_run_duration_seconds_count 4`,
 	} {
-		if !strings.Contains(string(r.Body), want) {
+		if !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
 	}

@@ -47,7 +47,7 @@ func TestReapTickSkipsWhileARunIsGoing(t *testing.T) {
 	if got := h.status(s.ID); got != session.StatusRunning {
 		t.Fatalf("expired session is %s while no run could happen", got)
 	}
-	m := string(h.Do("GET", "/metrics", "", "", "").Body)
+	m := h.Scrape()
 	for _, want := range []string{`labkeep_reap_runs_total{result="busy",trigger="schedule"} 1`, `labkeep_reap_runs_total{result="busy",trigger="admin"} 1`} {
 		if !strings.Contains(m, want) {
 			t.Errorf("/metrics lacks %q", want)

@@ -92,7 +92,7 @@ func runPrintedLines(t *testing.T, printed string) {
 	if len(script) < 2+5 || !strings.HasPrefix(script[2], "source ") {
 		t.Fatalf("printed lines: want a source line first and curl lines, got %q", script[2:])
 	}
-	for _, k := range []string{"TOKEN", "ADMIN_TOKEN", "LABKEEP_URL", "LABKEEP_ADMIN_TOKEN"} {
+	for _, k := range []string{"TOKEN", "ADMIN_TOKEN", "LABKEEP_URL", "LABKEEP_ADMIN_TOKEN", "METRICS_TOKEN"} {
 		os.Unsetenv(k) // only the env file may set them
 	}
 	cmd := exec.Command("bash", "-c", strings.Join(script, "\n"))

@@ -88,8 +88,16 @@ func TestSessionMetricsMove(t *testing.T) {
 			t.Errorf("%s%v = %v, want %v", c.name, c.labels, got, c.want)
 		}
 	}
-	// Without LABKEEP_METRICS_ADDR the public handler serves /metrics.
-	body := string(e.Do("GET", "/metrics", "", "", "").Body)
+	// Without LABKEEP_METRICS_ADDR the public handler serves /metrics, to
+	// the metrics token only: nothing reaches the database for anyone else.
+	for _, tc := range []struct{ who, token string }{
+		{"nobody", ""}, {"the scheduler", stacktest.SchedulerToken}, {"an admin", e.Token("ops", "admin")},
+	} {
+		if r := e.Do("GET", "/metrics", tc.token, "", ""); r.Status != http.StatusUnauthorized || strings.Contains(string(r.Body), "labkeep_") {
+			t.Errorf("GET /metrics as %s = %d %.200s, want 401 unauthorized", tc.who, r.Status, r.Body)
+		}
+	}
+	body := e.Scrape()
 	if !strings.Contains(body, `labkeep_session_opens_total{lab="linux-vm",result="ok"} 1`) {
 		t.Errorf("/metrics lacks the open counter:\n%.2000s", body)
 	}

@@ -145,7 +145,7 @@ func TestWarmPoolClaimsAtomically(t *testing.T) {
 	if diff := cmp.Diff([]seating.PoolStatus{{Lab: "linux-vm", Target: 5, Claimed: 5}}, status.Pools); diff != "" {
 		t.Errorf("adminStatus pools (-want +got):\n%s", diff)
 	}
-	metrics := string(e.Do("GET", "/metrics", "", "", "").Body)
+	metrics := e.Scrape()
 	for _, line := range []string{
 		`labkeep_pool_claims_total{lab="linux-vm",result="ok"} 5`,
 		`labkeep_pool_instances{lab="linux-vm",state="claimed"} 5`,

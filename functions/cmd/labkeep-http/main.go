@@ -15,9 +15,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-
 	"labkeep/functions/app"
 )
 
@@ -43,7 +40,7 @@ func run(log *slog.Logger) error {
 	defer a.Close()
 	servers := []*http.Server{{Addr: cfg.HTTPAddr, Handler: a.Handler(), ReadHeaderTimeout: 10 * time.Second}}
 	if cfg.MetricsAddr != "" {
-		servers = append(servers, metricsServer(cfg.MetricsAddr, a.Metrics))
+		servers = append(servers, metricsServer(cfg.MetricsAddr, a.MetricsHandler()))
 	}
 	errc := make(chan error, len(servers))
 	for _, srv := range servers {
@@ -65,10 +62,11 @@ func run(log *slog.Logger) error {
 	return nil
 }
 
-// metricsServer serves g's /metrics on addr (LABKEEP_METRICS_ADDR): the
-// address monitoring scrapes, never published with the public handler.
-func metricsServer(addr string, g prometheus.Gatherer) *http.Server {
+// metricsServer serves metrics as GET /metrics on addr
+// (LABKEEP_METRICS_ADDR): the address monitoring scrapes, never published
+// with the public handler.
+func metricsServer(addr string, metrics http.Handler) *http.Server {
 	mux := http.NewServeMux()
-	mux.Handle("GET /metrics", promhttp.HandlerFor(g, promhttp.HandlerOpts{}))
+	mux.Handle("GET /metrics", metrics)
 	return &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 }

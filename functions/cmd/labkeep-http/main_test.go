@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // An invalid setting stops the server at start with the variable's name.
@@ -43,7 +44,7 @@ func TestMetricsServer(t *testing.T) {
 	c := prometheus.NewCounter(prometheus.CounterOpts{Name: "labkeep_test_total", Help: "test"})
 	reg.MustRegister(c)
 	c.Inc()
-	srv := httptest.NewServer(metricsServer("", reg).Handler)
+	srv := httptest.NewServer(metricsServer("", promhttp.HandlerFor(reg, promhttp.HandlerOpts{})).Handler)
 	defer srv.Close()
 	for _, tc := range []struct {
 		method, path string
