@@ -203,6 +203,11 @@ func (c *Config) Settings() setting.Table {
 		setting.Int("GUARDIAN_ALERT_MAX_FIELDS", "fields per alert labkeep accepts (keep ≥ guardian's `GUARDIAN_ALERT_MAX_FIELDS`)",
 			&c.Alerts.MaxFields),
 		setting.Int("GUARDIAN_ALERTS_PER_SESSION", "alerts a session keeps, the newest", &c.Alerts.PerSession),
+		setting.Int("GUARDIAN_ALERTS_PER_WINDOW", "alerts a session's workspace may post per `GUARDIAN_ALERTS_WINDOW` (≤ the alerts "+
+			"a session keeps; 0: no bound); past it 429 `too_many_alerts` with `Retry-After`, nothing stored", &c.Alerts.PerWindow),
+		setting.Duration("GUARDIAN_ALERTS_WINDOW", "the sliding window `GUARDIAN_ALERTS_PER_WINDOW` counts in", &c.Alerts.Window),
+		setting.Duration("GUARDIAN_ALERTS_AFTER_END", "how long after its session ended a workspace's alerts are still taken "+
+			"(guardian's last, while its Pod is deleted); later its credentials are refused (401)", &c.Alerts.AfterEnd),
 		setting.List("EGRESS_BLOCKED_CIDRS", "ranges a lab never reaches (the cluster's Pod, Service and node ranges: add yours if "+
 			"they are public); link-local (`169.254.0.0/16`, the cloud metadata service; `fe80::/10`) is always blocked",
 			&k.EgressBlockedCIDRs),

@@ -29,6 +29,8 @@ import (
 	"unicode"
 	"unicode/utf8"
 
+	"labkeep/shared/access"
+	"labkeep/shared/rate"
 	"labkeep/shared/setting"
 	"labkeep/shared/workspacekey"
 )
@@ -87,6 +89,20 @@ type Limits struct {
 	// PerSession is how many alerts a session keeps: the newest, the
 	// older ones deleted as new ones arrive.
 	PerSession int
+	// PerWindow alerts a session's workspace may post in any Window
+	// (0: no bound); past it, 429 too_many_alerts with Retry-After, and
+	// nothing is stored. guardian aggregates repeats and retries a 429
+	// with backoff, so it is a workspace posting by itself (its root holds
+	// the credentials) that meets the bound; each post is a database
+	// write. Counted from the alerts the session keeps, so PerWindow is
+	// at most PerSession.
+	PerWindow int
+	Window    time.Duration
+	// AfterEnd is how long after its session ended a workspace's alerts
+	// are still taken: guardian's last alerts while its Pod is deleted.
+	// Later its credentials are refused (401): a derived credential cannot
+	// be revoked, so it expires with its session.
+	AfterEnd time.Duration
 }
 
 // MaxKind bounds the kind and every field name: guardian chooses them, and
@@ -94,14 +110,63 @@ type Limits struct {
 const MaxKind = 64
 
 // DefaultLimits are guardian's own defaults for text and fields (512 bytes,
-// 16 fields) and 200 alerts per session, as many as guardian itself keeps.
-func DefaultLimits() Limits { return Limits{MaxText: 512, MaxFields: 16, PerSession: 200} }
+// 16 fields), 200 alerts per session, as many as guardian itself keeps,
+// 60 a minute (guardian sends one per kind and subject per aggregation
+// window), and 5 minutes after the session's end.
+func DefaultLimits() Limits {
+	return Limits{MaxText: 512, MaxFields: 16, PerSession: 200, PerWindow: 60, Window: time.Minute, AfterEnd: 5 * time.Minute}
+}
 
 // Validate checks the limits themselves; errors name the field
 // (setting.Error).
 func (l Limits) Validate() error {
-	return errors.Join(setting.AtLeast("MaxText", l.MaxText, 64), setting.AtLeast("MaxFields", l.MaxFields, 1),
-		setting.AtLeast("PerSession", l.PerSession, 1))
+	errs := []error{setting.AtLeast("MaxText", l.MaxText, 64), setting.AtLeast("MaxFields", l.MaxFields, 1),
+		setting.AtLeast("PerSession", l.PerSession, 1), setting.AtLeast("PerWindow", l.PerWindow, 0)}
+	if l.PerWindow > 0 {
+		errs = append(errs, setting.Positive("Window", l.Window))
+	}
+	if l.PerWindow > l.PerSession {
+		errs = append(errs, setting.Invalid("PerWindow", "%d is more than the %d alerts a session keeps (PerSession), which the rate is counted from",
+			l.PerWindow, l.PerSession))
+	}
+	if l.AfterEnd < 0 {
+		errs = append(errs, setting.Invalid("AfterEnd", "must not be negative, got %s", l.AfterEnd))
+	}
+	return errors.Join(errs...)
+}
+
+// Rate is PerWindow per Window as the rule that applies it.
+func (l Limits) Rate() rate.Limit { return rate.Limit{Max: l.PerWindow, Per: l.Window} }
+
+// ErrTooMany refuses an alert past the session's Rate; it wraps a
+// *rate.Exceeded saying when the next is taken.
+var ErrTooMany = errors.New("too_many_alerts")
+
+// ErrEnded refuses an alert of a session that ended longer than AfterEnd
+// ago: the workspace's credentials have expired with it.
+var ErrEnded = fmt.Errorf("%w: the session's workspace credentials expired with it", access.ErrUnauthorized)
+
+// Standing is what labkeep knows of a session when one of its alerts
+// arrives, read under the session's alert lock.
+type Standing struct {
+	// Ended is when the session ended; zero while it is live.
+	Ended time.Time
+	// Recent are the arrival times of its kept alerts since
+	// Rate().Since(now), newest first, at most PerWindow.
+	Recent []time.Time
+}
+
+// Admit decides whether an alert arriving at now for a session in
+// standing s is stored: refused with ErrEnded once the session ended
+// longer than AfterEnd ago, with ErrTooMany past the rate.
+func (l Limits) Admit(s Standing, now time.Time) error {
+	if !s.Ended.IsZero() && now.Sub(s.Ended) > l.AfterEnd {
+		return fmt.Errorf("%w (ended %s, alerts are taken %s after)", ErrEnded, s.Ended.UTC().Format(time.RFC3339), l.AfterEnd)
+	}
+	if err := l.Rate().Allow(s.Recent, now); err != nil {
+		return fmt.Errorf("%w: %w", ErrTooMany, err)
+	}
+	return nil
 }
 
 // ErrInvalid is an alert that breaks a bound; nothing of it is stored.
@@ -172,11 +237,13 @@ func clip(s string) string {
 
 // Store keeps alerts; pgstore implements it.
 type Store interface {
-	// AddAlert stores a under its session and deletes that session's
-	// alerts beyond the keep newest, in one transaction. It returns the
-	// stored alert (with its id) or session.ErrNoSession if there is no
-	// such session.
-	AddAlert(ctx context.Context, a Alert, keep int) (Alert, error)
+	// AddAlert reads the session's Standing, asks l.Admit whether a is
+	// taken at a.Received, stores it and deletes that session's alerts
+	// beyond the l.PerSession newest, in one transaction under a lock of
+	// the session's alerts (so two posts at once count each other). It
+	// returns the stored alert (with its id), Admit's refusal, or
+	// session.ErrNoSession if there is no such session.
+	AddAlert(ctx context.Context, a Alert, l Limits) (Alert, error)
 	// Alerts returns up to limit alerts, newest first: the session's,
 	// or every session's when session is empty.
 	Alerts(ctx context.Context, session string, limit int) ([]Alert, error)

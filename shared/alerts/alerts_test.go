@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"labkeep/shared/access"
+	"labkeep/shared/rate"
 	"labkeep/shared/workspacekey"
 )
 
@@ -100,5 +102,73 @@ func TestCheckWebhookURL(t *testing.T) {
 		if err := CheckWebhookURL(url); (err == nil) != ok {
 			t.Errorf("CheckWebhookURL(%q) = %v, want ok=%v", url, err, ok)
 		}
+	}
+}
+
+func TestAdmit(t *testing.T) {
+	now := time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC)
+	l := Limits{MaxText: 512, MaxFields: 16, PerSession: 200, PerWindow: 2, Window: time.Minute, AfterEnd: 5 * time.Minute}
+	tests := []struct {
+		name      string
+		limits    Limits
+		standing  Standing
+		want      error         // nil: admitted
+		wantRetry time.Duration // for ErrTooMany
+	}{
+		{"a live session under its rate", l, Standing{Recent: []time.Time{now.Add(-time.Second)}}, nil, 0},
+		{"a live session at its rate: until the oldest leaves the window", l,
+			Standing{Recent: []time.Time{now.Add(-time.Second), now.Add(-50 * time.Second)}}, ErrTooMany, 10 * time.Second},
+		{"no rate", Limits{PerSession: 200, AfterEnd: time.Minute},
+			Standing{Recent: []time.Time{now, now, now}}, nil, 0},
+		{"ended within AfterEnd: the Pod's last alerts", l, Standing{Ended: now.Add(-5 * time.Minute)}, nil, 0},
+		{"ended longer ago: the credentials expired", l, Standing{Ended: now.Add(-5*time.Minute - time.Second)}, ErrEnded, 0},
+		{"ended and at its rate: expired first", l,
+			Standing{Ended: now.Add(-time.Hour), Recent: []time.Time{now, now}}, ErrEnded, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			err := tt.limits.Admit(tt.standing, now)
+			if !errors.Is(err, tt.want) || (tt.want == nil && err != nil) {
+				t.Fatalf("Admit = %v, want %v", err, tt.want)
+			}
+			var ex *rate.Exceeded
+			var retry time.Duration
+			if errors.As(err, &ex) {
+				retry = ex.RetryAfter
+			}
+			if diff := cmp.Diff(tt.wantRetry, retry); diff != "" {
+				t.Errorf("retry after (-want +got):\n%s", diff)
+			}
+		})
+	}
+	if !errors.Is(ErrEnded, access.ErrUnauthorized) {
+		t.Error("ErrEnded is no ErrUnauthorized: an expired credential must answer 401")
+	}
+}
+
+func TestLimitsValidate(t *testing.T) {
+	tests := []struct {
+		name   string
+		change func(*Limits)
+		want   string // "" = valid
+	}{
+		{"the defaults", func(*Limits) {}, ""},
+		{"no rate", func(l *Limits) { l.PerWindow, l.Window = 0, 0 }, ""},
+		{"a rate without a window", func(l *Limits) { l.Window = 0 }, "Window: must be positive"},
+		{"a rate above what a session keeps", func(l *Limits) { l.PerWindow = l.PerSession + 1 }, "PerWindow: 201 is more than the 200 alerts a session keeps"},
+		{"a negative time after the end", func(l *Limits) { l.AfterEnd = -time.Second }, "AfterEnd: must not be negative"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := DefaultLimits()
+			tt.change(&l)
+			err := l.Validate()
+			switch {
+			case tt.want == "" && err != nil:
+				t.Errorf("Validate = %v, want valid", err)
+			case tt.want != "" && (err == nil || !strings.Contains(err.Error(), tt.want)):
+				t.Errorf("Validate = %v, want %q", err, tt.want)
+			}
+		})
 	}
 }

@@ -37,8 +37,10 @@ var adminRoutes = map[string]string{
 //     credentials, the session id and that session's token
 //     (alerts.Key.Token), which the Kubernetes adapter writes into the
 //     workspace Pod's webhook URL: a workspace can post alerts for its own
-//     session only. A valid alert is stored with the session (201); a bad
-//     one is refused with 400 invalid_alert and nothing is stored.
+//     session only, until Limits.AfterEnd after the session ended (then
+//     401). A valid alert is stored with the session (201); a bad one is
+//     refused with 400 invalid_alert, one past the session's rate with 429
+//     too_many_alerts and when to retry, and nothing is stored.
 //   - GET /adminSessions (every live session, with its alert count) and
 //     GET /adminAlerts (the newest alerts, ?session= for one session's,
 //     ?limit= up to 500), for admins.
@@ -77,7 +79,7 @@ func (a *API) guardianAlert(w http.ResponseWriter, r *http.Request, o AdminOptio
 		a.writeError(w, r, err, nil)
 		return
 	}
-	stored, err := o.Alerts.AddAlert(r.Context(), al, o.Limits.PerSession)
+	stored, err := o.Alerts.AddAlert(r.Context(), al, o.Limits)
 	if err != nil {
 		a.writeError(w, r, err, nil)
 		return

@@ -7,6 +7,7 @@ import (
 
 	"labkeep/shared/access"
 	"labkeep/shared/alerts"
+	"labkeep/shared/rate"
 	"labkeep/shared/reap"
 	"labkeep/shared/session"
 	"labkeep/shared/termlimit"
@@ -39,6 +40,7 @@ var statusTable = []struct {
 	{alerts.ErrInvalid, http.StatusBadRequest},
 	{termlimit.ErrTooMany, http.StatusTooManyRequests},
 	{session.ErrTooManyOpens, http.StatusTooManyRequests},
+	{alerts.ErrTooMany, http.StatusTooManyRequests},
 }
 
 // skippedFor lists the errors that, answering the scheduler (reapTick),
@@ -143,8 +145,8 @@ func (a *API) writeErrorFor(w http.ResponseWriter, r *http.Request, p access.Pri
 		w.Header().Set("WWW-Authenticate", `Bearer realm="labkeep"`)
 	case http.StatusServiceUnavailable, http.StatusTooManyRequests:
 		wait := a.retryAfter
-		if tm := (*session.TooManyOpensError)(nil); errors.As(err, &tm) {
-			wait = tm.RetryAfter // when the student's next open is allowed
+		if ex := (*rate.Exceeded)(nil); errors.As(err, &ex) {
+			wait = ex.RetryAfter // when the caller's next is allowed
 		}
 		w.Header().Set("Retry-After", retryAfter(wait))
 	}

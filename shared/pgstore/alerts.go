@@ -5,9 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"labkeep/shared/alerts"
 	"labkeep/shared/session"
@@ -18,10 +18,11 @@ var _ alerts.Store = (*PG)(nil)
 // alertLockSpace is the first key of the per-session alert locks.
 const alertLockSpace = 7007
 
-// AddAlert implements alerts.Store: the insert and the trim to the keep
-// newest are one transaction, so a session never holds more than keep
-// alerts, however many guardian instances post at once.
-func (p *PG) AddAlert(ctx context.Context, a alerts.Alert, keep int) (alerts.Alert, error) {
+// AddAlert implements alerts.Store: the standing read, the insert and the
+// trim to the l.PerSession newest are one transaction under the session's
+// alert lock, so a session never holds more than PerSession alerts and
+// never takes more than the rate allows, however many posts arrive at once.
+func (p *PG) AddAlert(ctx context.Context, a alerts.Alert, l alerts.Limits) (alerts.Alert, error) {
 	if a.Fields == nil {
 		a.Fields = map[string]string{}
 	}
@@ -32,8 +33,33 @@ func (p *PG) AddAlert(ctx context.Context, a alerts.Alert, keep int) (alerts.Ale
 	err = pgx.BeginFunc(ctx, p.conns, func(tx pgx.Tx) error {
 		// One writer per session at a time (a transaction-scoped lock in
 		// the two-key space, apart from lockKey's): two concurrent trims
-		// would each miss the other's row and leave keep+1.
+		// would each miss the other's row and leave keep+1, two posts
+		// would each miss the other in the rate.
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, alertLockSpace, a.Session); err != nil {
+			return err
+		}
+		var st alerts.Standing
+		var ended *time.Time
+		if err := tx.QueryRow(ctx, `SELECT finished_at FROM sessions WHERE id = $1`, a.Session).Scan(&ended); err != nil {
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("%w: no session %s", session.ErrNoSession, a.Session)
+			}
+			return err
+		}
+		if ended != nil {
+			st.Ended = ended.UTC()
+		}
+		if r := l.Rate(); r.Max > 0 {
+			rows, err := tx.Query(ctx, `SELECT received FROM guardian_alerts WHERE session_id = $1 AND received > $2
+				ORDER BY received DESC LIMIT $3`, a.Session, r.Since(a.Received), r.Max)
+			if err != nil {
+				return err
+			}
+			if st.Recent, err = pgx.CollectRows(rows, pgx.RowTo[time.Time]); err != nil {
+				return err
+			}
+		}
+		if err := l.Admit(st, a.Received); err != nil {
 			return err
 		}
 		if err := tx.QueryRow(ctx, `INSERT INTO guardian_alerts
@@ -44,13 +70,9 @@ func (p *PG) AddAlert(ctx context.Context, a alerts.Alert, keep int) (alerts.Ale
 			return err
 		}
 		_, err := tx.Exec(ctx, `DELETE FROM guardian_alerts WHERE session_id = $1 AND id NOT IN
-			(SELECT id FROM guardian_alerts WHERE session_id = $1 ORDER BY id DESC LIMIT $2)`, a.Session, keep)
+			(SELECT id FROM guardian_alerts WHERE session_id = $1 ORDER BY id DESC LIMIT $2)`, a.Session, l.PerSession)
 		return err
 	})
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) && pgErr.Code == "23503" { // foreign_key_violation
-		return a, fmt.Errorf("%w: no session %s", session.ErrNoSession, a.Session)
-	}
 	return a, err
 }
 

@@ -94,18 +94,22 @@ func (s *Service) Open(ctx context.Context, student, labName, publicKey string) 
 	return s.open(ctx, student, labName, publicKey, false)
 }
 
-// rateAllows refuses with a *TooManyOpensError an open past the student's
-// OpenRate; it is checked only for an open that would write a row.
+// rateAllows refuses with ErrTooManyOpens (wrapping the *rate.Exceeded)
+// an open past the student's OpenRate; it is checked only for an open
+// that would write a row.
 func (s *Service) rateAllows(ctx context.Context, student string) error {
 	if s.OpenRate.Max <= 0 {
 		return nil
 	}
 	now := s.now()
-	recent, err := s.Store.RecentOpens(ctx, student, now.Add(-s.OpenRate.Per), s.OpenRate.Max)
+	recent, err := s.Store.RecentOpens(ctx, student, s.OpenRate.Since(now), s.OpenRate.Max)
 	if err != nil {
 		return err
 	}
-	return s.OpenRate.Allow(recent, now)
+	if err := s.OpenRate.Allow(recent, now); err != nil {
+		return fmt.Errorf("%w: %w", ErrTooManyOpens, err)
+	}
+	return nil
 }
 
 // OpenWaiting is Open for a student willing to wait: where Open would

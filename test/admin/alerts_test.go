@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -150,9 +152,13 @@ func TestGuardianAlertEndpoint(t *testing.T) {
 		}
 	}
 
-	// The per-session cap: B posts more than it keeps; the newest stay.
-	keep := d.App.Config.Alerts.PerSession
+	// The per-session cap: B posts more than it keeps, a window of the
+	// rate at a time; the newest stay.
+	keep, lim := d.App.Config.Alerts.PerSession, d.App.Config.Alerts
 	for i := range keep + 3 {
+		if i%lim.PerWindow == 0 {
+			d.Clock.Advance(lim.Window)
+		}
 		if status, code := post(t, d, b.ID, key.Token(b.ID), "application/json", alertBody(fmt.Sprintf("k%d", i), "m")); status != 201 {
 			t.Fatalf("alert %d of B = %d %s", i, status, code)
 		}
@@ -163,6 +169,7 @@ func TestGuardianAlertEndpoint(t *testing.T) {
 	}
 	// Many guardian deliveries at once (a workspace's aggregator retrying,
 	// several labkeep replicas): the cap still holds exactly.
+	d.Clock.Advance(lim.Window)
 	var wg sync.WaitGroup
 	for w := range 10 {
 		wg.Add(1)
@@ -181,6 +188,93 @@ func TestGuardianAlertEndpoint(t *testing.T) {
 	}
 	if diff := cmp.Diff([]string{"memory-kill"}, stored(t, d, a.ID)); diff != "" {
 		t.Errorf("B's alerts changed A's (-want +got):\n%s", diff)
+	}
+}
+
+// postAnswer is post's answer with its Retry-After header.
+type postAnswer struct {
+	Status     int
+	Code       string
+	RetryAfter string
+}
+
+// postWithRetry is post, keeping the answer's Retry-After.
+func postWithRetry(t *testing.T, d *stacktest.Deployment, user, pass, body string) postAnswer {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, d.Server.URL+"/guardianAlert", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.SetBasicAuth(user, pass)
+	req.Header.Set("Content-Type", "application/json")
+	res, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer res.Body.Close()
+	var eb struct {
+		Error struct{ Code string } `json:"error"`
+	}
+	_ = json.NewDecoder(res.Body).Decode(&eb)
+	return postAnswer{res.StatusCode, eb.Error.Code, res.Header.Get("Retry-After")}
+}
+
+// A workspace's credentials are bounded in rate and in time, on the real
+// stack and PostgreSQL: past GUARDIAN_ALERTS_PER_WINDOW in a window its
+// alerts get 429 too_many_alerts with when to retry and nothing is
+// stored, and after it waited as told one is taken again; once its
+// session ended, its alerts are taken for GUARDIAN_ALERTS_AFTER_END (the
+// Pod's last words), then refused 401 with nothing stored. Another
+// session's rate is its own.
+func TestGuardianAlertRateAndExpiry(t *testing.T) {
+	d := stacktest.Deploy(t, st, stacktest.Options{MaxVMs: 8})
+	a := d.Opened("rate-a", "linux-vm")
+	b := d.Opened("rate-b", "linux-vm")
+	key, lim := d.App.Config.AlertKey(), d.App.Config.Alerts
+	if lim.PerWindow < 2 || lim.AfterEnd <= 0 {
+		t.Fatalf("alert limits %+v: this test needs a rate and a time after the end", lim)
+	}
+	body := func(i int) string { return alertBody(fmt.Sprintf("r%d", i), "m") }
+
+	// A fills its window in half of it; the next is refused until the
+	// first of them leaves the window.
+	space := lim.Window / time.Duration(2*lim.PerWindow)
+	for i := range lim.PerWindow {
+		if got := postWithRetry(t, d, a.ID, key.Token(a.ID), body(i)); got.Status != 201 {
+			t.Fatalf("alert %d of %d in the window = %+v, want 201", i+1, lim.PerWindow, got)
+		}
+		d.Clock.Advance(space)
+	}
+	waited := time.Duration(lim.PerWindow) * space
+	want := postAnswer{429, "too_many_alerts", strconv.Itoa(int(math.Ceil((lim.Window - waited).Seconds())))}
+	if got := postWithRetry(t, d, a.ID, key.Token(a.ID), body(-1)); got != want {
+		t.Errorf("one alert past the rate = %+v, want %+v", got, want)
+	}
+	if n := len(stored(t, d, a.ID)); n != lim.PerWindow {
+		t.Errorf("A keeps %d alerts after the refused one, want %d", n, lim.PerWindow)
+	}
+	if got := postWithRetry(t, d, b.ID, key.Token(b.ID), body(0)); got.Status != 201 {
+		t.Errorf("B's alert while A is at its rate = %+v, want 201 (a rate per session)", got)
+	}
+	d.Clock.Advance(lim.Window - waited)
+	if got := postWithRetry(t, d, a.ID, key.Token(a.ID), body(lim.PerWindow)); got.Status != 201 {
+		t.Errorf("A's alert after waiting as told = %+v, want 201", got)
+	}
+
+	// B closes: its guardian's last alerts are taken for AfterEnd, then its
+	// credentials are worth nothing.
+	if r := d.Do("POST", "/closeSession", d.Token("rate-b", "student"), "", ""); r.Status != 200 {
+		t.Fatalf("close B = %d %s", r.Status, r.Body)
+	}
+	if got := postWithRetry(t, d, b.ID, key.Token(b.ID), body(1)); got.Status != 201 {
+		t.Errorf("B's alert just after its close = %+v, want 201", got)
+	}
+	d.Clock.Advance(lim.AfterEnd + time.Second)
+	if got := postWithRetry(t, d, b.ID, key.Token(b.ID), body(2)); got != (postAnswer{Status: 401, Code: "unauthorized"}) {
+		t.Errorf("B's alert %s after its close = %+v, want 401 unauthorized", lim.AfterEnd+time.Second, got)
+	}
+	if diff := cmp.Diff([]string{"r0", "r1"}, stored(t, d, b.ID)); diff != "" {
+		t.Errorf("alerts stored for B (-want +got):\n%s", diff)
 	}
 }
 
