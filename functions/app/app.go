@@ -31,10 +31,11 @@ import (
 )
 
 // The session functions' consumers take the small interfaces they
-// declare; session.Service is what Build hands them.
+// declare; session.Service and kube.Cluster are what Build hands them.
 var (
 	_ httpapi.Sessions  = (*session.Service)(nil)
 	_ terminal.Sessions = (*session.Service)(nil)
+	_ terminal.Owners   = (*kube.Cluster)(nil)
 )
 
 // App is the wired application. Close releases the database connections.
@@ -181,7 +182,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	}))
 	// The web terminal and cleanup button (WebSocket: on-prem only).
 	term, err := terminal.New(terminal.Options{
-		Sessions: svc, Auth: auth, API: api, Kube: rc, Exec: kube.WorkspaceExecutor,
+		Sessions: svc, Auth: auth, API: api, Kube: rc, Exec: kube.WorkspaceExecutor, Owners: cluster,
 		Namespace: cfg.Kube.Namespace, Now: now, Log: log, Limits: cfg.Terminal, WorkspaceKey: cfg.Kube.WorkspaceKey,
 	})
 	if err != nil {

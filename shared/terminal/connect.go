@@ -160,14 +160,18 @@ func (h *Handler) firstMessage(ctx context.Context, c *websocket.Conn, r *http.R
 	return h.authorize(ctx, req, id, node)
 }
 
-// authorize authenticates r and reaches the caller's node; it returns the
-// caller (the student the terminal counts against) too.
+// authorize authenticates r and reaches the caller's node, confirmed the
+// session's own in this environment (Owners); it returns the caller (the
+// student the terminal counts against) too.
 func (h *Handler) authorize(ctx context.Context, r *http.Request, id, node string) (Target, string, error) {
 	p, err := h.o.Auth.Authenticate(r)
 	if err != nil {
 		return Target{}, "", err
 	}
 	t, err := Reach(ctx, h.o.Sessions, h.o.Now(), p.Subject, id, node)
+	if err == nil {
+		err = h.o.Owners.Owns(ctx, t.Session.Kind, t.Object, t.Session.ID)
+	}
 	return t, p.Subject, err
 }
 

@@ -4,11 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -77,6 +79,8 @@ type rig struct {
 	sessions *liveSessions
 	secret   []byte
 	now      func() time.Time
+	// execs counts the pods/exec calls made.
+	execs atomic.Int32
 }
 
 // liveSessions is a Sessions whose sessions' statuses a test changes.
@@ -137,23 +141,41 @@ func newRig(t *testing.T, limits termlimit.Limits) *rig {
 	auth := access.NewAuthenticator(secret, now)
 	window := lifetime.Window{StartedAt: now().Add(-time.Minute), ExpiresAt: now().Add(time.Hour), MaxExpiresAt: now().Add(3 * time.Hour)}
 	sessions := &liveSessions{by: map[string]session.Session{}}
-	for _, who := range []string{"ann", "bob"} {
-		sessions.by["s-"+who] = session.Session{ID: "s-" + who, Student: who, Kind: labs.KindPod, Status: session.StatusRunning,
+	owners := objectOwners{}
+	for _, who := range []string{"ann", "bob", "eve"} {
+		id := "s-" + who
+		sessions.by[id] = session.Session{ID: id, Student: who, Kind: labs.KindPod, Status: session.StatusRunning,
 			Window: window, Nodes: []session.Node{{Name: "ws"}}}
+		owners[session.NodeName(id, "ws")] = id
 	}
+	// eve's session names a Pod another environment's session owns.
+	owners[session.NodeName("s-eve", "ws")] = "s-other-env"
+	r := &rig{t: t, sessions: sessions, secret: secret, now: now}
 	h, err := New(Options{
 		Sessions: sessions, Auth: auth, API: httpapi.New(httpapi.Options{Auth: auth, Now: now}),
-		Kube: &rest.Config{Host: "http://127.0.0.1:1"}, Namespace: "s", Now: now, Limits: limits,
+		Kube: &rest.Config{Host: "http://127.0.0.1:1"}, Namespace: "s", Now: now, Limits: limits, Owners: owners,
 		Exec: func(_ *rest.Config, _ kubernetes.Interface, _, _ string, o corev1.PodExecOptions) (remotecommand.Executor, error) {
+			r.execs.Add(1)
 			return echoShell{command: o.Command}, nil
 		},
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
-	t.Cleanup(srv.Close)
-	return &rig{t: t, srv: srv, h: h, sessions: sessions, secret: secret, now: now}
+	r.h, r.srv = h, httptest.NewServer(h)
+	t.Cleanup(r.srv.Close)
+	return r
+}
+
+// objectOwners is the cluster as Owners sees it: each object's session
+// (its labkeep.io/session in this environment).
+type objectOwners map[string]string
+
+func (o objectOwners) Owns(_ context.Context, _ labs.Kind, name, sessionID string) error {
+	if o[name] != sessionID {
+		return fmt.Errorf("%w: workspace Pod %s is not this session's here (this is %s)", access.ErrForbidden, name, sessionID)
+	}
+	return nil
 }
 
 func (r *rig) token(student string) string {
@@ -286,6 +308,25 @@ func (s *socket) open(d time.Duration) bool {
 		return false
 	case <-time.After(d):
 		return true
+	}
+}
+
+// A session whose object the cluster says is not its own (another
+// environment's, sharing the namespace) gets no terminal: the socket closes
+// 4403 with the reason, and nothing is ever executed in that Pod.
+func TestNoTerminalIntoAnotherSessionsObject(t *testing.T) {
+	r := newRig(t, termlimit.DefaultLimits())
+	got := r.dial("eve", r.token("eve")).closed(5 * time.Second)
+	want := ending{Code: 4403, Reason: "forbidden: workspace Pod " + session.NodeName("s-eve", "ws") + " is not this session's here (this is s-eve)"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("eve's terminal (-want +got):\n%s", diff)
+	}
+	if n := r.execs.Load(); n != 0 {
+		t.Errorf("%d execs into the other session's Pod, want none", n)
+	}
+	r.dial("ann", r.token("ann")).connected() // control: her own Pod opens
+	if n := r.execs.Load(); n != 1 {
+		t.Errorf("%d execs after ann's terminal, want 1", n)
 	}
 }
 

@@ -103,6 +103,10 @@ type Options struct {
 	// Exec makes a pods/exec call into a workspace Pod's workspace
 	// container (the Kubernetes adapter's WorkspaceExecutor).
 	Exec Executor
+	// Owners confirms each Pod or VMI is the session's own, in this
+	// environment, before any call into it (the Kubernetes adapter's
+	// Cluster); New refuses nil.
+	Owners Owners
 	// Namespace is the sessions namespace.
 	Namespace string
 	// Now is the clock (the Service's): it judges the sessions and the
@@ -123,6 +127,21 @@ type Options struct {
 // in namespace, with rc's credentials; opts names the command and its
 // streams.
 type Executor func(rc *rest.Config, client kubernetes.Interface, namespace, pod string, opts corev1.PodExecOptions) (remotecommand.Executor, error)
+
+// Owners is what the terminal asks the cluster before a call into an
+// object: the sessions namespace may be shared by two environments (each
+// with its own database), and the functions' ServiceAccount may exec into
+// any workspace Pod and open any VMI's console there, so a name alone
+// (from this environment's session record) is not trusted with a
+// student's keystrokes or a cleanup.
+type Owners interface {
+	// Owns returns nil if the Pod (kind pod) or VMI (kind vm) named name
+	// carries this environment's labkeep.io/env and session's
+	// labkeep.io/session labels; otherwise an error wrapping
+	// access.ErrForbidden that says what it carries, or
+	// session.ErrNotRunning if there is no such object.
+	Owns(ctx context.Context, kind labs.Kind, name, session string) error
+}
 
 // Sessions is what the terminal asks of the session functions
 // (session.Service): the student's session, as getSession answers it.
@@ -159,6 +178,9 @@ type Handler struct {
 func New(o Options) (*Handler, error) {
 	if err := o.Limits.Validate(); err != nil {
 		return nil, fmt.Errorf("terminal limits: %w", err)
+	}
+	if o.Owners == nil {
+		return nil, errors.New("terminal: Owners is required: no call goes into an object not confirmed the session's own")
 	}
 	if o.Log == nil {
 		o.Log = slog.Default()
@@ -298,6 +320,9 @@ func (h *Handler) cleanup(w http.ResponseWriter, r *http.Request) {
 	t, err := Reach(r.Context(), h.o.Sessions, h.o.Now(), p.Subject, req.Session, "")
 	if err == nil && t.Session.Kind != labs.KindPod {
 		err = fmt.Errorf("%w: cleanup is for workspace Pod labs; session %s is a %s lab, with no guardian", access.ErrBadRequest, t.Session.ID, t.Session.Kind)
+	}
+	if err == nil {
+		err = h.o.Owners.Owns(r.Context(), t.Session.Kind, t.Object, t.Session.ID)
 	}
 	if err != nil {
 		h.o.API.WriteError(w, r, err)

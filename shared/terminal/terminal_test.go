@@ -26,7 +26,7 @@ func TestRefusedBeforeTheSession(t *testing.T) {
 	now := func() time.Time { return time.Date(2026, 12, 1, 10, 0, 0, 0, time.UTC) }
 	auth := access.NewAuthenticator(secret, now)
 	api := httpapi.New(httpapi.Options{Auth: auth, Now: now})
-	h, err := New(Options{Auth: auth, API: api, Kube: &rest.Config{Host: "http://127.0.0.1:1"}, Namespace: "s", Now: now, Limits: termlimit.DefaultLimits()})
+	h, err := New(Options{Auth: auth, API: api, Kube: &rest.Config{Host: "http://127.0.0.1:1"}, Namespace: "s", Now: now, Limits: termlimit.DefaultLimits(), Owners: objectOwners{}})
 	if err != nil {
 		t.Fatal(err)
 	}

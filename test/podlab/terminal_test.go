@@ -41,12 +41,14 @@ func TestWebTerminal(t *testing.T) {
 		tm.send("id; echo in-$LABKEEP_CONTAINER_NAME; ps -eo pid,comm\n")
 		out := tm.waitOutput("in-workspace", "uid=0(root) gid=0(root)", "sshd", "guardian")
 		tm.resize(113, 37)
-		tm.send("stty size; echo shell-pid-$$.\n")
-		out = tm.waitOutput("37 113", ".\r\n")
+		// Quoted so that the terminal's echo of the typed line holds
+		// neither marker: only the shell's output does.
+		tm.send("stty size; echo shell\"\"-pid-$$\".\"end\n")
+		out = tm.waitOutput("37 113", ".end")
 		t.Logf("terminal output of id and ps (the Pod shares its PID namespace, so guardian shows too):\n%s", lastLines(out, 12))
 		// Leaving the page hangs the shell up, as a dropped SSH connection
 		// does: it does not linger in the container.
-		pid := between(out, "shell-pid-", ".\r\n")
+		pid := between(out, "shell-pid-", ".end")
 		tm.close()
 		closed := time.Now()
 		stacktest.Eventually(t, time.Minute, func() (bool, string) {
@@ -179,6 +181,40 @@ func TestWebTerminal(t *testing.T) {
 		if r := d.Do("POST", "/terminal/cleanup", d.Token("tara", "student"), fmt.Sprintf(`{"session":%q}`, id), ""); r.Status != http.StatusOK {
 			t.Errorf("own cleanup = %d %s", r.Status, r.Body)
 		}
+	})
+	// Another environment shares the sessions namespace, and its database
+	// holds a running session naming this one's Pod (the same id: a copy
+	// of the row, as a restored backup or a tampered database would). Its
+	// terminal and cleanup must not reach into a Pod its environment does
+	// not own: both are refused before any exec or guardian call.
+	t.Run("another environment's record reaches nothing", func(t *testing.T) {
+		other := stacktest.Deploy(t, st, stacktest.Options{Namespace: d.Namespace})
+		var row []byte
+		if err := d.DB.QueryRow(t.Context(), `SELECT row_to_json(s) FROM sessions s WHERE id = $1`, id).Scan(&row); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.DB.Exec(t.Context(), `INSERT INTO sessions SELECT * FROM json_populate_record(NULL::sessions, $1)`, row); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := other.DB.Exec(t.Context(), `UPDATE sessions SET student = 'mallory' WHERE id = $1`, id); err != nil {
+			t.Fatal(err)
+		}
+		mallory := other.Token("mallory", "student")
+		if r := other.Do("GET", "/getSession?id="+id, mallory, "", ""); r.Status != http.StatusOK {
+			t.Fatalf("the copied session in the other environment = %d %s, want it mallory's and running", r.Status, r.Body)
+		}
+		tm := dialTerminal(t, other, id, mallory, nil)
+		wantWhy := "forbidden: workspace Pod " + s.podName() + " is not this session's here"
+		if code, why := tm.closed(); code != 4403 || !strings.HasPrefix(why, wantWhy) {
+			t.Errorf("the other environment's terminal closed %d %q, want 4403 %q…", code, why, wantWhy)
+		}
+		if r := other.Do("POST", "/terminal/cleanup", mallory, fmt.Sprintf(`{"session":%q}`, id), ""); r.Status != http.StatusForbidden || r.Code != "forbidden" {
+			t.Errorf("the other environment's cleanup = %d %s, want 403 forbidden", r.Status, r.Body)
+		}
+		// Control: this environment's student still gets her terminal.
+		own := dialTerminal(t, d, id, d.Token("tara", "student"), nil)
+		defer own.close()
+		own.waitConnected()
 	})
 }
 
