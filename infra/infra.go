@@ -16,6 +16,9 @@ import (
 	"io"
 	"io/fs"
 	"maps"
+	"net"
+	"net/netip"
+	neturl "net/url"
 	"slices"
 	"strings"
 	"time"
@@ -190,6 +193,30 @@ type Admission struct {
 	// Data replaces further parameters by key (guardianImages,
 	// runtimeClasses, …).
 	Data map[string]string
+}
+
+// WebhookPin is the guardianWebhooks entry of the admission parameters
+// that admits the functions' egress rule to guardian's webhook at url
+// (LABKEEP_GUARDIAN_WEBHOOK_URL): its address:port ([address]:port for
+// IPv6), the port explicit (80 for http, 443 for https). A URL naming a
+// host name has no such rule (the functions write none), so "".
+func WebhookPin(url string) (string, error) {
+	u, err := neturl.Parse(url)
+	if err != nil {
+		return "", fmt.Errorf("guardian webhook URL: %w", err)
+	}
+	addr, err := netip.ParseAddr(u.Hostname())
+	if err != nil {
+		return "", nil // a host name
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"http": "80", "https": "443"}[u.Scheme]
+	}
+	if port == "" {
+		return "", fmt.Errorf("guardian webhook URL %q: no port and scheme %q", url, u.Scheme)
+	}
+	return net.JoinHostPort(addr.String(), port), nil
 }
 
 // AdmissionObjects are admission-policy.yaml's objects placed per p

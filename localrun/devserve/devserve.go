@@ -163,7 +163,11 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 	}
 	// The admission policy production applies, so what the functions may
 	// not create in production is refused here too.
-	if err := infra.ApplyAdmission(ctx, st.Admin(), place, Admission(cfg.Env, st.KubeVirt)); err != nil {
+	adm, err := Admission(cfg.Env, st.KubeVirt, cfg.Kube.GuardianWebhookURL)
+	if err != nil {
+		return nil, err
+	}
+	if err := infra.ApplyAdmission(ctx, st.Admin(), place, adm); err != nil {
 		return nil, fmt.Errorf("installing infra/'s admission policy: %w", err)
 	}
 	if err := matchQuota(ctx, st, cfg); err != nil {
@@ -227,9 +231,17 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 // Admission is the admission policy's parameters for the local stack's
 // functions of environment env: admission-policy.yaml's own, with the
 // local guest disk's repository allowed where real KubeVirt boots the VM
-// labs from it (stack.LocalVMLabs), as an operator lists each lab image.
-func Admission(env string, kubevirt bool) infra.Admission {
+// labs from it (stack.LocalVMLabs), as an operator lists each lab image,
+// and guardian's webhook rule pinned to webhook (the functions'
+// LABKEEP_GUARDIAN_WEBHOOK_URL: the host's alert listener), as an
+// operator pins theirs.
+func Admission(env string, kubevirt bool, webhook string) (infra.Admission, error) {
 	a := infra.Admission{Env: env}
+	pin, err := infra.WebhookPin(webhook)
+	if err != nil {
+		return a, err
+	}
+	a.Data = map[string]string{"guardianWebhooks": pin}
 	if kubevirt {
 		repo, _, _ := strings.Cut(images.GuestDebian, "@")
 		if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {
@@ -237,7 +249,7 @@ func Admission(env string, kubevirt bool) infra.Admission {
 		}
 		a.Images = []string{repo}
 	}
-	return a
+	return a, nil
 }
 
 // EnvFileName is the name, in the state directory, of Server.EnvFile.

@@ -1,13 +1,21 @@
 // Package guardianvm runs guardian's end-to-end scenarios, and the
 // real-kernel tests of its cgroup adapter, on a real cgroup v2 kernel: it
 // builds guardian, its workload tool and the two test binaries, boots them
-// with OpenSSH and a shell in a VM whose kernel runs cgroup v2 only
-// (localrun/guestvm), and fails for every test that does not pass there. The same scenarios run on the host's cgroup v1 in
+// with OpenSSH, a shell and a C toolchain (make, gcc, binutils: the build
+// scenario's) in a VM whose kernel runs cgroup v2 only (localrun/guestvm).
+// Every test the guest reports, subtests included, becomes a subtest
+// here with the guest's verdict — a failure fails it, a skip skips it with
+// the guest's reason — so `make test`'s skip check holds the guest to
+// test/skips.md exactly as it holds the host: a skip not listed there
+// fails the run. The same scenarios run on the host's cgroup v1 in
 // guardian/e2e itself.
 package guardianvm
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +39,46 @@ var guestPrograms = []string{
 // separation and root's shell, name service configuration).
 var guestFiles = []string{"/etc/passwd", "/etc/group", "/etc/nsswitch.conf", "/etc/ld.so.cache"}
 
+// gccLib is where Debian's gcc 12 keeps its compiler proper, start files
+// and own headers.
+const gccLib = "/usr/lib/gcc/x86_64-linux-gnu/12"
+
+// toolchain are the programs of the build scenario (make -j16 of a real C
+// library): make and the commands its Makefile runs, the gcc driver under
+// both names with its compiler proper, and binutils. All from Debian's
+// packages on the host (make test installs build-essential).
+var toolchain = []string{
+	"/usr/bin/make", "/usr/bin/cc", "/usr/bin/gcc", gccLib + "/cc1", gccLib + "/collect2", gccLib + "/liblto_plugin.so",
+	"/usr/bin/as", "/usr/bin/ld", "/usr/bin/ar", "/usr/bin/grep", "/usr/bin/uname", "/usr/bin/md5sum", "/usr/bin/ls",
+	"/usr/bin/mkdir", "/usr/bin/cp", "/usr/bin/rm", "/usr/bin/sed", "/usr/bin/chmod", "/usr/bin/echo", "/usr/bin/true", "/usr/bin/test",
+}
+
+// toolchainTrees are the directories the compiler reads whole: the C
+// library's headers (the top level, the architecture's and the kernel's)
+// and gcc's own headers and start files.
+var toolchainTrees = []string{"/usr/include", gccLib}
+
+// toolchainSkip are the parts of toolchainTrees no C build of the library
+// reads (C++, LTO, other projects' headers), left out of the guest's
+// memory.
+var toolchainSkip = regexp.MustCompile(`^/usr/include/[^/]+/|^` + regexp.QuoteMeta(gccLib) + `/(cc1plus|lto1|lto-wrapper|g\+\+-mapper-server|plugin/)`)
+
+// toolchainKeep are the subdirectories of /usr/include kept despite
+// toolchainSkip: the C library's architecture headers and the kernel's.
+var toolchainKeep = regexp.MustCompile(`^/usr/include/(x86_64-linux-gnu|linux|asm-generic)/`)
+
+// startFiles are the C library's files gcc links with (its probes of the
+// compiler link a program).
+var startFiles = []string{
+	"/usr/lib/x86_64-linux-gnu/crt1.o", "/usr/lib/x86_64-linux-gnu/crti.o", "/usr/lib/x86_64-linux-gnu/crtn.o",
+	"/usr/lib/x86_64-linux-gnu/libc.so", "/usr/lib/x86_64-linux-gnu/libc_nonshared.a", "/usr/lib/x86_64-linux-gnu/libm.so",
+}
+
+// zstdModule is the module guardian/e2e's build scenario builds (its
+// zstdModule); its C sources go into the guest's source cache, where that
+// scenario looks first, since the guest has neither network nor go.
+const zstdModule = "github.com/valyala/gozstd@v1.21.1"
+
 // guestTimeScale is the scenarios' time scale in the guest.
 const guestTimeScale = "8"
 
@@ -45,19 +93,25 @@ func TestScenariosOnCgroupV2(t *testing.T) {
 	// cgroupfs's real-kernel tests first (the v2 adapter itself), then the
 	// scenarios.
 	console := &lineLog{tb: t, start: time.Now()}
-	code := runInGuest(t, console, `rc=0; for t in cgroupfs e2e; do "$0/$t.test" -test.v -test.count=1 -test.timeout=25m -test.run "$1" || rc=1; done; exit $rc`, run)
-	results := console.results()
-	t.Logf("on cgroup v2: exit %d, %d scenarios: %v", code, len(results), results)
-	if len(results) == 0 {
-		t.Fatal("the guest ran no scenario")
+	code := runInGuest(t, console, `rc=0; for t in cgroupfs e2e; do echo "`+binaryMarker+`$t"; "$0/$t.test" -test.v -test.count=1 -test.timeout=25m -test.run "$1" || rc=1; done; exit $rc`, run)
+	if len(console.verdicts) == 0 {
+		t.Fatal("the guest ran no test")
 	}
-	for name, r := range results {
-		if r == "FAIL" {
-			t.Errorf("%s failed on cgroup v2 (its output is above)", name)
-		}
+	counts := map[string]int{}
+	for _, v := range console.verdicts {
+		counts[v.result]++
+		t.Run(v.name, func(t *testing.T) {
+			switch v.result {
+			case "FAIL":
+				t.Errorf("failed on cgroup v2 (its output is above)")
+			case "SKIP":
+				t.Skipf("skipped on cgroup v2: %s", v.reason)
+			}
+		})
 	}
-	if code != 0 && !t.Failed() {
-		t.Errorf("the scenarios' test binary exited %d in the guest", code)
+	t.Logf("on cgroup v2: exit %d; of %d tests and subtests, %d passed, %d failed, %d skipped", code, len(console.verdicts), counts["PASS"], counts["FAIL"], counts["SKIP"])
+	if code != 0 && counts["FAIL"] == 0 {
+		t.Errorf("the test binaries exited %d in the guest without a failed test", code)
 	}
 }
 
@@ -102,7 +156,7 @@ func runInGuest(tb testing.TB, console *lineLog, script, arg string) int {
 		tb.Skip("needs root like guardian/e2e itself")
 	}
 	kernel := guestvm.RequireKernel(tb)
-	for _, p := range guestPrograms {
+	for _, p := range append(append([]string(nil), guestPrograms...), toolchain...) {
 		if _, err := os.Stat(p); err != nil {
 			tb.Skipf("needs %s on the host (make test installs it): %v", p, err)
 		}
@@ -115,8 +169,18 @@ func runInGuest(tb testing.TB, console *lineLog, script, arg string) int {
 		tb.Fatal(err)
 	}
 	files := map[string]string{}
-	for _, f := range guestFiles {
+	for _, f := range append(guestFiles, startFiles...) {
 		files[f] = f
+	}
+	if err := addToolchainTrees(files); err != nil {
+		tb.Fatal(err)
+	}
+	src, err := zstdLib(ctx)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := addTree(files, src, "/root/.cache/labkeep/build-src/zstd-lib", nil); err != nil {
+		tb.Fatal(err)
 	}
 	for name, args := range map[string][]string{
 		"guardian":      {"build", "-o", filepath.Join(dir, "guardian"), "labkeep/guardian/cmd/guardian"},
@@ -132,7 +196,7 @@ func runInGuest(tb testing.TB, console *lineLog, script, arg string) int {
 		files[guestBin+"/"+name] = filepath.Join(dir, name)
 	}
 	code, err := guestvm.Run(ctx, guestvm.Spec{
-		Kernel: kernel, Init: init, Programs: guestPrograms, Files: files,
+		Kernel: kernel, Init: init, Programs: append(append([]string(nil), guestPrograms...), toolchain...), Files: files,
 		Command: []string{"/bin/sh", "-c", script, guestBin, arg},
 		// Under TCG the guest runs several times slower than the host (an
 		// idle login: about 0.7 s against 0.1 s): the scenarios get
@@ -148,8 +212,25 @@ func runInGuest(tb testing.TB, console *lineLog, script, arg string) int {
 	return code
 }
 
-// resultLine is go test -v's verdict for a top-level test.
-var resultLine = regexp.MustCompile(`^--- (PASS|FAIL|SKIP): (Test\w+)`)
+// resultLine is go test -v's verdict for a test or subtest (indented by
+// its depth).
+var resultLine = regexp.MustCompile(`^\s*--- (PASS|FAIL|SKIP): (Test\S+) \(`)
+
+// runLine starts a test's output.
+var runLine = regexp.MustCompile(`^=== (?:RUN|CONT)\s+(Test\S+)`)
+
+// logLine is a message a test logged (t.Log, t.Skip): file, line, text.
+var logLine = regexp.MustCompile(`^\s+\w+_test\.go:\d+: (.*)`)
+
+// binaryMarker is what the guest's script prints before running each test
+// binary, followed by its name.
+const binaryMarker = "=== labkeep test binary: "
+
+// verdict is one test's result in the guest, named by its test binary
+// and its full name; reason is its last logged message (a skip's reason).
+type verdict struct {
+	name, result, reason string
+}
 
 // benchLine is a benchmark's result line: name, iterations, then value
 // and unit pairs.
@@ -165,11 +246,14 @@ type benchResult struct {
 // scenario shows where it hangs) and collects the verdicts and benchmark
 // results.
 type lineLog struct {
-	tb      testing.TB
-	start   time.Time
-	partial string
-	verdict map[string]string
-	benches []benchResult
+	tb       testing.TB
+	start    time.Time
+	partial  string
+	binary   string
+	running  string            // the test whose output comes now
+	last     map[string]string // each test's last logged message
+	verdicts []verdict
+	benches  []benchResult
 }
 
 func (l *lineLog) Write(p []byte) (int, error) {
@@ -179,27 +263,98 @@ func (l *lineLog) Write(p []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		line := l.partial[:i]
+		line := strings.TrimRight(l.partial[:i], "\r")
 		l.partial = l.partial[i+1:]
 		l.tb.Logf("[guest %6.1fs] %s", time.Since(l.start).Seconds(), line)
-		if m := benchLine.FindStringSubmatch(line); m != nil {
-			r := benchResult{name: strings.TrimPrefix(m[1], "Benchmark"), metrics: map[string]float64{}}
-			f := strings.Fields(m[2])
-			for i := 0; i+1 < len(f); i += 2 {
-				if v, err := strconv.ParseFloat(f[i], 64); err == nil {
-					r.metrics[f[i+1]] = v
-				}
-			}
-			l.benches = append(l.benches, r)
-		}
-		if m := resultLine.FindStringSubmatch(line); m != nil {
-			if l.verdict == nil {
-				l.verdict = map[string]string{}
-			}
-			l.verdict[m[2]] = m[1]
-		}
+		l.read(line)
 	}
 	return len(p), nil
 }
 
-func (l *lineLog) results() map[string]string { return l.verdict }
+// read takes one line of the guest's console.
+func (l *lineLog) read(line string) {
+	if l.last == nil {
+		l.last = map[string]string{}
+	}
+	// The marker may follow the console's own escape sequences.
+	if i := strings.Index(line, binaryMarker); i >= 0 {
+		l.binary = line[i+len(binaryMarker):]
+		return
+	}
+	if m := benchLine.FindStringSubmatch(line); m != nil {
+		r := benchResult{name: strings.TrimPrefix(m[1], "Benchmark"), metrics: map[string]float64{}}
+		f := strings.Fields(m[2])
+		for i := 0; i+1 < len(f); i += 2 {
+			if v, err := strconv.ParseFloat(f[i], 64); err == nil {
+				r.metrics[f[i+1]] = v
+			}
+		}
+		l.benches = append(l.benches, r)
+	}
+	if m := runLine.FindStringSubmatch(line); m != nil {
+		l.running = m[1]
+		return
+	}
+	if m := logLine.FindStringSubmatch(line); m != nil && l.running != "" {
+		l.last[l.running] = m[1]
+		return
+	}
+	if m := resultLine.FindStringSubmatch(line); m != nil {
+		l.verdicts = append(l.verdicts, verdict{name: l.binary + "/" + m[2], result: m[1], reason: l.last[m[2]]})
+	}
+}
+
+// addToolchainTrees adds toolchainTrees to files (guest path → host
+// path), at the same paths, less what toolchainSkip leaves out.
+func addToolchainTrees(files map[string]string) error {
+	for _, root := range toolchainTrees {
+		if err := addTree(files, root, root, func(p string) bool {
+			return !toolchainSkip.MatchString(p) || toolchainKeep.MatchString(p)
+		}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// addTree adds every regular file under host directory dir (symbolic
+// links followed) to files at the same place under guest, those keep
+// accepts (by host path; nil keeps all).
+func addTree(files map[string]string, dir, guest string, keep func(string) bool) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if keep != nil && !keep(p) {
+			if d.IsDir() && p != dir {
+				// A directory left out may still hold kept ones
+				// (toolchainKeep): walk on.
+				return nil
+			}
+			return nil
+		}
+		if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
+			return nil // a directory, or a dangling link
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil {
+			return err
+		}
+		files[filepath.Join(guest, rel)] = p
+		return nil
+	})
+}
+
+// zstdLib is the host directory of zstdModule's C library, from the Go
+// module cache (downloaded through the module proxy if missing).
+func zstdLib(ctx context.Context) (string, error) {
+	out, err := exec.CommandContext(ctx, "go", "mod", "download", "-json", zstdModule).Output()
+	if err != nil {
+		return "", fmt.Errorf("go mod download %s: %w", zstdModule, err)
+	}
+	var mod struct{ Dir string }
+	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+		return "", fmt.Errorf("go mod download %s printed no module directory: %v", zstdModule, err)
+	}
+	return filepath.Join(mod.Dir, "zstd", "lib"), nil
+}

@@ -50,10 +50,7 @@ var netpolGVR = schema.GroupVersionResource{Group: "networking.k8s.io", Version:
 // set, and a second session (other), both provisioned by labkeep's code as
 // the functions.
 type shapeFixture struct {
-	place      infra.Placement
-	env        string
-	fnDyn      dynamic.Interface
-	cluster    *kube.Cluster
+	*policyFixture
 	own, other session.Session
 	node       string
 	workspace  corev1.Pod
@@ -64,34 +61,19 @@ type shapeFixture struct {
 // the file's) and waits for the policy.
 func newShapeFixture(t *testing.T, prefix string, data map[string]string) *shapeFixture {
 	t.Helper()
-	place, env, admin, fnRC := underAdmissionParams(t, prefix, data)
-	f := &shapeFixture{place: place, env: env, fnDyn: dynamic.NewForConfigOrDie(fnRC)}
-	cfg := kube.DefaultConfig()
-	cfg.Namespace, cfg.Env, cfg.MaxLifetime = place.Sessions, env, time.Hour
-	cfg.GuardianWebhookURL = "https://labkeep.example.org/guardianAlert"
-	cfg.WorkspaceKey = workspacekey.Key{Secret: []byte("workspace key"), Env: env}
-	var err error
-	if f.cluster, err = kube.NewForConfig(cfg, fnRC); err != nil {
-		t.Fatal(err)
-	}
-	awaitDefaultServiceAccount(t, admin, place.Sessions)
-	shell, ok := sampleLabs(t).Get("shell")
-	if !ok {
-		t.Fatal("infra/base/labs.yaml has no shell lab")
-	}
+	f := &shapeFixture{policyFixture: newPolicyFixture(t, prefix, data, func(cfg *kube.Config) {
+		cfg.GuardianWebhookURL = "https://labkeep.example.org/guardianAlert"
+	})}
+	logTypeWarnings(t, f.admin)
+	var shell labs.Lab
+	f.own, shell = f.ownSession(t, "shell")
+	f.other, _ = f.ownSession(t, "shell")
 	f.node = shell.Nodes[0].Name
-	// The policy is active a moment after it is created: the first
-	// session is retried until a crafted Pod of another rule is refused.
-	probe := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "probe"}, Type: corev1.SecretTypeOpaque}
-	awaitPolicy(t, f.fnDyn, secretsGVR, place.Sessions, probe, refusedLabels)
-	logTypeWarnings(t, admin)
-	f.own = provisionOwn(t, f.cluster, studentSession(shell), shell)
-	f.other = provisionOwn(t, f.cluster, studentSession(shell), shell)
-	typed(t, stored(t, podsGVR, place.Sessions, session.NodeName(f.own.ID, f.node)), &f.workspace)
-	typed(t, stored(t, jobsGVR, place.Sessions, session.AnchorName(f.own.ID)), &f.anchor)
+	typed(t, stored(t, podsGVR, f.place.Sessions, session.NodeName(f.own.ID, f.node)), &f.workspace)
+	typed(t, stored(t, jobsGVR, f.place.Sessions, session.AnchorName(f.own.ID)), &f.anchor)
 	// The crafted Pods keep the real Pod's name (the policy ties it to
 	// the Secret it mounts), so the real one goes.
-	removeOwn(t, podsGVR, place.Sessions, f.workspace.Name)
+	removeOwn(t, podsGVR, f.place.Sessions, f.workspace.Name)
 	return f
 }
 
@@ -199,23 +181,11 @@ func TestAdmissionKeepsGuardianLabkeeps(t *testing.T) {
 // for real and a copy running the same repository by tag is refused with
 // the policy's sentence for guardian.
 func TestAdmissionPinsGuardianImage(t *testing.T) {
-	const repo, digest = "ghcr.io/labkeep/guardian", "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
-	pinned := repo + "@" + digest
-	if !pinnedDigest.MatchString(digest) {
-		t.Fatalf("%s is no digest a guardianImages entry may pin", digest)
-	}
-	place, env, admin, fnRC := underAdmissionParams(t, "pin", map[string]string{"guardianImages": pinned})
-	fnDyn := dynamic.NewForConfigOrDie(fnRC)
-	cfg := kube.DefaultConfig()
-	cfg.Namespace, cfg.Env, cfg.MaxLifetime, cfg.GuardianImage = place.Sessions, env, time.Hour, pinned
-	cluster, err := kube.NewForConfig(cfg, fnRC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	awaitDefaultServiceAccount(t, admin, place.Sessions)
-	awaitPolicy(t, fnDyn, secretsGVR, place.Sessions, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}, refusedLabels)
-	shell, _ := sampleLabs(t).Get("shell")
-	s := provisionOwn(t, cluster, studentSession(shell), shell)
+	const repo = "ghcr.io/labkeep/guardian"
+	pinned := pinnedTo(t, repo)
+	f := newPolicyFixture(t, "pin", map[string]string{"guardianImages": pinned}, func(cfg *kube.Config) { cfg.GuardianImage = pinned })
+	place, fnDyn := f.place, f.fnDyn
+	s, shell := f.ownSession(t, "shell")
 	var workspace corev1.Pod
 	typed(t, stored(t, podsGVR, place.Sessions, session.NodeName(s.ID, shell.Nodes[0].Name)), &workspace)
 	removeOwn(t, podsGVR, place.Sessions, workspace.Name)
@@ -349,28 +319,11 @@ func TestAdmissionAllowsOnlyAnchorJobs(t *testing.T) {
 // exception, DNS to every address, ingress from every Pod of the sessions
 // namespace or from anywhere, Ingress only, another name.
 func TestAdmissionAllowsOnlyTheSessionsNetworkPolicy(t *testing.T) {
-	place, env, admin, fnRC := underAdmissionPolicy(t, "np")
-	fnDyn := dynamic.NewForConfigOrDie(fnRC)
-	cfg := kube.DefaultConfig()
-	cfg.Namespace, cfg.Env, cfg.MaxLifetime = place.Sessions, env, time.Hour
-	cfg.GuardianWebhookURL = "http://10.1.2.3:8080/guardianAlert"
-	cfg.WorkspaceKey = workspacekey.Key{Secret: []byte("workspace key"), Env: env}
-	cfg.PlatformSourceCIDRs = []string{"192.0.2.10/32"}
-	cluster, err := kube.NewForConfig(cfg, fnRC)
-	if err != nil {
-		t.Fatal(err)
-	}
-	awaitDefaultServiceAccount(t, admin, place.Sessions)
-	awaitPolicy(t, fnDyn, secretsGVR, place.Sessions, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "probe"}}, refusedLabels)
-	catalog := sampleLabs(t)
-	shell, _ := catalog.Get("shell")
-	multi, _ := catalog.Get("k8s-cluster")
-	podSession := provisionOwn(t, cluster, studentSession(shell), shell)
-	multiSession := provisionOwn(t, cluster, studentSession(multi), multi)
-	other := provisionOwn(t, cluster, studentSession(shell), shell)
-	var podNP, multiNP networkingv1.NetworkPolicy
-	typed(t, stored(t, netpolGVR, place.Sessions, session.NetworkName(podSession.ID)), &podNP)
-	typed(t, stored(t, netpolGVR, place.Sessions, session.NetworkName(multiSession.ID)), &multiNP)
+	f := newNetpolFixture(t, "np", nil)
+	place, env, fnDyn := f.place, f.env, f.fnDyn
+	_, podNP := f.ownNetworkPolicy(t, "shell")
+	_, multiNP := f.ownNetworkPolicy(t, "k8s-cluster")
+	other, _ := f.ownNetworkPolicy(t, "shell")
 
 	t.Run("the parameters' egressBlocked are what labkeep's policy excepts", func(t *testing.T) {
 		var got []string
@@ -389,69 +342,83 @@ func TestAdmissionAllowsOnlyTheSessionsNetworkPolicy(t *testing.T) {
 		}
 	})
 
-	// copyOf makes copies of np keeping its name, edited by edit.
-	copyOf := func(np *networkingv1.NetworkPolicy, edit func(spec *networkingv1.NetworkPolicySpec)) crafted {
-		c := np.DeepCopy()
-		c.ObjectMeta = metav1.ObjectMeta{Name: np.Name, Labels: np.Labels, OwnerReferences: np.OwnerReferences}
-		if edit != nil {
-			edit(&c.Spec)
-		}
-		return crafted{netpolGVR, c}
-	}
 	tcp := corev1.ProtocolTCP
 	allPorts := intstr.FromInt32(1)
 	lastPort := int32(65535)
 	everything := []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &allPorts, EndPort: &lastPort}}
 	dns := intstr.FromInt32(53)
 	testAdmission(t, fnDyn, place.Sessions, []admissionCase{
-		{"labkeep's own policy of a Pod lab", copyOf(&podNP, nil), nameTaken},
-		{"labkeep's own policy of a multi-node lab", copyOf(&multiNP, nil), nameTaken},
-		{"an allow-all selecting every Pod", copyOf(&podNP, func(s *networkingv1.NetworkPolicySpec) {
+		{"labkeep's own policy of a Pod lab", netpolCopy(&podNP, nil), nameTaken},
+		{"labkeep's own policy of a multi-node lab", netpolCopy(&multiNP, nil), nameTaken},
+		{"an allow-all selecting every Pod", netpolCopy(&podNP, func(s *networkingv1.NetworkPolicySpec) {
 			s.PodSelector = metav1.LabelSelector{}
 			s.Ingress = []networkingv1.NetworkPolicyIngressRule{{}}
 			s.Egress = []networkingv1.NetworkPolicyEgressRule{{}}
 		}), refusedNetworkPolicy},
-		{"another session's Pods", copyOf(&podNP, func(s *networkingv1.NetworkPolicySpec) {
+		{"another session's Pods", netpolCopy(&podNP, func(s *networkingv1.NetworkPolicySpec) {
 			s.PodSelector.MatchLabels = map[string]string{kube.LabelSession: other.ID, kube.LabelEnv: env}
 		}), refusedNetworkPolicy},
-		{"its own Pods and more by expression", copyOf(&podNP, func(s *networkingv1.NetworkPolicySpec) {
+		{"its own Pods and more by expression", netpolCopy(&podNP, func(s *networkingv1.NetworkPolicySpec) {
 			s.PodSelector.MatchExpressions = []metav1.LabelSelectorRequirement{{Key: kube.LabelEnv, Operator: metav1.LabelSelectorOpExists}}
 		}), refusedNetworkPolicy},
-		{"egress to a blocked range", copyOf(&podNP, func(s *networkingv1.NetworkPolicySpec) {
+		{"egress to a blocked range", netpolCopy(&podNP, func(s *networkingv1.NetworkPolicySpec) {
 			s.Egress = append(s.Egress, networkingv1.NetworkPolicyEgressRule{
 				To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "10.0.0.0/8"}}}, Ports: everything})
 		}), refusedNetworkPolicy},
-		{"egress to every address without a blocked range's exception", copyOf(&podNP, func(s *networkingv1.NetworkPolicySpec) {
+		{"egress to every address without a blocked range's exception", netpolCopy(&podNP, func(s *networkingv1.NetworkPolicySpec) {
 			s.Egress = append(s.Egress, networkingv1.NetworkPolicyEgressRule{
 				To: []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: []string{"169.254.0.0/16"}}}}, Ports: everything})
 		}), refusedNetworkPolicy},
-		{"DNS to every address", copyOf(&podNP, func(s *networkingv1.NetworkPolicySpec) {
+		{"DNS to every address", netpolCopy(&podNP, func(s *networkingv1.NetworkPolicySpec) {
 			s.Egress = append(s.Egress, networkingv1.NetworkPolicyEgressRule{
 				To:    []networkingv1.NetworkPolicyPeer{{IPBlock: &networkingv1.IPBlock{CIDR: "0.0.0.0/0", Except: strings.Fields("169.254.0.0/16 10.0.0.0/8 172.16.0.0/12 192.168.0.0/16 100.64.0.0/10")}}},
 				Ports: []networkingv1.NetworkPolicyPort{{Protocol: &tcp, Port: &dns}}})
 		}), refusedNetworkPolicy},
-		{"egress to any Pod of any namespace", copyOf(&podNP, func(s *networkingv1.NetworkPolicySpec) {
+		{"egress to any Pod of any namespace", netpolCopy(&podNP, func(s *networkingv1.NetworkPolicySpec) {
 			s.Egress = append(s.Egress, networkingv1.NetworkPolicyEgressRule{
 				To: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{}}}})
 		}), refusedNetworkPolicy},
-		{"ingress from every Pod of the sessions namespace", copyOf(&podNP, func(s *networkingv1.NetworkPolicySpec) {
+		{"ingress from every Pod of the sessions namespace", netpolCopy(&podNP, func(s *networkingv1.NetworkPolicySpec) {
 			s.Ingress = append(s.Ingress, networkingv1.NetworkPolicyIngressRule{
 				From: []networkingv1.NetworkPolicyPeer{{NamespaceSelector: &metav1.LabelSelector{
 					MatchLabels: map[string]string{corev1.LabelMetadataName: place.Sessions}}}},
 				Ports: everything[:1]})
 		}), refusedNetworkPolicy},
-		{"ingress from anywhere on every port", copyOf(&podNP, func(s *networkingv1.NetworkPolicySpec) {
+		{"ingress from anywhere on every port", netpolCopy(&podNP, func(s *networkingv1.NetworkPolicySpec) {
 			s.Ingress = append(s.Ingress, networkingv1.NetworkPolicyIngressRule{})
 		}), refusedNetworkPolicy},
-		{"Ingress only", copyOf(&podNP, func(s *networkingv1.NetworkPolicySpec) {
+		{"Ingress only", netpolCopy(&podNP, func(s *networkingv1.NetworkPolicySpec) {
 			s.PolicyTypes, s.Egress = []networkingv1.PolicyType{networkingv1.PolicyTypeIngress}, nil
 		}), refusedNetworkPolicy},
 		{"labkeep's policy under another name", func() crafted {
-			c := copyOf(&podNP, nil)
+			c := netpolCopy(&podNP, nil)
 			c.obj.(*networkingv1.NetworkPolicy).Name = "crafted"
 			return c
 		}(), refusedNetworkPolicy},
 	})
+}
+
+// netpolCopy is a copy of np, one of labkeep's own NetworkPolicies as
+// stored, keeping its name, labels and owner, whose spec edit changes (nil:
+// none).
+func netpolCopy(np *networkingv1.NetworkPolicy, edit func(spec *networkingv1.NetworkPolicySpec)) crafted {
+	c := np.DeepCopy()
+	c.ObjectMeta = metav1.ObjectMeta{Name: np.Name, Labels: np.Labels, OwnerReferences: np.OwnerReferences}
+	if edit != nil {
+		edit(&c.Spec)
+	}
+	return crafted{netpolGVR, c}
+}
+
+// pinnedTo is repo pinned to a digest (of no real image) as a
+// guardianImages or anchorImages entry pins it.
+func pinnedTo(t *testing.T, repo string) string {
+	t.Helper()
+	const digest = "sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	if !pinnedDigest.MatchString(digest) {
+		t.Fatalf("%s is no digest an image entry may pin", digest)
+	}
+	return repo + "@" + digest
 }
 
 // `make run` installs the admission policy production applies
@@ -469,10 +436,15 @@ func TestMakeRunAppliesTheAdmissionPolicy(t *testing.T) {
 	admin := kubeAdmin(t)
 	createPlacement(t, admin, place)
 	awaitDefaultServiceAccount(t, admin, place.Sessions)
-	if err := infra.ApplyAdmission(ctx, api.admin, place, devserve.Admission(env, true)); err != nil {
+	const webhook = "http://10.88.0.1:34567/guardianAlert" // the host's alert listener
+	adm, err := devserve.Admission(env, true, webhook)
+	if err != nil {
 		t.Fatal(err)
 	}
-	objs, err := infra.AdmissionObjects(place, devserve.Admission(env, true))
+	if err := infra.ApplyAdmission(ctx, api.admin, place, adm); err != nil {
+		t.Fatal(err)
+	}
+	objs, err := infra.AdmissionObjects(place, adm)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -497,7 +469,7 @@ func TestMakeRunAppliesTheAdmissionPolicy(t *testing.T) {
 	cfg := kube.DefaultConfig()
 	cfg.Namespace, cfg.Env, cfg.MaxLifetime = place.Sessions, env, time.Hour
 	cfg.AnchorImage, cfg.GuardianImage, cfg.WorkspacePod = images.Pause, images.Guardian, definition
-	cfg.GuardianWebhookURL = "http://10.88.0.1:34567/guardianAlert"
+	cfg.GuardianWebhookURL = webhook
 	cfg.WorkspaceKey = workspacekey.Key{Secret: []byte("workspace key"), Env: env}
 	cfg.SSHSourceCIDRs = append(cfg.SSHSourceCIDRs, "10.88.0.1/32")
 	cfg.PlatformSourceCIDRs = []string{"10.88.0.1/32"}

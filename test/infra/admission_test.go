@@ -3,6 +3,7 @@ package infra_test
 import (
 	"context"
 	"maps"
+	"net/netip"
 	"regexp"
 	"slices"
 	"strings"
@@ -30,6 +31,7 @@ import (
 	"labkeep/shared/labs"
 	"labkeep/shared/seating"
 	"labkeep/shared/session"
+	"labkeep/shared/workspacekey"
 )
 
 // The policy's messages, as admission-policy.yaml writes them (the start
@@ -61,9 +63,12 @@ var (
 
 // The admission policy's parameters agree with the code: the workspace set
 // plus the labs' opt-ins, guardian's capabilities as the workspace Pod
-// definition gives them, and images named by repository or by a prefix
-// ending in "/" (so "ghcr.io/labkeep" could never admit
-// "ghcr.io/labkeepevil/…").
+// definition gives them, the cluster's DNS Pods as the functions' default
+// LABKEEP_CLUSTER_DNS, anchor images admitting the default
+// LABKEEP_ANCHOR_IMAGE; images named by repository or by a prefix ending
+// in "/" (so "ghcr.io/labkeep" could never admit "ghcr.io/labkeepevil/…"),
+// guardian's and the anchor's by repository or repository@digest, and
+// guardian's webhooks by address:port or *.
 func TestAdmissionParamsMatchTheCode(t *testing.T) {
 	params := admissionParams(t, infra.Placement{})
 	words := func(key string) []string {
@@ -85,8 +90,11 @@ func TestAdmissionParamsMatchTheCode(t *testing.T) {
 	}
 	slices.Sort(wantWorkspace)
 	slices.Sort(wantGuardian)
-	got := map[string][]string{"workspaceCapabilities": words("workspaceCapabilities"), "guardianCapabilities": words("guardianCapabilities"), "hostPaths": words("hostPaths")}
-	want := map[string][]string{"workspaceCapabilities": wantWorkspace, "guardianCapabilities": wantGuardian, "hostPaths": {pod.Spec.Volumes[0].HostPath.Path}}
+	defaults := kube.DefaultConfig()
+	got := map[string][]string{"workspaceCapabilities": words("workspaceCapabilities"), "guardianCapabilities": words("guardianCapabilities"),
+		"hostPaths": words("hostPaths"), "clusterDNS": words("clusterDNS")}
+	want := map[string][]string{"workspaceCapabilities": wantWorkspace, "guardianCapabilities": wantGuardian,
+		"hostPaths": {pod.Spec.Volumes[0].HostPath.Path}, "clusterDNS": {defaults.ClusterDNS}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("labkeep-admission parameters (-want +got):\n%s", diff)
 	}
@@ -95,10 +103,23 @@ func TestAdmissionParamsMatchTheCode(t *testing.T) {
 			t.Errorf("images entry %q: name a repository (any tag or digest matches) or a prefix ending in /", r)
 		}
 	}
-	for _, r := range words("guardianImages") {
-		repo, digest, pinned := strings.Cut(r, "@")
-		if strings.Contains(repo, ":") || (pinned && !pinnedDigest.MatchString(digest)) {
-			t.Errorf("guardianImages entry %q: name a repository (any tag or digest matches) or a repository@sha256:<digest> (that image alone)", r)
+	for _, key := range []string{"guardianImages", "anchorImages"} {
+		for _, r := range words(key) {
+			repo, digest, pinned := strings.Cut(r, "@")
+			if strings.Contains(repo, ":") || (pinned && !pinnedDigest.MatchString(digest)) {
+				t.Errorf("%s entry %q: name a repository (any tag or digest matches) or a repository@sha256:<digest> (that image alone)", key, r)
+			}
+		}
+	}
+	// The anchor image the functions (and the local stack) run by default.
+	if !slices.ContainsFunc(words("anchorImages"), func(r string) bool {
+		return strings.HasPrefix(defaults.AnchorImage, r+":") || strings.HasPrefix(defaults.AnchorImage, r+"@")
+	}) {
+		t.Errorf("anchorImages %q do not admit the default anchor image %s", words("anchorImages"), defaults.AnchorImage)
+	}
+	for _, w := range words("guardianWebhooks") {
+		if _, err := netip.ParseAddrPort(w); w != "*" && err != nil {
+			t.Errorf("guardianWebhooks entry %q: name an address:port ([address]:port for IPv6) or *: %v", w, err)
 		}
 	}
 }
@@ -430,6 +451,54 @@ func underAdmissionParams(t *testing.T, prefix string, data map[string]string) (
 	createPlacement(t, admin, place)
 	installAdmission(t, place, infra.Admission{Env: env, Data: data})
 	return place, env, admin, impersonate(place.Functions)
+}
+
+// policyFixture is one placement under the admission policy whose
+// functions are labkeep's own code (cluster), acting as the placement's
+// ServiceAccount.
+type policyFixture struct {
+	place   infra.Placement
+	env     string
+	admin   kubernetes.Interface
+	fnDyn   dynamic.Interface // the functions' ServiceAccount, for crafted objects
+	cluster *kube.Cluster
+}
+
+// newPolicyFixture sets up a policyFixture under the parameters data (nil:
+// the file's) and waits for the policy. The functions run with
+// kube.DefaultConfig in the placement, with a workspace key (guardian's
+// cleanup token and alert credentials), changed by configure (nil: not).
+func newPolicyFixture(t *testing.T, prefix string, data map[string]string, configure func(cfg *kube.Config)) *policyFixture {
+	t.Helper()
+	place, env, admin, fnRC := underAdmissionParams(t, prefix, data)
+	f := &policyFixture{place: place, env: env, admin: admin, fnDyn: dynamic.NewForConfigOrDie(fnRC)}
+	cfg := kube.DefaultConfig()
+	cfg.Namespace, cfg.Env, cfg.MaxLifetime = place.Sessions, env, time.Hour
+	cfg.WorkspaceKey = workspacekey.Key{Secret: []byte("workspace key"), Env: env}
+	if configure != nil {
+		configure(&cfg)
+	}
+	var err error
+	if f.cluster, err = kube.NewForConfig(cfg, fnRC); err != nil {
+		t.Fatal(err)
+	}
+	awaitDefaultServiceAccount(t, admin, place.Sessions)
+	// The policy is active a moment after it is created: wait until it
+	// refuses a Secret without labkeep's labels.
+	probe := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "probe"}, Type: corev1.SecretTypeOpaque}
+	awaitPolicy(t, f.fnDyn, secretsGVR, place.Sessions, probe, refusedLabels)
+	return f
+}
+
+// ownSession provisions a session of the sample lab named lab with
+// labkeep's own code, as the functions, and returns it with the lab.
+func (f *policyFixture) ownSession(t *testing.T, lab string) (session.Session, labs.Lab) {
+	t.Helper()
+	l, ok := sampleLabs(t).Get(lab)
+	if !ok {
+		t.Fatalf("infra/base/labs.yaml has no %s lab", lab)
+	}
+	return provisionOwn(t, f.cluster, studentSession(l), l), l
 }
 
 // awaitPolicy waits until the policy, active a moment after it is

@@ -26,7 +26,12 @@ import (
 
 // secretSettings must come from a Secret, never from a literal value in
 // a manifest (they are credentials).
-var secretSettings = []string{"LABKEEP_DATABASE_URL", "LABKEEP_JWT_SECRET", "LABKEEP_WORKSPACE_KEY", "LABKEEP_SCHEDULER_TOKEN", "LABKEEP_METRICS_TOKEN"}
+var secretSettings = []string{"LABKEEP_DATABASE_URL", "LABKEEP_JWT_SECRET", "LABKEEP_WORKSPACE_KEY", "LABKEEP_SCHEDULER_TOKEN"}
+
+// optionalSecrets are credentials app.Config may run without (the metrics
+// token: /metrics on its own listener needs none) that, where a template
+// sets them, come from a secret store too.
+var optionalSecrets = []string{"LABKEEP_METRICS_TOKEN"}
 
 // deployRequired are settings app.Config may run without but every shipped
 // deploy template must set, non-empty: the aud and iss portal tokens must

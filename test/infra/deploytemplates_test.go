@@ -125,6 +125,7 @@ func TestDeployTemplates(t *testing.T) {
 		{"the scheduler token left out", false, "          LABKEEP_SCHEDULER_TOKEN:\n", "          LABKEEP_SCHEDULER_TOKN:\n", "LABKEEP_SCHEDULER_TOKEN is required"},
 		{"the metrics token left out", false, "          LABKEEP_METRICS_TOKEN:\n", "          LABKEEP_METRICS_TOKN:\n", "LABKEEP_METRICS_TOKEN is not set"},
 		{"the metrics token left out of the secrets", true, "    LABKEEP_METRICS_TOKEN   = \"labkeep-metrics-token-${var.env}\"\n", "", "LABKEEP_METRICS_TOKEN is not set"},
+		{"the metrics token as a literal", false, `Fn::Sub: "{{resolve:secretsmanager:${MetricsTokenSecret}}}"`, "a-literal-metrics-token-0123456789", "LABKEEP_METRICS_TOKEN must come from the secret store"},
 		{"an IAM authorizer on /metrics", false, "Method: GET, Path: /metrics, PayloadFormatVersion: \"2.0\"}", "Method: GET, Path: /metrics, PayloadFormatVersion: \"2.0\", Auth: {Authorizer: AWS_IAM}}", "authorizer"},
 		{"a local-stack setting Config does not read", false, "          LABKEEP_LABS_FILE:", "          LABKEEP_REAP_INTERVAL: 1m\n          LABKEEP_LABS_FILE:", "LABKEEP_REAP_INTERVAL"},
 		{"a secret as a literal", false, `Fn::Sub: "{{resolve:secretsmanager:${JwtSecretSecret}}}"`, "a-literal-secret-of-at-least-32-bytes", "LABKEEP_JWT_SECRET"},
@@ -289,7 +290,7 @@ func envProblems(where string, values map[string]string, secret map[string]bool,
 			out = append(out, fmt.Sprintf("%s: /metrics is on the public handler and LABKEEP_METRICS_TOKEN is not set: every scrape would be refused", where))
 		}
 	}
-	for _, k := range secretSettings {
+	for _, k := range append(slices.Clone(secretSettings), optionalSecrets...) {
 		if _, ok := values[k]; ok && !secret[k] {
 			out = append(out, fmt.Sprintf("%s: %s must come from the secret store, not a literal value", where, k))
 		}
