@@ -14,9 +14,12 @@ import (
 // Under a CPU storm (64 spinners on a quota of one and a half cores, half
 // of them trying to renice themselves to -20) the user cannot renice,
 // sshd's listener (and only it) runs SCHED_RR, guardian demotes the
-// spinners to SCHED_IDLE, every login succeeds, and high CPU alone kills
-// nothing. The test reports login latency without and with guardian (the
-// speed comparison is BenchmarkLoginUnderCPUStorm's).
+// spinners to SCHED_IDLE, and high CPU alone kills nothing. Logins, the
+// claim itself: with guardian every login succeeds within stormLoginBound
+// (about ten times the p99 the benchmark measures, 200 ms here); the same
+// storm without guardian starves them — its median login is slower than
+// the slowest with guardian (1.35 s against 0.2 s in the benchmark). How
+// much faster is BenchmarkLoginUnderCPUStorm's figure, not a test's.
 func TestCPUStormLoginLatency(t *testing.T) {
 	ws := newWorkspace(t, stormLimits)
 	spinners := stormSpinners
@@ -59,7 +62,12 @@ func TestCPUStormLoginLatency(t *testing.T) {
 	}
 	t.Logf("idle workspace: login p50 %v", percentile(idle, 0.5))
 
-	without, _, spin := storm("without guardian")
+	without, withoutFailed, spin := storm("without guardian")
+	// A login that failed (its 20 s bound passed) was starved at least
+	// that long.
+	for range withoutFailed {
+		without = append(without, 20*time.Second)
+	}
 	for i, s := range spin {
 		if i%2 == 1 && !strings.Contains(s.stderr.String(), "refused") {
 			t.Errorf("spinner %d could renice itself to -20 without CAP_SYS_NICE: %q", i, s.stderr.String())
@@ -102,6 +110,13 @@ func TestCPUStormLoginLatency(t *testing.T) {
 	if len(failures) > 0 {
 		t.Errorf("%d logins failed with guardian: %v", len(failures), failures)
 	}
+	if slowest := percentile(with, 1); slowest > scaled(stormLoginBound) {
+		t.Errorf("with guardian the slowest login took %v, above %v", slowest, scaled(stormLoginBound))
+	}
+	if starved := percentile(without, 0.5); starved <= percentile(with, 1) {
+		t.Errorf("without guardian the median login took %v, no slower than the slowest with guardian (%v): the storm starved nothing, so the test shows nothing",
+			starved, percentile(with, 1))
+	}
 	// A login forks: the child must not inherit real-time priority.
 	for _, pid := range testcgroup.Procs(ws.rel) {
 		if pid == ws.sshd.id.PID {
@@ -116,6 +131,10 @@ func TestCPUStormLoginLatency(t *testing.T) {
 		percentile(without, 0.5), percentile(without, 1), percentile(with, 0.5), percentile(with, 1), percentile(idle, 0.5))
 	g.report(since)
 }
+
+// stormLoginBound is the most a login may take during a CPU storm with
+// guardian (scaled in an emulated guest).
+const stormLoginBound = 2 * time.Second
 
 // stormLimits is the workspace of the CPU storm scenarios: production
 // pids.max, a quota of one and a half cores.

@@ -255,6 +255,15 @@ func TestEveryRouteMatchesTheDescription(t *testing.T) {
 			{name: "no kind", method: "POST", path: "/guardianAlert", auth: own, body: alertJSON("", "m"), status: 400, code: "invalid_alert"},
 			{name: "too large", method: "POST", path: "/guardianAlert", auth: own, body: alertJSON("k", strings.Repeat("x", 70<<10)), status: 413, code: "too_large"},
 		})
+		// Past the session's alert rate (one stored above): the next is
+		// refused, nothing stored, and says when to retry.
+		for range d.App.Config.Alerts.PerWindow - 1 {
+			cl.do(t, call{method: "POST", path: "/guardianAlert", auth: own, body: alertJSON("k", "m"), status: 201})
+		}
+		limited := cl.do(t, call{method: "POST", path: "/guardianAlert", auth: own, body: alertJSON("k", "m"), status: 429, code: "too_many_alerts"})
+		if limited.Header.Get("Retry-After") == "" {
+			t.Errorf("429 too_many_alerts without Retry-After")
+		}
 	})
 
 	t.Run("admin", func(t *testing.T) {
