@@ -15,11 +15,11 @@ import (
 // of them trying to renice themselves to -20) the user cannot renice,
 // sshd's listener (and only it) runs SCHED_RR, guardian demotes the
 // spinners to SCHED_IDLE, and high CPU alone kills nothing. Logins, the
-// claim itself: with guardian every login succeeds within stormLoginBound
-// (about ten times the p99 the benchmark measures, 200 ms here); the same
-// storm without guardian starves them — its median login is slower than
-// the slowest with guardian (1.35 s against 0.2 s in the benchmark). How
-// much faster is BenchmarkLoginUnderCPUStorm's figure, not a test's.
+// claim itself: with guardian every login succeeds within stormLoginBound;
+// the same storm without guardian starves them — its median login is
+// slower than the slowest with guardian (seen here: 3.3 s against 1.0 s,
+// the first logins racing guardian's first demotion). How much faster is
+// BenchmarkLoginUnderCPUStorm's figure, not a test's.
 func TestCPUStormLoginLatency(t *testing.T) {
 	ws := newWorkspace(t, stormLimits)
 	spinners := stormSpinners
@@ -133,8 +133,9 @@ func TestCPUStormLoginLatency(t *testing.T) {
 }
 
 // stormLoginBound is the most a login may take during a CPU storm with
-// guardian (scaled in an emulated guest).
-const stormLoginBound = 2 * time.Second
+// guardian (scaled in an emulated guest): generous, five times the slowest
+// seen here, and above the median login the storm makes without guardian.
+const stormLoginBound = 5 * time.Second
 
 // stormLimits is the workspace of the CPU storm scenarios: production
 // pids.max, a quota of one and a half cores.
