@@ -134,7 +134,7 @@ func TestCPUStormLoginLatency(t *testing.T) {
 
 // stormLoginBound is the most a login may take during a CPU storm with
 // guardian (scaled in an emulated guest): generous, five times the slowest
-// seen here, and above the median login the storm makes without guardian.
+// seen here.
 const stormLoginBound = 5 * time.Second
 
 // stormLimits is the workspace of the CPU storm scenarios: production
