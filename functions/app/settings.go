@@ -302,10 +302,10 @@ func (c Config) WorkspaceKey() workspacekey.Key {
 // AlertKey is WorkspaceKey as the alert webhook's credentials.
 func (c Config) AlertKey() alerts.Key { return alerts.Key(c.WorkspaceKey()) }
 
-// MinSchedulerTokenBytes is the shortest scheduler token accepted: it is
-// the only credential of an endpoint that deletes things. The metrics
-// token has the same bound.
-const MinSchedulerTokenBytes = 16
+// MinBearerTokenBytes is the shortest static bearer token accepted, the
+// scheduler's and the metrics scraper's: each is the only credential of
+// its endpoint (reapTick deletes things; a scrape reads the database).
+const MinBearerTokenBytes = 16
 
 // MinJWTSecretBytes is the shortest JWT secret accepted.
 const MinJWTSecretBytes = 32
@@ -345,8 +345,8 @@ func (c Config) Validate() error {
 	}
 	if r.SchedulerToken == "" {
 		bad(&r.SchedulerToken, "is required: without it scheduled reaper runs cannot authenticate and nothing expires")
-	} else if len(r.SchedulerToken) < MinSchedulerTokenBytes {
-		bad(&r.SchedulerToken, "must be at least %d bytes, got %d", MinSchedulerTokenBytes, len(r.SchedulerToken))
+	} else if len(r.SchedulerToken) < MinBearerTokenBytes {
+		bad(&r.SchedulerToken, "must be at least %d bytes, got %d", MinBearerTokenBytes, len(r.SchedulerToken))
 	}
 	if len(r.JWTSecret) < MinJWTSecretBytes {
 		bad(&r.JWTSecret, "must be at least %d bytes, got %d", MinJWTSecretBytes, len(r.JWTSecret))
@@ -374,8 +374,8 @@ func (c Config) Validate() error {
 		bad(&r.Reap.RefusedRetention, "%s is below %s %s: the open rate counts refused opens of the whole window", r.Reap.RefusedRetention,
 			key(&r.OpenRate.Per), r.OpenRate.Per)
 	}
-	if r.MetricsToken != "" && len(r.MetricsToken) < MinSchedulerTokenBytes {
-		bad(&r.MetricsToken, "must be at least %d bytes, got %d", MinSchedulerTokenBytes, len(r.MetricsToken))
+	if r.MetricsToken != "" && len(r.MetricsToken) < MinBearerTokenBytes {
+		bad(&r.MetricsToken, "must be at least %d bytes, got %d", MinBearerTokenBytes, len(r.MetricsToken))
 	}
 	if r.RetryAfter <= 0 {
 		bad(&r.RetryAfter, "must be positive, got %s", r.RetryAfter)

@@ -82,27 +82,18 @@ const (
 func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logger, out io.Writer) (s *Server, err error) {
 	labsFile := filepath.Join(stateDir, "labs.yaml")
 	saKubeconfig := filepath.Join(stateDir, "functions.kubeconfig")
-	secret, err := localSecret(filepath.Join(stateDir, "jwt-secret"))
-	if err != nil {
-		return nil, err
-	}
-	schedulerToken, err := localSecret(filepath.Join(stateDir, "scheduler-token"))
-	if err != nil {
-		return nil, err
-	}
-	workspaceKey, err := localSecret(filepath.Join(stateDir, "workspace-key"))
-	if err != nil {
-		return nil, err
-	}
-	metricsToken, err := localSecret(filepath.Join(stateDir, "metrics-token"))
-	if err != nil {
-		return nil, err
-	}
 	// The settings production must be given default to the local stack's;
 	// any LABKEEP_* variable that is set still wins.
 	cfg := app.DefaultConfig()
-	cfg.Env, cfg.DatabaseURL, cfg.JWTSecret, cfg.SchedulerToken = "local", st.DSN(), secret, schedulerToken
-	cfg.WorkspaceSecret, cfg.MetricsToken = workspaceKey, metricsToken
+	cfg.Env, cfg.DatabaseURL = "local", st.DSN()
+	for file, setting := range map[string]*string{
+		"jwt-secret": &cfg.JWTSecret, "scheduler-token": &cfg.SchedulerToken,
+		"workspace-key": &cfg.WorkspaceSecret, "metrics-token": &cfg.MetricsToken,
+	} {
+		if *setting, err = localSecret(filepath.Join(stateDir, file)); err != nil {
+			return nil, err
+		}
+	}
 	cfg.LabsFile, cfg.Kubeconfig = labsFile, saKubeconfig
 	// Every shipped deploy template requires aud and iss; so does make
 	// run, and the tokens it prints carry them.

@@ -31,6 +31,22 @@ func alertBody(kind, message string) string {
 // status and the error code of the answer ("" for a success).
 func post(t *testing.T, d *stacktest.Deployment, user, pass, ctype, body string) (int, string) {
 	t.Helper()
+	a := postAlert(t, d, user, pass, ctype, body)
+	return a.Status, a.Code
+}
+
+// postAnswer is an answer of POST /guardianAlert: its status, its error
+// code ("" for a success) and its Retry-After.
+type postAnswer struct {
+	Status     int
+	Code       string
+	RetryAfter string
+}
+
+// postAlert is post's request, answering with the Retry-After too. An
+// error answer that is not labkeep's error body fails the test.
+func postAlert(t *testing.T, d *stacktest.Deployment, user, pass, ctype, body string) postAnswer {
+	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, d.Server.URL+"/guardianAlert", strings.NewReader(body))
 	if err != nil {
 		t.Fatal(err)
@@ -47,8 +63,9 @@ func post(t *testing.T, d *stacktest.Deployment, user, pass, ctype, body string)
 	}
 	defer res.Body.Close()
 	raw, _ := io.ReadAll(res.Body)
+	a := postAnswer{Status: res.StatusCode, RetryAfter: res.Header.Get("Retry-After")}
 	if res.StatusCode < 300 {
-		return res.StatusCode, ""
+		return a
 	}
 	var eb struct {
 		Error struct{ Code string } `json:"error"`
@@ -56,7 +73,8 @@ func post(t *testing.T, d *stacktest.Deployment, user, pass, ctype, body string)
 	if err := json.Unmarshal(raw, &eb); err != nil || eb.Error.Code == "" {
 		t.Fatalf("guardianAlert answered %d without labkeep's error body: %q", res.StatusCode, raw)
 	}
-	return res.StatusCode, eb.Error.Code
+	a.Code = eb.Error.Code
+	return a
 }
 
 // stored is what the database holds for a session: the kinds, oldest first.
@@ -191,32 +209,10 @@ func TestGuardianAlertEndpoint(t *testing.T) {
 	}
 }
 
-// postAnswer is post's answer with its Retry-After header.
-type postAnswer struct {
-	Status     int
-	Code       string
-	RetryAfter string
-}
-
-// postWithRetry is post, keeping the answer's Retry-After.
+// postWithRetry posts body as JSON with the workspace's credentials.
 func postWithRetry(t *testing.T, d *stacktest.Deployment, user, pass, body string) postAnswer {
 	t.Helper()
-	req, err := http.NewRequest(http.MethodPost, d.Server.URL+"/guardianAlert", strings.NewReader(body))
-	if err != nil {
-		t.Fatal(err)
-	}
-	req.SetBasicAuth(user, pass)
-	req.Header.Set("Content-Type", "application/json")
-	res, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer res.Body.Close()
-	var eb struct {
-		Error struct{ Code string } `json:"error"`
-	}
-	_ = json.NewDecoder(res.Body).Decode(&eb)
-	return postAnswer{res.StatusCode, eb.Error.Code, res.Header.Get("Retry-After")}
+	return postAlert(t, d, user, pass, "application/json", body)
 }
 
 // A workspace's credentials are bounded in rate and in time, on the real

@@ -54,18 +54,18 @@ var toolchain = []string{
 }
 
 // toolchainTrees are the directories the compiler reads whole: the C
-// library's headers (the top level, the architecture's and the kernel's)
-// and gcc's own headers and start files.
-var toolchainTrees = []string{"/usr/include", gccLib}
+// library's architecture headers and the kernel's, and gcc's own headers
+// and start files (less toolchainSkip). The C library's top-level headers
+// are toolchainHeaders.
+var toolchainTrees = []string{"/usr/include/x86_64-linux-gnu", "/usr/include/linux", "/usr/include/asm-generic", gccLib}
 
-// toolchainSkip are the parts of toolchainTrees no C build of the library
-// reads (C++, LTO, other projects' headers), left out of the guest's
-// memory.
-var toolchainSkip = regexp.MustCompile(`^/usr/include/[^/]+/|^` + regexp.QuoteMeta(gccLib) + `/(cc1plus|lto1|lto-wrapper|g\+\+-mapper-server|plugin/)`)
+// toolchainHeaders are the top-level files of /usr/include (not its other
+// projects' subdirectories: C++, node, LLVM).
+const toolchainHeaders = "/usr/include/*"
 
-// toolchainKeep are the subdirectories of /usr/include kept despite
-// toolchainSkip: the C library's architecture headers and the kernel's.
-var toolchainKeep = regexp.MustCompile(`^/usr/include/(x86_64-linux-gnu|linux|asm-generic)/`)
+// toolchainSkip are the parts of gcc's directory no C build reads (C++,
+// LTO), left out of the guest's memory.
+var toolchainSkip = regexp.MustCompile(`^` + regexp.QuoteMeta(gccLib) + `/(cc1plus|lto1|lto-wrapper|g\+\+-mapper-server|plugin/)`)
 
 // startFiles are the C library's files gcc links with (its probes of the
 // compiler link a program).
@@ -304,14 +304,21 @@ func (l *lineLog) read(line string) {
 	}
 }
 
-// addToolchainTrees adds toolchainTrees to files (guest path → host
-// path), at the same paths, less what toolchainSkip leaves out.
+// addToolchainTrees adds toolchainTrees (less toolchainSkip) and
+// toolchainHeaders to files (guest path → host path), at the same paths.
 func addToolchainTrees(files map[string]string) error {
 	for _, root := range toolchainTrees {
-		if err := addTree(files, root, root, func(p string) bool {
-			return !toolchainSkip.MatchString(p) || toolchainKeep.MatchString(p)
-		}); err != nil {
+		if err := addTree(files, root, root, func(p string) bool { return !toolchainSkip.MatchString(p) }); err != nil {
 			return err
+		}
+	}
+	top, err := filepath.Glob(toolchainHeaders)
+	if err != nil {
+		return err
+	}
+	for _, p := range top {
+		if st, err := os.Stat(p); err == nil && st.Mode().IsRegular() {
+			files[p] = p
 		}
 	}
 	return nil
@@ -322,16 +329,8 @@ func addToolchainTrees(files map[string]string) error {
 // accepts (by host path; nil keeps all).
 func addTree(files map[string]string, dir, guest string, keep func(string) bool) error {
 	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
+		if err != nil || (keep != nil && !keep(p)) {
 			return err
-		}
-		if keep != nil && !keep(p) {
-			if d.IsDir() && p != dir {
-				// A directory left out may still hold kept ones
-				// (toolchainKeep): walk on.
-				return nil
-			}
-			return nil
 		}
 		if st, err := os.Stat(p); err != nil || !st.Mode().IsRegular() {
 			return nil // a directory, or a dangling link
