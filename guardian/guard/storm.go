@@ -37,14 +37,18 @@ func (g *Guardian) stormLoop(ctx context.Context) {
 		act := tr.Observe(s.at, frac, s.cpus, s.elapsed, s.prev, s.procs, s.prot)
 		demoted := 0
 		for _, p := range act.Demote {
-			if a, err := g.sched.Get(p.PID); err == nil && a.Policy == unix.SCHED_IDLE {
-				continue
-			}
+			// Applied again even to a process already demoted: a thread it
+			// started since, or one in creation during the last walk, may
+			// still run at normal priority.
+			a, err := g.sched.Get(p.PID)
+			again := err == nil && a.Policy == unix.SCHED_IDLE
 			if err := g.sched.SetIdleProcess(p.PID); err != nil {
 				g.log.Debug("storm: demote", "pid", p.PID, "err", err)
 				continue
 			}
-			demoted++
+			if !again {
+				demoted++
+			}
 		}
 		for _, p := range act.Restore {
 			if err := g.sched.SetNormalProcess(p.PID); err != nil {

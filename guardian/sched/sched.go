@@ -8,6 +8,7 @@ package sched
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 	"unsafe"
@@ -116,25 +117,45 @@ func SetNormalProcess(pid int) error {
 	return eachThread(pid, unix.SchedAttr{Size: uint32(unsafe.Sizeof(unix.SchedAttr{})), Policy: unix.SCHED_NORMAL})
 }
 
-// eachThread applies attr to every thread of pid listed in /proc/pid/task.
+// eachThread applies attr to every thread of pid. A thread that a
+// not-yet-changed thread starts while the walk runs inherits the old policy
+// and is missing from the listing taken before it, so the walk repeats until
+// a listing holds no thread it has not set (threads started by changed ones
+// inherit attr). A process that starts threads faster than the walk ends is
+// bounded by maxThreadPasses.
 func eachThread(pid int, attr unix.SchedAttr) error {
-	tids, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
-	if err != nil {
-		return fmt.Errorf("threads of %d: %w", pid, err)
-	}
+	set := map[int]bool{}
 	var first error
-	for _, d := range tids {
-		tid, err := strconv.Atoi(d.Name())
+	for pass := 0; pass < maxThreadPasses; pass++ {
+		tids, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 		if err != nil {
-			continue
+			if pass > 0 && errors.Is(err, fs.ErrNotExist) {
+				return first // the process ended during the walk
+			}
+			return fmt.Errorf("threads of %d: %w", pid, err)
 		}
-		a := attr
-		if err := unix.SchedSetAttr(tid, &a, 0); err != nil && first == nil && !errors.Is(err, unix.ESRCH) {
-			first = fmt.Errorf("policy %d for thread %d of %d: %w", attr.Policy, tid, pid, err)
+		fresh := 0
+		for _, d := range tids {
+			tid, err := strconv.Atoi(d.Name())
+			if err != nil || set[tid] {
+				continue
+			}
+			set[tid] = true
+			fresh++
+			a := attr
+			if err := unix.SchedSetAttr(tid, &a, 0); err != nil && first == nil && !errors.Is(err, unix.ESRCH) {
+				first = fmt.Errorf("policy %d for thread %d of %d: %w", attr.Policy, tid, pid, err)
+			}
+		}
+		if fresh == 0 {
+			return first
 		}
 	}
 	return first
 }
+
+// maxThreadPasses bounds eachThread's walks over a process's threads.
+const maxThreadPasses = 16
 
 // SetIdleProcess implements the scheduler interface with SetIdleProcess.
 func (OS) SetIdleProcess(pid int) error { return SetIdleProcess(pid) }
