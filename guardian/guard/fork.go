@@ -82,7 +82,7 @@ func (g *Guardian) forkCheck(ctx context.Context, det *victim.BombDetector) {
 		return
 	}
 	g.log.Warn("fork bomb detected", "reason", v.Reason, "processes", len(pids), "tasks", tasks, "pids_max", g.cfg.PidsMax,
-		"refused_forks", v.Refused, "growth_per_s", int(v.Rate), "reach_ms", v.Reach.Milliseconds(), "branching_parents", v.Parents)
+		"refused_forks", v.Refused, "growth_per_s", int(v.Rate), "reach_ms", v.Reach.Milliseconds(), "branching_parents", v.Parents, "orphans", v.Orphans)
 	res := g.contain(ctx, "fork-bomb")
 	g.metrics.bombs.Inc()
 	g.mu.Lock()
@@ -92,8 +92,12 @@ func (g *Guardian) forkCheck(ctx context.Context, det *victim.BombDetector) {
 	switch v.Reason {
 	case "growth":
 		why = fmt.Sprintf("%d processes growing by %d/s, pids.max %d within %v", len(pids), int(v.Rate), g.cfg.PidsMax, v.Reach.Round(time.Millisecond))
+	case "exhausted":
+		why = fmt.Sprintf("%d processes hold every task pids.max %d allows and a fork was refused", len(pids), g.cfg.PidsMax)
 	case "branching":
 		why = fmt.Sprintf("%d processes growing by %d/s, %d of them each starting two or more of the others", len(pids), int(v.Rate), v.Parents)
+	case "orphans":
+		why = fmt.Sprintf("%d processes growing by %d/s, %d of them outliving the parent that started them", len(pids), int(v.Rate), v.Orphans)
 	}
 	g.raise("fork-bomb", "", alert.Critical,
 		fmt.Sprintf("fork bomb: %s; froze the workspace and killed %d unprotected processes in %d round(s), %v",
@@ -166,6 +170,9 @@ type containResult struct {
 	rounds    int
 	contained bool
 	took      time.Duration
+	// Where the time went, over every round: freezing, reading the
+	// processes, signalling them, thawing, waiting for them to leave.
+	freeze, read, signal, thaw, gone time.Duration
 }
 
 // contain freezes the cgroup, SIGKILLs every unprotected process but small
@@ -186,6 +193,12 @@ func (g *Guardian) containLocked(ctx context.Context, reason string, spareLogins
 	var res containResult
 	killed := map[victim.Key]bool{}
 	for res.rounds = 1; res.rounds <= g.cfg.ContainRounds && ctx.Err() == nil; res.rounds++ {
+		phase := time.Now()
+		lap := func(d *time.Duration) {
+			now := time.Now()
+			*d += now.Sub(phase)
+			phase = now
+		}
 		fctx, cancel := context.WithTimeout(ctx, g.cfg.FreezeTimeout)
 		ferr := g.cg.Freeze(fctx)
 		cancel()
@@ -193,7 +206,9 @@ func (g *Guardian) containLocked(ctx context.Context, reason string, spareLogins
 			g.log.Warn("freeze did not complete, killing anyway", "err", ferr)
 		}
 		g.raiseReserve()
+		lap(&res.freeze)
 		procs, prot, err := g.snapshot()
+		lap(&res.read)
 		var victims []victim.Process
 		if err == nil {
 			victims = victim.SpareSmallLogins(procs, prot, spareLogins)
@@ -206,18 +221,22 @@ func (g *Guardian) containLocked(ctx context.Context, reason string, spareLogins
 		} else {
 			g.log.Error("contain: snapshot", "err", err)
 		}
+		lap(&res.signal)
 		if err := g.cg.Thaw(); err != nil {
 			g.log.Error("thaw", "err", err)
 		}
+		lap(&res.thaw)
 		if err == nil && len(victims) == 0 {
 			res.contained = true
 			break
 		}
 		g.waitGone(ctx, victims)
+		lap(&res.gone)
 	}
 	res.took = g.now().Sub(start)
 	g.metrics.kills.WithLabelValues(reason).Add(float64(len(res.killed)))
-	g.log.Info("containment finished", "reason", reason, "killed", len(res.killed), "rounds", res.rounds, "contained", res.contained, "took_ms", res.took.Milliseconds())
+	g.log.Info("containment finished", "reason", reason, "killed", len(res.killed), "rounds", res.rounds, "contained", res.contained, "took_ms", res.took.Milliseconds(),
+		"freeze_ms", res.freeze.Milliseconds(), "read_ms", res.read.Milliseconds(), "signal_ms", res.signal.Milliseconds(), "thaw_ms", res.thaw.Milliseconds(), "gone_ms", res.gone.Milliseconds())
 	return res
 }
 

@@ -7,12 +7,20 @@ import "time"
 // program thousands of threads at once, and both are what a workspace is
 // for. A bomb is a workload that is about to take, or already holds, every
 // task pids.max allows and keeps forking, which is what makes the workspace
-// unusable (sshd cannot fork for a new login). Two signs, either enough:
+// unusable (sshd cannot fork for a new login). Any of these signs is enough:
 //
 //   - Refused: the kernel refused at least Refused forks at pids.max within
 //     Window. The workload is at the limit and still forking. A program
 //     that once asks for one thread too many is not a bomb; a bomb is
 //     refused thousands of times a second.
+//   - Exhausted: a fork was refused since the last observation while the
+//     processes number at least GrowthFraction of Limit. The limit is
+//     reached, so sshd cannot fork for a login, and by many processes, not
+//     one program's threads. The classic bomb (`f(){ f|f& }; f`) gets there
+//     within a second and then sits at the limit: its copies exit at once,
+//     so none is the parent of two, the count no longer grows, and on a CPU
+//     its thousands of processes share, a refused fork is rare (seen: 35 s
+//     until 50 were refused within 10 s, SSH down all along).
 //   - Growth: the number of processes (thread groups, not threads: a
 //     program's threads are no bomb however many it starts) is at least
 //     GrowthFraction of Limit, rose in each of the last two observations,
@@ -39,6 +47,16 @@ import "time"
 //     from one parent (a pool, a loop starting sleepers, make's jobs) and
 //     a compile runs chains (sh, gcc, cc1): few processes there have two
 //     children.
+//   - Orphans: the same look (Growing, and a snapshot), when at least a
+//     quarter of the processes, and at least BranchFraction of
+//     GrowthFraction of Limit, have their parent outside the workspace.
+//     The classic bomb (`f(){ f|f& }; f`) replicates too, but each copy
+//     exits right after starting its two, so its processes are orphans
+//     (the Pod's PID 1 takes them; seen: 45 to 60 %) and few are the parent
+//     of two (seen: 18 s before Branching caught one of 2,864 processes on
+//     2 busy cores).
+//     A workspace's processes descend from its entrypoint or a login, and
+//     a loop starting workers is their parent while it runs.
 type BombPolicy struct {
 	Limit          int           // pids.max the workspace runs under
 	Refused        int           // forks refused within Window that make a bomb
@@ -59,12 +77,13 @@ type BombSample struct {
 // BombVerdict is the detector's answer for one sample.
 type BombVerdict struct {
 	Bomb    bool
-	Reason  string        // "refused", "growth" or "branching" when Bomb
+	Reason  string        // "refused", "exhausted", "growth", "branching" or "orphans" when Bomb
 	Growing bool          // tasks at GrowthFraction of Limit or more, processes rising at each of the last two observations: worth a look at who forks (Branching)
 	Refused int           // forks refused within the window
 	Rate    float64       // process growth over the last two observations, per second
 	Reach   time.Duration // when growing: projected time until the tasks reach Limit
 	Parents int           // after Branching: processes that started two or more of the others
+	Orphans int           // after Branching: processes whose parent is outside the workspace
 }
 
 // BombDetector applies a BombPolicy to successive samples. The first
@@ -84,9 +103,11 @@ type refusal struct {
 // Observe records s and says whether the workspace holds a fork bomb.
 func (d *BombDetector) Observe(s BombSample) BombVerdict {
 	var v BombVerdict
+	refusedNow := false
 	if n := len(d.last); n > 0 {
 		if prev := d.last[n-1]; s.Refused > prev.Refused {
 			d.refused = append(d.refused, refusal{s.At, int(s.Refused - prev.Refused)})
+			refusedNow = true
 		}
 	}
 	kept := d.refused[:0]
@@ -103,6 +124,10 @@ func (d *BombDetector) Observe(s BombSample) BombVerdict {
 	}
 	if d.Policy.Refused > 0 && v.Refused >= d.Policy.Refused {
 		v.Bomb, v.Reason = true, "refused"
+		return v
+	}
+	if refusedNow && float64(s.Procs) >= d.Policy.GrowthFraction*float64(d.Policy.Limit) {
+		v.Bomb, v.Reason = true, "exhausted"
 		return v
 	}
 	if len(d.last) < 3 {
@@ -126,8 +151,11 @@ func (d *BombDetector) Observe(s BombSample) BombVerdict {
 // workspace's processes: it is a bomb when at least BranchFraction of
 // procs, and at least BranchFraction·GrowthFraction·Limit processes, are
 // the parent of two or more of procs (parents outside the workspace do
-// not count). It returns v unchanged when v is not Growing or
-// already a bomb, and with the parents it counted otherwise.
+// not count; reason "branching"), or when at least a quarter of procs, and
+// at least BranchFraction·GrowthFraction·Limit, have their parent outside the
+// workspace (reason "orphans"). It returns v unchanged when v is not
+// Growing or already a bomb, and with the parents and orphans it counted
+// otherwise.
 func (d *BombDetector) Branching(v BombVerdict, procs []Process) BombVerdict {
 	if !v.Growing || v.Bomb || len(procs) == 0 || d.Policy.BranchFraction <= 0 {
 		return v
@@ -147,9 +175,18 @@ func (d *BombDetector) Branching(v BombVerdict, procs []Process) BombVerdict {
 			v.Parents++
 		}
 	}
-	least := d.Policy.BranchFraction * max(float64(len(procs)), d.Policy.GrowthFraction*float64(d.Policy.Limit))
-	if float64(v.Parents) >= least {
+	for _, p := range procs {
+		if !in[p.PPID] {
+			v.Orphans++
+		}
+	}
+	population := d.Policy.BranchFraction * d.Policy.GrowthFraction * float64(d.Policy.Limit)
+	least := max(d.Policy.BranchFraction*float64(len(procs)), population)
+	switch {
+	case float64(v.Parents) >= least:
 		v.Bomb, v.Reason = true, "branching"
+	case 4*v.Orphans >= len(procs) && float64(v.Orphans) >= population:
+		v.Bomb, v.Reason = true, "orphans"
 	}
 	return v
 }

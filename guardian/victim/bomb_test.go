@@ -45,8 +45,18 @@ func TestBombDetector(t *testing.T) {
 		},
 		{
 			name:  "a bomb at the limit still forking is refused again and again",
-			steps: []step{{0, 4090, 4096, 100}, {50, 4090, 4096, 130}, {100, 4090, 4096, 220}},
+			steps: []step{{0, 400, 4096, 100}, {50, 400, 4096, 130}, {100, 400, 4096, 220}},
 			want:  []string{"", "", "refused"},
+		},
+		{
+			name:  "thousands of processes at the limit are a bomb at the first refused fork",
+			steps: []step{{0, 3700, 4096, 0}, {50, 3700, 4096, 0}, {100, 3690, 4096, 1}},
+			want:  []string{"", "", "exhausted"},
+		},
+		{
+			name:  "a few refused forks with fewer processes than a quarter of the limit are no bomb",
+			steps: []step{{0, 1000, 4096, 0}, {50, 1000, 4096, 3}, {100, 1000, 4096, 6}},
+			want:  []string{"", "", ""},
 		},
 		{
 			name:  "one fork refused to a program at the limit is no bomb",
@@ -127,8 +137,9 @@ func TestBombDetectorReset(t *testing.T) {
 }
 
 // A growing workspace is a bomb when its processes replicate: many of them
-// fork two or more of the others. Workers fanned out from one parent and
-// compiles running in chains are not.
+// fork two or more of the others, or most of them outlived the parent that
+// started them. Workers fanned out from one parent and compiles running in
+// chains are not.
 func TestBombDetectorBranching(t *testing.T) {
 	d := &BombDetector{Policy: BombPolicy{Limit: 4096, GrowthFraction: 0.125, Horizon: time.Second, BranchFraction: 0.125}}
 	// tree returns n processes from pid 100 on, each the child of parent(i)
@@ -162,6 +173,18 @@ func TestBombDetectorBranching(t *testing.T) {
 			return 100 + i - 1
 		}
 	})
+	// The classic bomb's copies exit once they started their two: the
+	// Pod's PID 1 (outside the workspace) is the parent of most, a few
+	// are still parents of two.
+	orphaned := tree(600, func(i int) int {
+		if i < 20 {
+			return 1
+		}
+		return 100 + (i-20)/2
+	})
+	for i := 40; i < len(orphaned); i++ {
+		orphaned[i].PPID = 1
+	}
 	growing := BombVerdict{Growing: true}
 	tests := []struct {
 		name        string
@@ -169,18 +192,27 @@ func TestBombDetectorBranching(t *testing.T) {
 		procs       []Process
 		wantReason  string
 		wantParents int
+		wantOrphans int
 	}{
-		{"a binary tree of copies is a bomb", growing, bomb, "branching", 299},
-		{"workers fanned out from one parent are no bomb", growing, pool, "", 1},
-		{"a parallel build's chains are no bomb", growing, build, "", 1},
-		{"processes that are not growing are not looked at", BombVerdict{}, bomb, "", 0},
-		{"a bomb already found keeps its reason", BombVerdict{Growing: true, Bomb: true, Reason: "growth"}, bomb, "growth", 0},
-		{"no snapshot is no bomb", growing, nil, "", 0},
+		{"a binary tree of copies is a bomb", growing, bomb, "branching", 299, 1},
+		{"copies that outlive their parents are a bomb", growing, orphaned, "orphans", 10, 580},
+		{"workers fanned out from one parent are no bomb", growing, pool, "", 1, 1},
+		{"a parallel build's chains are no bomb", growing, build, "", 1, 1},
+		{"processes that are not growing are not looked at", BombVerdict{}, bomb, "", 0, 0},
+		{"a bomb already found keeps its reason", BombVerdict{Growing: true, Bomb: true, Reason: "growth"}, bomb, "growth", 0, 0},
+		{"no snapshot is no bomb", growing, nil, "", 0, 0},
 		{"a few logins around sshd (tasks not yet reaped after a containment) are no population", growing, tree(8, func(i int) int {
 			return []int{1, 100, 100, 101, 101, 102, 103, 104}[i]
-		}), "", 2},
-		{"a young bomb of 130 copies has the parents it takes", growing, bomb[:130], "branching", 64},
-		{"a bomb of 120 copies is not yet a population", growing, bomb[:120], "", 59},
+		}), "", 2, 1},
+		{"a few orphans (tasks not yet reaped after a containment) are no population", growing, tree(40, func(int) int { return 1 }), "", 0, 40},
+		{"fewer than a quarter orphaned beside a pool's workers are no bomb", growing, tree(600, func(i int) int {
+			if i < 149 {
+				return 1
+			}
+			return 100
+		}), "", 1, 149},
+		{"a young bomb of 130 copies has the parents it takes", growing, bomb[:130], "branching", 64, 1},
+		{"a bomb of 120 copies is not yet a population", growing, bomb[:120], "", 59, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -188,8 +220,8 @@ func TestBombDetectorBranching(t *testing.T) {
 			if v.Bomb != (v.Reason != "") {
 				t.Errorf("verdict %+v: Bomb and Reason disagree", v)
 			}
-			if diff := cmp.Diff([]any{tt.wantReason, tt.wantParents}, []any{v.Reason, v.Parents}); diff != "" {
-				t.Errorf("reason, parents (-want +got):\n%s", diff)
+			if diff := cmp.Diff([]any{tt.wantReason, tt.wantParents, tt.wantOrphans}, []any{v.Reason, v.Parents, v.Orphans}); diff != "" {
+				t.Errorf("reason, parents, orphans (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -232,7 +232,7 @@ func TestWorkspacePodSpec(t *testing.T) {
 	}
 	want := map[string]map[corev1.ResourceName]string{
 		"requests": {corev1.ResourceCPU: "100m", corev1.ResourceMemory: "64Mi"},
-		"limits":   {corev1.ResourceCPU: "200m", corev1.ResourceMemory: "128Mi"},
+		"limits":   {corev1.ResourceCPU: "1", corev1.ResourceMemory: "128Mi"},
 	}
 	for kind, list := range map[string]corev1.ResourceList{"requests": g.Resources.Requests, "limits": g.Resources.Limits} {
 		for name, q := range want[kind] {
