@@ -8,7 +8,7 @@ import (
 	"labkeep/guardian/internal/testcgroup"
 )
 
-// A fork bomb (shell and Go variants) is contained, the process count
+// A fork bomb (the classic shell bomb, a persistent one and a Go program) is contained, the process count
 // returns to the baseline, and every login during and after it succeeds:
 // guardian catches the bomb while it grows or as soon as it is refused
 // forks, and sshd keeps the tasks it needs. Guardian runs with its default
@@ -18,9 +18,14 @@ func TestForkBombIsContained(t *testing.T) {
 		name string
 		exe  func() string // the bomb's executable, to recognise its processes
 		args func() []string
+		// rootExits: the bomb's first process ends by itself (the classic
+		// bomb's shell returns once it started its two copies); the
+		// others' is killed by guardian.
+		rootExits bool
 	}{
-		{"shell", func() string { return "/usr/bin/dash" }, func() []string { return []string{"/bin/sh", "-c", shellBomb} }},
-		{"go", func() string { return bins.workload }, func() []string { return []string{bins.workload, "bomb"} }},
+		{"shell", func() string { return "/usr/bin/dash" }, func() []string { return []string{"/bin/sh", "-c", classicShellBomb} }, true},
+		{"persistent shell", func() string { return "/usr/bin/dash" }, func() []string { return []string{"/bin/sh", "-c", shellBomb} }, false},
+		{"go", func() string { return bins.workload }, func() []string { return []string{bins.workload, "bomb"} }, false},
 	}
 	for _, v := range variants {
 		t.Run(v.name, func(t *testing.T) {
@@ -94,7 +99,11 @@ func TestForkBombIsContained(t *testing.T) {
 			if !ws.stillSame(ws.sshd.id) || !ws.stillSame(ws.init.id) {
 				t.Errorf("a protected process died: sshd alive %v, init alive %v", ws.stillSame(ws.sshd.id), ws.stillSame(ws.init.id))
 			}
-			if sig, ok := bomb.killedBySignal(); !ok {
+			if v.rootExits {
+				if bomb.alive() {
+					t.Errorf("the bomb's first process still runs")
+				}
+			} else if sig, ok := bomb.killedBySignal(); !ok {
 				t.Errorf("the bomb's first process was not killed: %v", bomb.state)
 			} else {
 				t.Logf("bomb root killed by %v", sig)
@@ -113,12 +122,13 @@ func TestForkBombIsContained(t *testing.T) {
 			switch {
 			case len(failures) > 0 && emulated():
 				// Reported, not asserted, on an emulated CPU: there a
-				// containment takes about 6 s, and a login overlapping it
-				// was reset during its handshake (seen once in the v2
-				// guest; cause not found). The host asserts it.
-				t.Logf("%d logins failed during the bomb on the emulated CPU: %v", len(failures), failures)
+				// containment takes 1.5 to 6 s, and a login overlapping it
+				// was closed by the server during its handshake (seen in
+				// the v2 guest, with the classic and the persistent bomb;
+				// cause not found). The host asserts it.
+				t.Logf("%d logins failed during the bomb on the emulated CPU: %v; sshd's stderr:\n%s", len(failures), failures, ws.sshd.stderr.String())
 			case len(failures) > 0:
-				t.Errorf("%d logins failed during the bomb: %v", len(failures), failures)
+				t.Errorf("%d logins failed during the bomb: %v; sshd's stderr:\n%s", len(failures), failures, ws.sshd.stderr.String())
 			}
 			g.report(since)
 		})

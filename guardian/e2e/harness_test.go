@@ -779,6 +779,11 @@ func keyed(t testing.TB, rel, controller, name string) map[string]int64 {
 	return out
 }
 
+// classicShellBomb is the classic shell fork bomb: each copy starts two
+// and exits, so its processes are orphans of the host's (or the Pod's)
+// PID 1, and it may die out by itself once forks are refused.
+const classicShellBomb = "exec 2>/dev/null; f(){ f | f & }; f"
+
 // shellBomb is the classic shell fork bomb made persistent: every process
 // keeps re-spawning its pipeline, so the bomb does not fizzle out when
 // pids.max refuses forks (the classic one may), and guardian has to

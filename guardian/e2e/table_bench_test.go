@@ -198,7 +198,7 @@ func BenchmarkTableGuardianForkBomb(b *testing.B) {
 	limit, rounds := bombCap, 2
 	note := "without guardian a bomb never contained counts %s"
 	bombs := []struct{ name, script string }{
-		{"classic shell bomb", "exec 2>/dev/null; f(){ f | f & }; f"},
+		{"classic shell bomb", classicShellBomb},
 		{"persistent shell bomb", shellBomb},
 	}
 	if benchtable.Quick() {
