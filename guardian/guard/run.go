@@ -129,6 +129,14 @@ func (g *Guardian) guard(ctx context.Context, cg cgroupfs.Cgroup) {
 				// Cheap when nothing changed (two reads); a failure is
 				// left to the protector to alert and retry.
 				_ = g.applyLimits()
+				// OOM handling too: guardian may attach between runc
+				// placing the container's first process in its cgroup and
+				// writing the container's settings, memory.oom.group = 1
+				// among them (seen on a v2 node). Attach alerted once if
+				// the kernel refuses it.
+				if g.cfg.HandleOOM {
+					_ = cg.HandleOOM()
+				}
 			})
 		}},
 		{"protect", g.protectLoop},
