@@ -64,6 +64,8 @@ type ControlPlane struct {
 	// system:node:<NodeName> in group system:nodes, which the Node
 	// authorizer limits to that node and the Pods bound to it.
 	Node *rest.Config
+	// V2Node is the identity of the kubelet of V2NodeName.
+	V2Node *rest.Config
 	// Scheduler is kube-scheduler's identity (user system:kube-scheduler,
 	// bound to its bootstrap ClusterRoles).
 	Scheduler *rest.Config
@@ -114,11 +116,16 @@ var ControllersRun = []string{
 	"daemonset-controller",
 }
 
-// NodeName is the name of the one node of the local stack; the control
-// plane's static token file holds its kubelet's identity (see Node).
+// NodeName is the name of the local stack's node; the control plane's
+// static token file holds its kubelet's identity (see Node).
 const NodeName = "labkeep-node"
 
+// V2NodeName is the name of the production-like node a test may add: a
+// cgroup v2 guest (package guestnode); its kubelet's identity is V2Node.
+const V2NodeName = "labkeep-node-v2"
+
 const (
+	v2NodeToken    = "labkeep-local-v2-node-token"
 	adminToken     = "labkeep-local-admin-token"
 	nodeToken      = "labkeep-local-node-token"
 	schedulerToken = "labkeep-local-scheduler-token"
@@ -194,6 +201,7 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	tokens := filepath.Join(dir, "tokens.csv")
 	tokenLines := adminToken + ",labkeep-admin,labkeep-admin,system:masters\n" +
 		nodeToken + ",system:node:" + NodeName + ",system:node:" + NodeName + ",system:nodes\n" +
+		v2NodeToken + ",system:node:" + V2NodeName + ",system:node:" + V2NodeName + ",system:nodes\n" +
 		schedulerToken + ",system:kube-scheduler,system:kube-scheduler\n"
 	if err := os.WriteFile(tokens, []byte(tokenLines), 0o600); err != nil {
 		return cp, err
@@ -249,6 +257,8 @@ func Start(ctx context.Context, opts Options) (cp *ControlPlane, err error) {
 	}
 	cp.Node = rest.CopyConfig(cp.Admin)
 	cp.Node.BearerToken = nodeToken
+	cp.V2Node = rest.CopyConfig(cp.Admin)
+	cp.V2Node.BearerToken = v2NodeToken
 	cp.Scheduler = rest.CopyConfig(cp.Admin)
 	cp.Scheduler.BearerToken = schedulerToken
 	if err := cp.waitReady(ctx, api); err != nil {
@@ -433,7 +443,7 @@ func (cp *ControlPlane) ServiceAccountConfig(ctx context.Context, ns, name strin
 // kubectl and client-go accept.
 func WriteKubeconfig(path string, cfg *rest.Config, user string) error {
 	kc := clientcmdapi.NewConfig()
-	kc.Clusters["labkeep-local"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData}
+	kc.Clusters["labkeep-local"] = &clientcmdapi.Cluster{Server: cfg.Host, CertificateAuthorityData: cfg.CAData, TLSServerName: cfg.ServerName}
 	kc.AuthInfos[user] = &clientcmdapi.AuthInfo{Token: cfg.BearerToken}
 	kc.Contexts["labkeep-local"] = &clientcmdapi.Context{Cluster: "labkeep-local", AuthInfo: user, Namespace: "default"}
 	kc.CurrentContext = "labkeep-local"

@@ -27,6 +27,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -157,27 +158,54 @@ type Spec struct {
 	// Command and Env are what guestinit runs.
 	Command []string
 	Env     []string
+	// Modules are kernel modules (host paths of .ko files, of the guest's
+	// kernel) guestinit loads in this order before the command runs.
+	Modules []string
+	// Tap, if set, gives the guest a virtio network card on a tap device of
+	// that name on the host, which qemu creates and removes with itself;
+	// the host configures its end once it appears (see WaitLink).
+	Tap string
 	// MemoryMiB and CPUs size the VM (defaults: 3072 MiB, 2).
 	MemoryMiB, CPUs int
 	// Output receives everything the guest prints on its console.
 	Output io.Writer
 }
 
+// Guest is a running VM (Start).
+type Guest struct {
+	cmd     *exec.Cmd
+	dir     string
+	pw      *io.PipeWriter
+	scanned chan struct{}
+	code    int
+	ctx     context.Context
+}
+
 // Run builds the initramfs, boots the guest and returns the command's exit
 // code. It fails when the guest ends without printing one (a kernel panic,
 // a timeout from ctx).
 func Run(ctx context.Context, s Spec) (int, error) {
-	if _, err := exec.LookPath(Qemu); err != nil {
-		return 0, fmt.Errorf("%s not found (apt-get install qemu-system-x86): %w", Qemu, err)
-	}
-	dir, err := os.MkdirTemp("", "guestvm-")
+	g, err := Start(ctx, s)
 	if err != nil {
 		return 0, err
 	}
-	defer os.RemoveAll(dir)
+	return g.Wait()
+}
+
+// Start builds the initramfs and boots the guest; Wait returns its exit
+// code, cancelling ctx stops it (qemu is killed).
+func Start(ctx context.Context, s Spec) (*Guest, error) {
+	if _, err := exec.LookPath(Qemu); err != nil {
+		return nil, fmt.Errorf("%s not found (apt-get install qemu-system-x86): %w", Qemu, err)
+	}
+	dir, err := os.MkdirTemp("", "guestvm-")
+	if err != nil {
+		return nil, err
+	}
 	initrd := filepath.Join(dir, "initrd.gz")
 	if err := s.writeInitramfs(initrd); err != nil {
-		return 0, fmt.Errorf("initramfs: %w", err)
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("initramfs: %w", err)
 	}
 	mem, cpus := s.MemoryMiB, s.CPUs
 	if mem == 0 {
@@ -186,22 +214,31 @@ func Run(ctx context.Context, s Spec) (int, error) {
 	if cpus == 0 {
 		cpus = 2
 	}
-	cmd := exec.CommandContext(ctx, Qemu,
+	nic := []string{"-nic", "none"}
+	if s.Tap != "" {
+		nic = []string{"-netdev", "tap,id=n0,ifname=" + s.Tap + ",script=no,downscript=no", "-device", "virtio-net-pci,netdev=n0,romfile="}
+	}
+	args := append([]string{
 		"-machine", "q35", "-cpu", "max", "-accel", "tcg,thread=multi",
 		"-smp", strconv.Itoa(cpus), "-m", strconv.Itoa(mem),
-		"-nographic", "-no-reboot", "-nic", "none",
+		"-nographic", "-no-reboot"}, nic...)
+	args = append(args,
 		"-kernel", s.Kernel, "-initrd", initrd,
 		"-append", "console=ttyS0 cgroup_no_v1=all psi=1 panic=-1 quiet loglevel=3 rdinit=/init")
+	cmd := exec.CommandContext(ctx, Qemu, args...)
+	// qemu dies with its owner, killed or not, and with it the guest (and
+	// a tap it made).
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	cmd.WaitDelay = 5 * time.Second
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if err := cmd.Start(); err != nil {
-		return 0, err
+		os.RemoveAll(dir)
+		return nil, err
 	}
-	code := -1
-	scanned := make(chan struct{})
+	g := &Guest{cmd: cmd, dir: dir, pw: pw, scanned: make(chan struct{}), code: -1, ctx: ctx}
 	go func() {
-		defer close(scanned)
+		defer close(g.scanned)
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
@@ -211,23 +248,32 @@ func Run(ctx context.Context, s Spec) (int, error) {
 			}
 			if rest, ok := strings.CutPrefix(line, ExitMarker); ok {
 				if n, err := strconv.Atoi(strings.TrimSpace(rest)); err == nil {
-					code = n
+					g.code = n
 				}
 			}
 		}
 		io.Copy(io.Discard, pr)
 	}()
-	werr := cmd.Wait()
-	pw.Close()
-	<-scanned
-	if code < 0 {
-		if ctx.Err() != nil {
-			return 0, fmt.Errorf("guest did not finish: %w", ctx.Err())
+	return g, nil
+}
+
+// Wait waits for the guest to end and returns the command's exit code.
+func (g *Guest) Wait() (int, error) {
+	werr := g.cmd.Wait()
+	g.pw.Close()
+	<-g.scanned
+	os.RemoveAll(g.dir)
+	if g.code < 0 {
+		if g.ctx.Err() != nil {
+			return 0, fmt.Errorf("guest did not finish: %w", g.ctx.Err())
 		}
 		return 0, fmt.Errorf("guest ended without an exit code (qemu: %v)", werr)
 	}
-	return code, nil
+	return g.code, nil
 }
+
+// Exited reports whether qemu has ended.
+func (g *Guest) Exited() bool { return g.cmd.ProcessState != nil }
 
 // entry is one file of the initramfs.
 type entry struct {
@@ -266,6 +312,13 @@ func (s Spec) writeInitramfs(path string) error {
 		}
 		files[guestPath(p)] = entry{mode: cpio.TypeReg | 0o755, source: real}
 	}
+	var order []string
+	for i, m := range s.Modules {
+		name := fmt.Sprintf("/guest/modules/%02d-%s", i, filepath.Base(m))
+		files[name] = entry{mode: cpio.TypeReg | 0o644, source: m}
+		order = append(order, name)
+	}
+	files["/guest/modules.order"] = entry{mode: cpio.TypeReg | 0o644, data: []byte(strings.Join(order, "\n") + "\n")}
 	for g, h := range s.Files {
 		st, err := os.Stat(h)
 		if err != nil {
@@ -379,5 +432,85 @@ func BuildInit(ctx context.Context, dir string) (string, error) {
 	if b, err := cmd.CombinedOutput(); err != nil {
 		return "", fmt.Errorf("go build guestinit: %v\n%s", err, b)
 	}
+	return out, nil
+}
+
+// EnsureModules returns the host paths of the named kernel modules (file
+// names without ".ko") of the cached kernel, in the order asked, first
+// unpacking them from that kernel's Debian package into
+// cache/vm/modules-<version> when any is missing. Only the modules named
+// are kept (the package holds 390 MiB of them).
+func EnsureModules(ctx context.Context, cache string, names []string) ([]string, error) {
+	kernel, err := Kernel(cache)
+	if err != nil {
+		return nil, err
+	}
+	version := strings.TrimPrefix(filepath.Base(kernel), "vmlinuz-")
+	dir := filepath.Join(cache, KernelDir, "modules-"+version)
+	paths := func() ([]string, bool) {
+		var out []string
+		for _, n := range names {
+			p := filepath.Join(dir, n+".ko")
+			if _, err := os.Stat(p); err != nil {
+				return nil, false
+			}
+			out = append(out, p)
+		}
+		return out, true
+	}
+	if out, ok := paths(); ok {
+		return out, nil
+	}
+	tmp, err := os.MkdirTemp("", "guestvm-modules-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	pkg := "linux-image-" + version
+	dl := exec.CommandContext(ctx, "apt-get", "download", pkg)
+	dl.Dir = tmp
+	if b, err := dl.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("apt-get download %s: %v\n%s", pkg, err, b)
+	}
+	debs, _ := filepath.Glob(filepath.Join(tmp, "*.deb"))
+	if len(debs) != 1 {
+		return nil, fmt.Errorf("apt-get download %s left %d packages", pkg, len(debs))
+	}
+	x := filepath.Join(tmp, "x")
+	if b, err := exec.CommandContext(ctx, "dpkg-deb", "-x", debs[0], x).CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("dpkg-deb -x: %v\n%s", err, b)
+	}
+	found := map[string]string{}
+	root := filepath.Join(x, "lib", "modules", version)
+	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
+		if err == nil && !d.IsDir() && strings.HasSuffix(p, ".ko") {
+			found[strings.TrimSuffix(d.Name(), ".ko")] = p
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	for _, n := range names {
+		src, ok := found[n]
+		if !ok {
+			return nil, fmt.Errorf("%s holds no module %s", pkg, n)
+		}
+		b, err := os.ReadFile(src)
+		if err != nil {
+			return nil, err
+		}
+		dst := filepath.Join(dir, n+".ko")
+		if err := os.WriteFile(dst+".tmp", b, 0o644); err != nil {
+			return nil, err
+		}
+		if err := os.Rename(dst+".tmp", dst); err != nil {
+			return nil, err
+		}
+	}
+	out, _ := paths()
 	return out, nil
 }

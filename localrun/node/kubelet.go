@@ -52,21 +52,27 @@ podLogsDir: %q
 resolvConf: /etc/resolv.conf
 clusterDNS: [%q]
 clusterDomain: %q
-serializeImagePulls: false
-imageGCHighThresholdPercent: 100
-imageGCLowThresholdPercent: 99
-evictionHard:
-  memory.available: 100Mi
-  nodefs.available: "1%%"
-  nodefs.inodesFree: "1%%"
-  imagefs.available: "1%%"
-maxPods: 250
+%smaxPods: 250
 shutdownGracePeriod: 0s
 syncFrequency: 10s
 fileCheckFrequency: 10s
 nodeStatusReportFrequency: 10s
-`, n.net.nodeIP, port, n.CgroupRoot, "unix://"+n.ContainerdSocket, n.path("pod-logs"), controlplane.ClusterDNSIP, controlplane.ClusterDomain)
+`, n.net.nodeIP, port, n.CgroupRoot, "unix://"+n.ContainerdSocket, n.path("pod-logs"), controlplane.ClusterDNSIP, controlplane.ClusterDomain, KubeletImagesAndEviction)
 }
+
+// KubeletImagesAndEviction is the part of a local kubelet's configuration
+// every local node shares: image garbage collection off (imported images
+// cannot be pulled again) and low eviction thresholds (a shared build
+// machine's disk, or a guest's tmpfs, is often fuller than a node's).
+const KubeletImagesAndEviction = `serializeImagePulls: false
+imageGCHighThresholdPercent: 100
+imageGCLowThresholdPercent: 99
+evictionHard:
+  memory.available: 100Mi
+  nodefs.available: "1%"
+  nodefs.inodesFree: "1%"
+  imagefs.available: "1%"
+`
 
 // startKubelet starts the kubelet as the control plane's node identity, in
 // the node's network, mount and PID namespaces (containerd's): its Pod

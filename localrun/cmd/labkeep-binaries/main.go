@@ -5,8 +5,9 @@
 // (kubevirt.EnsureBinaries) and, when run as root (the node needs root,
 // and so does debootstrap), the node's images, KubeVirt's and the VM
 // labs' guest disk among them; it prints the
-// binaries' directory. It also unpacks the kernel the cgroup v2 test VM
-// boots (localrun/guestvm) unless -for run (`make run` boots no test VM).
+// binaries' directory. It also unpacks the kernel the cgroup v2 test VMs
+// boot, and the modules the guest node loads (localrun/guestvm,
+// localrun/guestnode), unless -for run (`make run` boots no test VM).
 // `make test` and `make run` call it first so the minutes-long cold build
 // shows progress instead of a silent test.
 package main
@@ -23,7 +24,7 @@ import (
 	"github.com/kelseyhightower/envconfig"
 
 	"labkeep/localrun/controlplane"
-	"labkeep/localrun/guestvm"
+	"labkeep/localrun/guestnode"
 	"labkeep/localrun/images"
 	"labkeep/localrun/kubevirt"
 	"labkeep/localrun/netpolicy"
@@ -71,7 +72,7 @@ func run() error {
 		return err
 	}
 	if *mode == "test" {
-		if _, err := guestvm.EnsureKernel(ctx, dir, os.Stderr); err != nil {
+		if _, _, err := guestnode.EnsureKernel(ctx, dir, os.Stderr); err != nil {
 			return err
 		}
 	}

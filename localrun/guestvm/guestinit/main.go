@@ -1,7 +1,8 @@
 // Command guestinit is PID 1 of a test VM built by package guestvm. It
 // mounts /proc, /sys, /dev, a tmpfs on /tmp and /run, and the cgroup v2
 // hierarchy at /sys/fs/cgroup with every available controller enabled for
-// its children; it brings up loopback, runs the command written in
+// its children; it loads the kernel modules /guest/modules.order lists and
+// brings up loopback, runs the command written in
 // /guest/cmd (one argument per line) with the environment in /guest/env
 // (KEY=value per line) on the serial console, prints the exit marker the
 // host waits for and powers the machine off.
@@ -11,6 +12,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -105,7 +107,31 @@ func setup() error {
 	if err := os.WriteFile("/sys/fs/cgroup/cgroup.subtree_control", []byte(strings.Join(enable, " ")), 0); err != nil {
 		return fmt.Errorf("enable controllers %v: %w", enable, err)
 	}
+	if err := loadModules(); err != nil {
+		return err
+	}
 	return loopback.Up()
+}
+
+// loadModules loads the kernel modules /guest/modules.order names, in
+// that order (each one's dependencies come before it).
+func loadModules() error {
+	mods, err := lines("/guest/modules.order")
+	if err != nil {
+		return nil // none asked for
+	}
+	for _, m := range mods {
+		f, err := os.Open(m)
+		if err != nil {
+			return err
+		}
+		err = unix.FinitModule(int(f.Fd()), "", 0)
+		f.Close()
+		if err != nil && !errors.Is(err, unix.EEXIST) {
+			return fmt.Errorf("load module %s: %w", m, err)
+		}
+	}
+	return nil
 }
 
 func lines(path string) ([]string, error) {

@@ -1,0 +1,71 @@
+package guestnode_test
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"testing"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+
+	"labkeep/localrun/controlplane"
+	"labkeep/localrun/guestnode"
+	"labkeep/localrun/guestvm"
+)
+
+// One control plane and one guest node serve every test of the package:
+// the guest takes about a minute to boot and join.
+var (
+	cp        *controlplane.ControlPlane
+	node      *guestnode.Node
+	clientset *kubernetes.Clientset
+	joined    time.Duration
+	startErr  error
+)
+
+func TestMain(m *testing.M) {
+	cache, err := controlplane.DefaultCacheDir(os.Getenv("LABKEEP_BIN_CACHE"))
+	if err == nil {
+		_, err = guestvm.Kernel(cache)
+	}
+	if err != nil && os.Getenv("CI") == "" {
+		// RequireKernel skips each test with this reason.
+		os.Exit(m.Run())
+	}
+	code := func() int {
+		ctx := context.Background()
+		if cp, startErr = controlplane.Start(ctx, controlplane.Options{}); startErr != nil {
+			return m.Run()
+		}
+		defer cp.Stop()
+		opts := guestnode.Options{ControlPlane: cp}
+		if os.Getenv("GUESTNODE_VERBOSE") != "" {
+			opts.Progress = os.Stderr
+		}
+		start := time.Now()
+		if node, startErr = guestnode.Start(ctx, opts); startErr != nil {
+			return m.Run()
+		}
+		joined = time.Since(start)
+		defer func() {
+			if err := node.Stop(); err != nil {
+				fmt.Fprintf(os.Stderr, "stopping the guest node: %v\n", err)
+			}
+		}()
+		clientset, startErr = kubernetes.NewForConfig(cp.Admin)
+		return m.Run()
+	}()
+	os.Exit(code)
+}
+
+// started returns the shared node, or fails the test with why there is
+// none.
+func started(t *testing.T) *guestnode.Node {
+	t.Helper()
+	guestvm.RequireKernel(t)
+	if startErr != nil {
+		t.Fatalf("guest node: %v", startErr)
+	}
+	return node
+}
