@@ -155,10 +155,18 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 			n = nil
 		}
 	}()
-	link, err := allocateLink()
+	link, unlock, err := allocateLink()
 	if err != nil {
 		return n, err
 	}
+	unlocked := false
+	release := func() {
+		if !unlocked {
+			unlocked = true
+			unlock()
+		}
+	}
+	defer release()
 	n.HostIP, n.IP, n.PodCIDR = link.hostIP, link.guestIP, link.podCIDR
 
 	// The API server listens on the host's loopback; the guest reaches it
@@ -223,7 +231,9 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	}
 	ctx, cancelStart := context.WithTimeout(ctx, opts.StartTimeout)
 	defer cancelStart()
-	if err := link.configureHost(ctx, n.guest); err != nil {
+	err = link.configureHost(ctx, n.guest)
+	release() // the tap exists (or never will): its name is taken
+	if err != nil {
 		return n, fmt.Errorf("%w; console:\n%s", err, n.console.tail(4000))
 	}
 	if n.api, err = forward(apiAddr, strings.TrimPrefix(cp.APIServerURL, "https://")); err != nil {

@@ -26,8 +26,21 @@ type link struct {
 const maxLinks = 16
 
 // allocateLink picks the first tap name not in use. Its addresses follow
-// from its number and lie beside the local node's (10.216/10.217).
-func allocateLink() (link, error) {
+// from its number and lie beside the local node's (10.216/10.217). The
+// name is taken only once qemu has made the tap: the caller holds the
+// returned lock (machine-wide) until then.
+func allocateLink() (link, func(), error) {
+	var l net.Listener
+	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
+		var err error
+		if l, err = net.Listen("unix", "@labkeep-guestnode-link"); err == nil {
+			break
+		}
+		if time.Since(start) > 5*time.Minute {
+			return link{}, nil, fmt.Errorf("lock the guest nodes' links: %w", err)
+		}
+	}
+	unlock := func() { l.Close() }
 	for i := range maxLinks {
 		tap := fmt.Sprintf("lkv%d", i)
 		if _, err := os.Stat(filepath.Join("/sys/class/net", tap)); err == nil {
@@ -38,9 +51,10 @@ func allocateLink() (link, error) {
 			hostIP:  fmt.Sprintf("10.218.%d.1", i),
 			guestIP: fmt.Sprintf("10.218.%d.2", i),
 			podCIDR: fmt.Sprintf("10.219.%d.0/24", i),
-		}, nil
+		}, unlock, nil
 	}
-	return link{}, fmt.Errorf("no free lkv<i> tap name (all %d in use)", maxLinks)
+	unlock()
+	return link{}, nil, fmt.Errorf("no free lkv<i> tap name (all %d in use)", maxLinks)
 }
 
 // configureHost waits for qemu's tap, gives the host its address there and

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/ed25519"
 	"crypto/rand"
-	"encoding/json"
 	"encoding/pem"
 	"fmt"
 	"strconv"
@@ -37,19 +36,8 @@ func TestProductionWorkspacePodOnCgroupV2(t *testing.T) {
 	n := started(t)
 	ctx := context.Background()
 	memory := resource.MustParse("512Mi")
-	pod := workspacePod(t, n, memory)
-	if _, err := clientset.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { deletePod(t, pod.Name) })
 	start := time.Now()
-	poll.Eventually(t, 5*time.Minute, func() (bool, string) {
-		p, err := clientset.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
-		if err != nil {
-			return false, err.Error()
-		}
-		return podReady(p), string(p.Status.Phase) + " " + podWhy(p) + "\n" + n.Console(2000)
-	})
+	pod, _ := runWorkspace(t, n, memory, stacktest.NewKey(t))
 	t.Logf("workspace Pod ready %v after it was created", time.Since(start).Round(time.Second))
 
 	// Every process the workspace sees (the Pod shares one PID namespace):
@@ -172,19 +160,13 @@ func limitsMatch(got, want string) bool {
 // cgroup taken in hand), oldest first.
 func guardedRecords(t *testing.T, pod string) []time.Time {
 	t.Helper()
-	b, err := clientset.CoreV1().Pods("default").GetLogs(pod, &corev1.PodLogOptions{Container: "guardian"}).DoRaw(context.Background())
-	if err != nil {
-		t.Fatalf("guardian's log: %v", err)
-	}
 	var out []time.Time
-	for _, line := range strings.Split(string(b), "\n") {
-		var r struct {
-			Time time.Time `json:"time"`
-			Msg  string    `json:"msg"`
+	for _, r := range guardianRecords(t, pod, "guarding") {
+		at, err := time.Parse(time.RFC3339Nano, fmt.Sprint(r["time"]))
+		if err != nil {
+			t.Fatalf("guardian's record %v: %v", r, err)
 		}
-		if json.Unmarshal([]byte(line), &r) == nil && r.Msg == "guarding" {
-			out = append(out, r.Time)
-		}
+		out = append(out, at)
 	}
 	return out
 }
@@ -217,21 +199,49 @@ func podReady(p *corev1.Pod) bool {
 	return false
 }
 
-// workspacePod is the production workspace Pod filled in as labkeep's
-// Kubernetes adapter does for a session (name, images, the session's
-// Secret with its keys and cleanup token, the workspace's resources), and
-// placed on the guest node.
-func workspacePod(t *testing.T, n *guestnode.Node, memory resource.Quantity) *corev1.Pod {
+// runWorkspace creates the production workspace Pod (workspacePodFor) on
+// the guest node, deleted when the test ends, and returns it once it is
+// Ready (sshd accepts connections), with its SSH host key.
+func runWorkspace(t *testing.T, n *guestnode.Node, memory resource.Quantity, student ssh.Signer) (*corev1.Pod, ssh.PublicKey) {
 	t.Helper()
+	ctx := context.Background()
+	pod, hostKey := workspacePodFor(t, n, memory, student)
+	if _, err := clientset.CoreV1().Pods("default").Create(ctx, pod, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { deletePod(t, pod.Name) })
+	poll.Eventually(t, 5*time.Minute, func() (bool, string) {
+		p, err := clientset.CoreV1().Pods("default").Get(ctx, pod.Name, metav1.GetOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		pod = p
+		return podReady(p), string(p.Status.Phase) + " " + podWhy(p) + "\n" + n.Console(2000)
+	})
+	return pod, hostKey
+}
+
+// workspacePodFor is the production workspace Pod filled in as labkeep's
+// Kubernetes adapter does for a session (name, images, the session's
+// Secret with its host key, the student's key and the cleanup token, the
+// workspace's resources), and placed on the guest node; it returns the
+// Pod, named after the test, and its SSH host key.
+func workspacePodFor(t *testing.T, n *guestnode.Node, memory resource.Quantity, student ssh.Signer) (*corev1.Pod, ssh.PublicKey) {
+	t.Helper()
+	name := "ws-" + strings.ToLower(strings.ReplaceAll(t.Name(), "_", "-"))
+	if len(name) > 50 {
+		name = name[:50]
+	}
+	hostPEM, hostPub := hostKey(t)
 	pod, err := kube.ParseWorkspacePod(nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	secret := &corev1.Secret{
-		ObjectMeta: metav1.ObjectMeta{Name: "v2-workspace", Namespace: "default"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"},
 		Data: map[string][]byte{
-			"ssh-host-key":        []byte(privateKey(t)),
-			"ssh-authorized-keys": ssh.MarshalAuthorizedKey(stacktest.NewKey(t).PublicKey()),
+			"ssh-host-key":        []byte(hostPEM),
+			"ssh-authorized-keys": ssh.MarshalAuthorizedKey(student.PublicKey()),
 			kube.CleanupTokenKey:  []byte("v2-node-cleanup-token-0123456789"),
 		},
 	}
@@ -242,7 +252,7 @@ func workspacePod(t *testing.T, n *guestnode.Node, memory resource.Quantity) *co
 	t.Cleanup(func() {
 		clientset.CoreV1().Secrets("default").Delete(context.Background(), secret.Name, metav1.DeleteOptions{})
 	})
-	pod.ObjectMeta = metav1.ObjectMeta{Name: "v2-workspace", Namespace: "default", Labels: pod.Labels}
+	pod.ObjectMeta = metav1.ObjectMeta{Name: name, Namespace: "default", Labels: pod.Labels}
 	pod.Spec.NodeName = n.Name
 	pod.Spec.Tolerations = append(pod.Spec.Tolerations, corev1.Toleration{Key: guestnode.TaintKey, Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
 	mount := corev1.VolumeMount{Name: "labkeep", MountPath: "/etc/labkeep", ReadOnly: true}
@@ -260,12 +270,14 @@ func workspacePod(t *testing.T, n *guestnode.Node, memory resource.Quantity) *co
 	w.VolumeMounts = append([]corev1.VolumeMount{mount}, w.VolumeMounts...)
 	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: memory}
 	w.Resources = corev1.ResourceRequirements{Requests: res, Limits: res}
-	return pod
+	return pod, hostPub
 }
 
-func privateKey(t *testing.T) string {
+// hostKey is a fresh ed25519 host key: the private key in OpenSSH PEM
+// format, as the session's Secret holds it, and the public key.
+func hostKey(t *testing.T) (string, ssh.PublicKey) {
 	t.Helper()
-	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	pub, priv, err := ed25519.GenerateKey(rand.Reader)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,5 +285,9 @@ func privateKey(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return string(pem.EncodeToMemory(block))
+	p, err := ssh.NewPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(block)), p
 }

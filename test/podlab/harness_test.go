@@ -14,7 +14,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -201,44 +200,10 @@ func containerID(cs corev1.ContainerStatus) string {
 	return id
 }
 
-// loginTimeout bounds a connection's set-up (TCP, handshake,
-// authentication) and, for logins, the whole login: a frozen or starved
-// sshd must show as a failed login, not hang the test.
-const loginTimeout = 10 * time.Second
-
 // dial connects as user to addr with key, verifying the host key with
-// hostKey, within loginTimeout.
+// hostKey, within stacktest.LoginTimeout.
 func dial(addr, user string, key ssh.Signer, hostKey ssh.HostKeyCallback) (*ssh.Client, error) {
-	return dialUntil(addr, user, key, hostKey, false)
-}
-
-// dialUntil is dial; keepDeadline leaves loginTimeout in force on the
-// connection after the handshake, bounding everything done on it.
-func dialUntil(addr, user string, key ssh.Signer, hostKey ssh.HostKeyCallback, keepDeadline bool) (*ssh.Client, error) {
-	conn, err := net.DialTimeout("tcp", addr, loginTimeout)
-	if err != nil {
-		return nil, err
-	}
-	if err := conn.SetDeadline(time.Now().Add(loginTimeout)); err != nil {
-		conn.Close()
-		return nil, err
-	}
-	c, chans, reqs, err := ssh.NewClientConn(conn, addr, &ssh.ClientConfig{
-		User:            user,
-		Auth:            []ssh.AuthMethod{ssh.PublicKeys(key)},
-		HostKeyCallback: hostKey,
-	})
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
-	if !keepDeadline {
-		if err := conn.SetDeadline(time.Time{}); err != nil {
-			c.Close()
-			return nil, err
-		}
-	}
-	return ssh.NewClient(c, chans, reqs), nil
+	return stacktest.Dial(addr, user, key, hostKey, false)
 }
 
 // connect logs the student in as the session says (user, address, strict
@@ -299,68 +264,10 @@ func (s *student) waitSSH(timeout time.Duration) time.Duration {
 	return time.Since(start)
 }
 
-// logins logs in (connect, run a command, disconnect) again and again
-// until stopped, counting successes and failures.
-type logins struct {
-	stop chan struct{}
-	done chan struct{}
-	mu   sync.Mutex
-	ok   int
-	fail []string
-	lat  []time.Duration
-}
-
 // loginLoop starts logging s in every interval.
-func (s *student) loginLoop(interval time.Duration) *logins {
-	l := &logins{stop: make(chan struct{}), done: make(chan struct{})}
+func (s *student) loginLoop(interval time.Duration) *stacktest.Logins {
 	n := s.running.Nodes[0].SSH
-	hk := stacktest.StrictHosts(s.t, n.KnownHosts)
-	go func() {
-		defer close(l.done)
-		for {
-			start := time.Now()
-			err := func() error {
-				c, err := dialUntil(s.addr(), n.User, s.key, hk, true)
-				if err != nil {
-					return err
-				}
-				defer c.Close()
-				sess, err := c.NewSession()
-				if err != nil {
-					return err
-				}
-				defer sess.Close()
-				return sess.Run("true")
-			}()
-			l.mu.Lock()
-			if err != nil {
-				l.fail = append(l.fail, fmt.Sprintf("%s: %v", start.Format("15:04:05.000"), err))
-			} else {
-				l.ok++
-				l.lat = append(l.lat, time.Since(start))
-			}
-			l.mu.Unlock()
-			select {
-			case <-l.stop:
-				return
-			case <-time.After(interval):
-			}
-		}
-	}()
-	return l
-}
-
-// finish stops the loop and returns the successes, failures and the
-// slowest login.
-func (l *logins) finish() (ok int, fail []string, slowest time.Duration) {
-	close(l.stop)
-	<-l.done
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	for _, d := range l.lat {
-		slowest = max(slowest, d)
-	}
-	return l.ok, l.fail, slowest
+	return stacktest.LoginLoop(s.addr(), n.User, s.key, stacktest.StrictHosts(s.t, n.KnownHosts), interval)
 }
 
 // guardianAPI asks the Pod's guardian for path over the Pod network.

@@ -60,7 +60,7 @@ func TestGuardianKeepsTheWorkspaceUsable(t *testing.T) {
 			settled = time.Since(start)
 			return time.Since(stable) > time.Second, ""
 		})
-		ok, fail, slowest := l.finish()
+		ok, fail, slowest := l.Finish()
 		killed := 3 - lastLeft
 		kills := s.records("memory victim killed")
 		if len(kills) != killed {
@@ -108,7 +108,7 @@ func TestGuardianKeepsTheWorkspaceUsable(t *testing.T) {
 				s := s.in(t)
 				before := len(s.records("containment finished"))
 				refusedBefore := keyed(t, pidsDir, "pids.events")["max"]
-				loops := []*logins{s.loginLoop(200 * time.Millisecond), s.loginLoop(200 * time.Millisecond)}
+				loops := []*stacktest.Logins{s.loginLoop(200 * time.Millisecond), s.loginLoop(200 * time.Millisecond)}
 				start := time.Now()
 				s.mustRun(b.cmd)
 				peak := 0
@@ -128,7 +128,7 @@ func TestGuardianKeepsTheWorkspaceUsable(t *testing.T) {
 				ok, slowest := 0, time.Duration(0)
 				var fail []string
 				for _, l := range loops {
-					o, f, sl := l.finish()
+					o, f, sl := l.Finish()
 					ok, fail, slowest = ok+o, append(fail, f...), max(slowest, sl)
 				}
 				if len(fail) > 0 || ok == 0 {
