@@ -101,11 +101,19 @@ func TestHelperIdle(t *testing.T) {
 		<-started
 	}
 	// The runtime goes on starting threads for a while after main starts
-	// (seen: up to 8 more within tens of milliseconds); one in creation
-	// while the walk runs copies its creator's old policy. Guardian mends
-	// such a thread at its next look; this test shows one walk on a
-	// settled process, so the helper lets its start-up end first.
-	time.Sleep(200 * time.Millisecond)
+	// (seen: up to 8 more within tens of milliseconds, longer on a loaded
+	// machine); one in creation while the walk runs copies its creator's
+	// old policy. Guardian mends such a thread at its next look; this test
+	// shows one walk on a settled process, so the helper waits until its
+	// thread count has not changed for 200 ms.
+	last, since := -1, time.Now()
+	for time.Since(since) < 200*time.Millisecond {
+		ds, _ := os.ReadDir("/proc/self/task")
+		if len(ds) != last {
+			last, since = len(ds), time.Now()
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	fmt.Println(helperReady)
 	time.Sleep(time.Hour)
 }
