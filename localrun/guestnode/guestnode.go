@@ -35,7 +35,6 @@ import (
 	"sync"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -43,6 +42,7 @@ import (
 	"labkeep/localrun/controlplane"
 	"labkeep/localrun/guestvm"
 	"labkeep/localrun/images"
+	"labkeep/localrun/node"
 )
 
 // LabelKey and TaintKey mark the node: Pods select it by the label and
@@ -155,6 +155,11 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 			n = nil
 		}
 	}()
+	// Built before the tap name is locked: a cold build takes minutes.
+	init, err := guestvm.BuildInit(ctx, dir)
+	if err != nil {
+		return n, err
+	}
 	link, unlock, err := allocateLink()
 	if err != nil {
 		return n, err
@@ -210,10 +215,6 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 		n.Images = append(n.Images, a.Names...)
 	}
 	files["/usr/local/bin/kubelet"] = bins.Kubelet
-	init, err := guestvm.BuildInit(ctx, dir)
-	if err != nil {
-		return n, err
-	}
 	gctx, cancel := context.WithCancel(context.Background())
 	n.cancel = cancel
 	out := io.MultiWriter(progress, n.console)
@@ -270,8 +271,8 @@ func (n *Node) waitReady(ctx context.Context) error {
 		if n.guest.Exited() {
 			return fmt.Errorf("guest node ended; console:\n%s", n.console.tail(6000))
 		}
-		node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-		if err == nil && ready(node) && n.console.contains(imagesImported) {
+		nodeObj, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+		if err == nil && node.Ready(nodeObj) && n.console.contains(imagesImported) {
 			return nil
 		}
 		select {
@@ -280,15 +281,6 @@ func (n *Node) waitReady(ctx context.Context) error {
 		case <-time.After(time.Second):
 		}
 	}
-}
-
-func ready(node *corev1.Node) bool {
-	for _, c := range node.Status.Conditions {
-		if c.Type == corev1.NodeReady {
-			return c.Status == corev1.ConditionTrue
-		}
-	}
-	return false
 }
 
 // Stop powers the guest off (qemu is killed: everything in it goes with

@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -52,7 +50,7 @@ func TestGuardianKeepsTheV2WorkspaceUsable(t *testing.T) {
 		})
 		return out
 	}
-	workload := buildWorkload(t)
+	workload := stacktest.BuildStatic(t, "labkeep/guardian/internal/workload")
 	b, err := os.ReadFile(workload)
 	if err != nil {
 		t.Fatal(err)
@@ -195,19 +193,6 @@ func guardianRecords(t *testing.T, pod, msg string) []map[string]any {
 		if json.Unmarshal([]byte(line), &r) == nil && r["msg"] == msg {
 			out = append(out, r)
 		}
-	}
-	return out
-}
-
-// buildWorkload builds guardian's misbehaving user (hog, bomb), static, so
-// it runs in the Debian workspace.
-func buildWorkload(t *testing.T) string {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), "workload")
-	cmd := exec.Command("go", "build", "-o", out, "labkeep/guardian/internal/workload")
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build workload: %v\n%s", err, b)
 	}
 	return out
 }

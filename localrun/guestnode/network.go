@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"labkeep/localrun/guestvm"
+	"labkeep/localrun/node"
 )
 
 // link is the guest's network as the host sees it.
@@ -30,17 +31,10 @@ const maxLinks = 16
 // name is taken only once qemu has made the tap: the caller holds the
 // returned lock (machine-wide) until then.
 func allocateLink() (link, func(), error) {
-	var l net.Listener
-	for start := time.Now(); ; time.Sleep(20 * time.Millisecond) {
-		var err error
-		if l, err = net.Listen("unix", "@labkeep-guestnode-link"); err == nil {
-			break
-		}
-		if time.Since(start) > 5*time.Minute {
-			return link{}, nil, fmt.Errorf("lock the guest nodes' links: %w", err)
-		}
+	unlock, err := node.MachineLock("labkeep-guestnode-link")
+	if err != nil {
+		return link{}, nil, err
 	}
-	unlock := func() { l.Close() }
 	for i := range maxLinks {
 		tap := fmt.Sprintf("lkv%d", i)
 		if _, err := os.Stat(filepath.Join("/sys/class/net", tap)); err == nil {

@@ -104,24 +104,11 @@ func EnsureKernel(ctx context.Context, cache string, progress io.Writer) (string
 		return "", fmt.Errorf("%s names no kernel package:\n%s", KernelPackage, out)
 	}
 	fmt.Fprintf(progress, "guestvm: fetching %s for the cgroup v2 test VM\n", pkg)
-	tmp, err := os.MkdirTemp("", "guestvm-kernel-")
+	x, cleanup, err := unpackPackage(ctx, pkg)
 	if err != nil {
 		return "", err
 	}
-	defer os.RemoveAll(tmp)
-	dl := exec.CommandContext(ctx, "apt-get", "download", pkg)
-	dl.Dir = tmp
-	if b, err := dl.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("apt-get download %s: %v\n%s", pkg, err, b)
-	}
-	debs, _ := filepath.Glob(filepath.Join(tmp, "*.deb"))
-	if len(debs) != 1 {
-		return "", fmt.Errorf("apt-get download %s left %d packages", pkg, len(debs))
-	}
-	x := filepath.Join(tmp, "x")
-	if b, err := exec.CommandContext(ctx, "dpkg-deb", "-x", debs[0], x).CombinedOutput(); err != nil {
-		return "", fmt.Errorf("dpkg-deb -x: %v\n%s", err, b)
-	}
+	defer cleanup()
 	images, _ := filepath.Glob(filepath.Join(x, "boot", "vmlinuz-*"))
 	if len(images) != 1 {
 		return "", fmt.Errorf("%s holds %d kernel images", pkg, len(images))
@@ -130,19 +117,48 @@ func EnsureKernel(ctx context.Context, cache string, progress io.Writer) (string
 	if err := os.MkdirAll(dst, 0o755); err != nil {
 		return "", err
 	}
-	b, err := os.ReadFile(images[0])
-	if err != nil {
-		return "", err
-	}
-	// Write beside, then rename: a half-written image is never found.
 	final := filepath.Join(dst, filepath.Base(images[0]))
-	if err := os.WriteFile(final+".tmp", b, 0o644); err != nil {
-		return "", err
+	return final, copyAtomic(images[0], final)
+}
+
+// unpackPackage downloads the Debian package pkg (never installing it) and
+// unpacks it into a temp dir; cleanup removes both.
+func unpackPackage(ctx context.Context, pkg string) (dir string, cleanup func(), err error) {
+	tmp, err := os.MkdirTemp("", "guestvm-package-")
+	if err != nil {
+		return "", nil, err
 	}
-	if err := os.Rename(final+".tmp", final); err != nil {
-		return "", err
+	cleanup = func() { os.RemoveAll(tmp) }
+	dl := exec.CommandContext(ctx, "apt-get", "download", pkg)
+	dl.Dir = tmp
+	if b, err := dl.CombinedOutput(); err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("apt-get download %s: %v\n%s", pkg, err, b)
 	}
-	return final, nil
+	debs, _ := filepath.Glob(filepath.Join(tmp, "*.deb"))
+	if len(debs) != 1 {
+		cleanup()
+		return "", nil, fmt.Errorf("apt-get download %s left %d packages", pkg, len(debs))
+	}
+	x := filepath.Join(tmp, "x")
+	if b, err := exec.CommandContext(ctx, "dpkg-deb", "-x", debs[0], x).CombinedOutput(); err != nil {
+		cleanup()
+		return "", nil, fmt.Errorf("dpkg-deb -x: %v\n%s", err, b)
+	}
+	return x, cleanup, nil
+}
+
+// copyAtomic copies src to dst through a file beside dst and a rename, so
+// a half-written file is never found.
+func copyAtomic(src, dst string) error {
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(dst+".tmp", b, 0o644); err != nil {
+		return err
+	}
+	return os.Rename(dst+".tmp", dst)
 }
 
 // Spec is one run of a guest.
@@ -461,25 +477,12 @@ func EnsureModules(ctx context.Context, cache string, names []string) ([]string,
 	if out, ok := paths(); ok {
 		return out, nil
 	}
-	tmp, err := os.MkdirTemp("", "guestvm-modules-")
+	pkg := "linux-image-" + version
+	x, cleanup, err := unpackPackage(ctx, pkg)
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(tmp)
-	pkg := "linux-image-" + version
-	dl := exec.CommandContext(ctx, "apt-get", "download", pkg)
-	dl.Dir = tmp
-	if b, err := dl.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("apt-get download %s: %v\n%s", pkg, err, b)
-	}
-	debs, _ := filepath.Glob(filepath.Join(tmp, "*.deb"))
-	if len(debs) != 1 {
-		return nil, fmt.Errorf("apt-get download %s left %d packages", pkg, len(debs))
-	}
-	x := filepath.Join(tmp, "x")
-	if b, err := exec.CommandContext(ctx, "dpkg-deb", "-x", debs[0], x).CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("dpkg-deb -x: %v\n%s", err, b)
-	}
+	defer cleanup()
 	found := map[string]string{}
 	root := filepath.Join(x, "lib", "modules", version)
 	err = filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
@@ -499,15 +502,7 @@ func EnsureModules(ctx context.Context, cache string, names []string) ([]string,
 		if !ok {
 			return nil, fmt.Errorf("%s holds no module %s", pkg, n)
 		}
-		b, err := os.ReadFile(src)
-		if err != nil {
-			return nil, err
-		}
-		dst := filepath.Join(dir, n+".ko")
-		if err := os.WriteFile(dst+".tmp", b, 0o644); err != nil {
-			return nil, err
-		}
-		if err := os.Rename(dst+".tmp", dst); err != nil {
+		if err := copyAtomic(src, filepath.Join(dir, n+".ko")); err != nil {
 			return nil, err
 		}
 	}

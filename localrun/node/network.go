@@ -60,7 +60,7 @@ type nodeNet struct {
 // no file and dies with its holder. The host end's alias names the owner,
 // so a later sweepStale can tell a leftover from a live node's link.
 func allocateNet(dir string) (*nodeNet, error) {
-	unlock, err := machineLock("labkeep-node-net")
+	unlock, err := MachineLock("labkeep-node-net")
 	if err != nil {
 		return nil, err
 	}
@@ -259,10 +259,10 @@ func ipCmd(args ...string) error {
 	return nil
 }
 
-// machineLock takes a machine-wide lock named name (an abstract unix
+// MachineLock takes a machine-wide lock named name (an abstract unix
 // socket: no file, released when the holder closes it or dies), waiting
-// for it as long as another process holds it.
-func machineLock(name string) (unlock func(), err error) {
+// for it (up to a minute) as long as another process holds it.
+func MachineLock(name string) (unlock func(), err error) {
 	for start := time.Now(); ; {
 		l, err := net.Listen("unix", "@"+name)
 		if err == nil {

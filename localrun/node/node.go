@@ -306,7 +306,7 @@ func (n *Node) waitReady(ctx context.Context, cp *controlplane.ControlPlane) err
 			}
 		}
 		node, err := cs.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-		if err == nil && nodeReady(node) && !hasNotReadyTaint(node) {
+		if err == nil && Ready(node) && !hasNotReadyTaint(node) {
 			return nil
 		}
 		select {
@@ -330,7 +330,8 @@ func hasNotReadyTaint(node *corev1.Node) bool {
 	return false
 }
 
-func nodeReady(node *corev1.Node) bool {
+// Ready reports whether node's Ready condition is true.
+func Ready(node *corev1.Node) bool {
 	for _, c := range node.Status.Conditions {
 		if c.Type == corev1.NodeReady {
 			return c.Status == corev1.ConditionTrue

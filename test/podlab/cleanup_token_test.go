@@ -35,7 +35,7 @@ func TestFakeGuardianGainsNothing(t *testing.T) {
   image: ghcr.io/labkeep/workspace:debian12
   nodes: [{role: workspace, cpu: 300m, memory: 512Mi}]
 `})
-	fake := buildStatic(t, "labkeep/test/podlab/fakeguardian")
+	fake := stacktest.BuildStatic(t, "labkeep/test/podlab/fakeguardian")
 	mallory := openLab(t, d, "mallory", "shell", nil)
 	victim := openLab(t, d, "victor", "shell", nil)
 	mallory.waitRunning(3 * time.Minute)

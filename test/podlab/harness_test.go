@@ -512,18 +512,5 @@ func (s *student) upload(local, path string) {
 // it runs in the Debian workspace as it does in guardian's own e2e tests.
 func buildWorkload(t testing.TB) string {
 	t.Helper()
-	return buildStatic(t, "labkeep/guardian/internal/workload")
-}
-
-// buildStatic builds the command pkg as a static binary (it runs in any
-// container) and returns its path.
-func buildStatic(t testing.TB, pkg string) string {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), filepath.Base(pkg))
-	cmd := exec.Command("go", "build", "-trimpath", "-o", out, pkg)
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if b, err := cmd.CombinedOutput(); err != nil {
-		t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-	}
-	return out
+	return stacktest.BuildStatic(t, "labkeep/guardian/internal/workload")
 }

@@ -196,7 +196,7 @@ func TestSessionNetworkIsConfined(t *testing.T) {
 	// The launcher stand-in's program: its probe command tries TCP
 	// connections, DNS queries over UDP and ICMP echoes from wherever it
 	// runs.
-	probeBin := buildStatic(t, "labkeep/localrun/images/launcher")
+	probeBin := stacktest.BuildStatic(t, "labkeep/localrun/images/launcher")
 	control := controlPod(t, d)
 	// Started now, probed later: its start overlaps the control's probes.
 	stray := podIn(t, d, d.Namespace, "stray", node.VirtLauncherImage, "/launcher")
