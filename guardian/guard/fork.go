@@ -109,30 +109,49 @@ func (g *Guardian) forkCheck(ctx context.Context, det *victim.BombDetector) {
 	g.saveLogged()
 }
 
-// raiseReserve lifts pids.max by PidsReserve while the frozen workspace is
-// within PidsReserve of the limit. Killed processes keep their pids until
-// they are reaped, which is up to their reaper (the Pod's PID 1), so right
-// after the thaw the workspace would still be at the limit and sshd,
-// thawed with the connections that queued up meanwhile, could not fork for
-// them. Nothing else forks into the reserve: the cgroup is frozen, and what
-// was not killed is protected. lowerReserve gives it back. The caller
-// holds the emergency lock with the cgroup frozen.
-func (g *Guardian) raiseReserve() {
-	if g.cfg.PidsReserve == 0 {
-		return
-	}
-	tasks, err := g.cg.PidsCurrent()
-	if err != nil || tasks < g.cfg.PidsMax-g.cfg.PidsReserve {
-		return
-	}
+// holdForks sets pids.max to 0 for the first round of a containment:
+// from then on no fork in the workspace succeeds, so what the round kills
+// is all there is (the snapshot is taken after the hold) and nothing it
+// misses can replace it. The freeze alone does not do that where it is
+// slow to complete — on the emulated v2 node a bomb of 500 processes,
+// still freezing after guardian's freeze timeout, forked on to 2,900
+// while guardian killed. The kernel checks pids.max at each fork, so the
+// hold needs none of the bomb's processes to run, as a freeze does. The
+// caller holds the emergency lock; releaseForks ends the hold.
+func (g *Guardian) holdForks() {
 	g.mu.Lock()
-	g.reserveSince = g.now()
+	g.forksHeld = true
 	g.mu.Unlock()
-	if err := g.cg.SetPidsMax(g.pidsMax()); err != nil {
-		g.log.Warn("fork: raise pids.max by the reserve", "err", err)
+	if err := g.cg.SetPidsMax(0); err != nil {
+		g.log.Warn("fork: hold forks while containing", "err", err)
+	}
+}
+
+// releaseForks ends holdForks before the first thaw, so sshd, thawed with
+// the connections that queued up meanwhile, can fork for them. Killed
+// processes keep their pids until they are reaped, which is up to their
+// reaper (the Pod's PID 1), so right after the thaw the workspace may
+// still be at the limit: within PidsReserve of it, pids.max is lifted by
+// PidsReserve until lowerReserve gives it back. Nothing else forks into
+// the reserve: what was killed dies at its next step, and what was not
+// is protected or a small login.
+func (g *Guardian) releaseForks() {
+	g.mu.Lock()
+	if !g.forksHeld {
+		g.mu.Unlock()
 		return
 	}
-	g.log.Info("pids.max raised by the reserve while containing", "tasks", tasks, "pids_max", g.pidsMax())
+	g.forksHeld = false
+	g.mu.Unlock()
+	if tasks, err := g.cg.PidsCurrent(); err == nil && tasks >= g.cfg.PidsMax-g.cfg.PidsReserve && g.cfg.PidsReserve > 0 {
+		g.mu.Lock()
+		g.reserveSince = g.now()
+		g.mu.Unlock()
+		g.log.Info("pids.max raised by the reserve after containing", "tasks", tasks, "pids_max", g.pidsMax())
+	}
+	if err := g.cg.SetPidsMax(g.pidsMax()); err != nil {
+		g.log.Warn("fork: release forks after containing", "err", err)
+	}
 }
 
 // lowerReserve puts pids.max back once the killed processes were reaped
@@ -155,10 +174,13 @@ func (g *Guardian) lowerReserve(tasks int) {
 }
 
 // pidsMax is the pids.max guardian wants now: PidsMax, plus PidsReserve
-// while a containment holds the reserve open.
+// while a containment holds the reserve open, 0 while it holds forks.
 func (g *Guardian) pidsMax() int {
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	if g.forksHeld {
+		return 0
+	}
 	if g.reserveSince.IsZero() {
 		return g.cfg.PidsMax
 	}
@@ -177,9 +199,9 @@ type containResult struct {
 
 // contain freezes the cgroup, SIGKILLs every unprotected process but small
 // logins at work (Config.SpareLoginMax), thaws and repeats until none is
-// left. Freezing first stops a
-// bomb from replacing what is killed. The caller must not hold the
-// emergency lock.
+// left, holding every fork from before the first freeze to the first thaw
+// (holdForks): the hold and the freeze stop a bomb from replacing what is
+// killed. The caller must not hold the emergency lock.
 func (g *Guardian) contain(ctx context.Context, reason string) containResult {
 	g.emergency.Lock()
 	defer g.emergency.Unlock()
@@ -192,6 +214,8 @@ func (g *Guardian) containLocked(ctx context.Context, reason string, spareLogins
 	start := g.now()
 	var res containResult
 	killed := map[victim.Key]bool{}
+	g.holdForks()
+	defer g.releaseForks()
 	for res.rounds = 1; res.rounds <= g.cfg.ContainRounds && ctx.Err() == nil; res.rounds++ {
 		phase := time.Now()
 		lap := func(d *time.Duration) {
@@ -205,7 +229,6 @@ func (g *Guardian) containLocked(ctx context.Context, reason string, spareLogins
 		if ferr != nil {
 			g.log.Warn("freeze did not complete, killing anyway", "err", ferr)
 		}
-		g.raiseReserve()
 		lap(&res.freeze)
 		procs, prot, err := g.snapshot()
 		lap(&res.read)
@@ -222,6 +245,7 @@ func (g *Guardian) containLocked(ctx context.Context, reason string, spareLogins
 			g.log.Error("contain: snapshot", "err", err)
 		}
 		lap(&res.signal)
+		g.releaseForks()
 		if err := g.cg.Thaw(); err != nil {
 			g.log.Error("thaw", "err", err)
 		}

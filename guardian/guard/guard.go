@@ -95,6 +95,8 @@ type Guardian struct {
 	// reserveSince is when a containment lifted pids.max by PidsReserve;
 	// zero while pids.max is PidsMax (see raiseReserve).
 	reserveSince time.Time
+	// forksHeld while a containment holds pids.max at 0 (see holdForks).
+	forksHeld bool
 
 	limitsPending bool  // the kernel limits could not be applied yet
 	waiting       error // why no workspace cgroup is guarded, for Healthy

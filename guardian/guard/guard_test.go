@@ -3,6 +3,7 @@ package guard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -28,19 +29,22 @@ import (
 // guardian/e2e show the same behaviour on the real kernel.
 
 type fakeCgroup struct {
-	mu          sync.Mutex
-	table       *fakeProcs
-	usage       uint64
-	shmem       uint64
-	limit       uint64
-	pidsMax     int
-	events      cgroupfs.MemoryEvents
-	frozen      bool
-	freezes     int
-	setMemory   [][2]uint64
-	setMemErr   error
-	handleOOM   bool
-	rtErr       error
+	mu        sync.Mutex
+	table     *fakeProcs
+	usage     uint64
+	shmem     uint64
+	limit     uint64
+	pidsMax   int
+	events    cgroupfs.MemoryEvents
+	frozen    bool
+	freezes   int
+	setMemory [][2]uint64
+	setMemErr error
+	handleOOM bool
+	rtErr     error
+	cpuWeight int
+	// log records pids.max writes, freezes, thaws and kills in order.
+	log         []string
 	freedOnKill uint64
 	gone        bool  // the container ended: the cgroup lists no process
 	limitErr    error // reading the hard limit fails (the cgroup went away)
@@ -103,6 +107,7 @@ func (c *fakeCgroup) SetPidsMax(n int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.pidsMax = n
+	c.log = append(c.log, fmt.Sprintf("pids.max %d", n))
 	return nil
 }
 func (c *fakeCgroup) PidsLimit() (int, error) {
@@ -120,12 +125,30 @@ func (c *fakeCgroup) Freeze(context.Context) error {
 	defer c.mu.Unlock()
 	c.frozen = true
 	c.freezes++
+	c.log = append(c.log, "freeze")
 	return nil
 }
-func (c *fakeCgroup) Thaw() error                      { c.mu.Lock(); defer c.mu.Unlock(); c.frozen = false; return nil }
+func (c *fakeCgroup) Thaw() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.frozen = false
+	c.log = append(c.log, "thaw")
+	return nil
+}
 func (c *fakeCgroup) CPUUsage() (time.Duration, error) { return 0, nil }
 func (c *fakeCgroup) CPUs() (float64, error)           { return 1, nil }
 func (c *fakeCgroup) GrantRT(int) error                { return c.rtErr }
+func (c *fakeCgroup) CPUWeight() (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cpuWeight, nil
+}
+func (c *fakeCgroup) SetCPUWeight(w int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cpuWeight = w
+	return nil
+}
 
 // fakeWorkspace hands out the cgroup it holds; none (nil) is "not found".
 type fakeWorkspace struct {
@@ -251,6 +274,11 @@ func (k *fakeKiller) Signal(id victim.Identity, sig unix.Signal) error {
 	k.mu.Lock()
 	k.calls = append(k.calls, signal{id.PID, sig, -1})
 	k.mu.Unlock()
+	if c := k.table.cgroup; c != nil && sig == unix.SIGKILL {
+		c.mu.Lock()
+		c.log = append(c.log, "kill")
+		c.mu.Unlock()
+	}
 	if sig == unix.SIGKILL || sig == unix.SIGTERM {
 		return k.table.kill(id)
 	}
@@ -664,5 +692,46 @@ func TestCleanup(t *testing.T) {
 	defer r.g.emergency.Unlock()
 	if _, err := r.g.Cleanup(context.Background()); !errors.Is(err, ErrBusy) {
 		t.Errorf("Cleanup during another emergency = %v; want ErrBusy", err)
+	}
+}
+
+// A containment holds every fork (pids.max 0) from before its first
+// freeze until just before its first thaw, so the round's kills cannot be
+// replaced and sshd, thawed, can fork again.
+func TestContainmentHoldsForksUntilTheFirstThaw(t *testing.T) {
+	r := newRig(t, testConfig())
+	r.cg.mu.Lock()
+	r.cg.log = nil
+	r.cg.mu.Unlock()
+	if _, err := r.g.Cleanup(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r.cg.mu.Lock()
+	got := slices.Compact(slices.Clone(r.cg.log))
+	r.cg.mu.Unlock()
+	want := []string{"pids.max 0", "freeze", "kill", "pids.max 4096", "thaw", "freeze", "thaw"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("pids.max, freezes and kills in order (-want +got):\n%s", diff)
+	}
+}
+
+// Attaching sets the workspace's CPU weight; 0 leaves it as the runtime
+// wrote it.
+func TestAttachSetsCPUWeight(t *testing.T) {
+	for _, tt := range []struct {
+		name         string
+		weight, want int
+	}{
+		{"the default", 1, 1},
+		{"left as the runtime wrote it", 0, 39},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.WorkspaceCPUWeight = tt.weight
+			r := newRigWith(t, cfg, func(r *rig) { r.cg.cpuWeight = 39 })
+			if diff := cmp.Diff(tt.want, r.cg.cpuWeight); diff != "" {
+				t.Errorf("CPU weight (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -27,12 +27,16 @@ import (
 // never restarts.
 //
 // Logins are counted and reported, not asserted: on this emulated node
-// they do not all succeed yet. During the hog, 9 of 9 and 22 of 24 (two
-// sessions closed without an exit status); during the bomb, freezing its
-// cgroup did not complete within guardian's freeze timeout, so it forked
-// on while guardian killed (1,874 processes in 34 s, 2,888 in 121 s; about
-// 15 to 40 ms a kill), and 13 of 22 and 32 of 45 logins failed. The bare
-// host and the v1 node assert every login (guardian/e2e, test/podlab).
+// they do not all succeed yet. During the hog, 9 of 9, 22 of 24 and 16 of
+// 30 (sessions closed without an exit status, handshakes timed out while
+// the kernel throttled the workspace at memory.high). During the bomb,
+// before guardian held forks while containing, freezing its cgroup did
+// not complete within guardian's freeze timeout and it forked on while
+// guardian killed (2,888 processes in 121 s, 15 to 40 ms a kill; 13 of 22
+// and 32 of 45 logins failed); with the hold and guardian first on the
+// CPU, 547 processes went in two rounds, 8.4 s (freeze 1.3 s, 6.9 ms a
+// kill), and 7 of 23 logins failed. The bare host and the v1 node assert
+// every login (guardian/e2e, test/podlab).
 func TestGuardianKeepsTheV2WorkspaceUsable(t *testing.T) {
 	n := started(t)
 	ctx := context.Background()
