@@ -150,7 +150,7 @@ func TestGuardianKeepsTheWorkspaceUsable(t *testing.T) {
 				for _, r := range s.records("containment finished")[before:] {
 					took = append(took, fmt.Sprintf("%vms/%v killed/%v rounds (freeze %vms, read %vms, signal %vms, thaw %vms, gone %vms)", r["took_ms"], r["killed"], r["rounds"], r["freeze_ms"], r["read_ms"], r["signal_ms"], r["thaw_ms"], r["gone_ms"]))
 				}
-				t.Logf("fork bomb (%s, round %d): peak %d processes seen, start → contained %s; guardian freeze-kill-thaw %v; forks refused at pids.max %d",
+				t.Logf("fork bomb (%s, round %d): peak %d processes seen, start → contained %s; guardian freeze-kill-thaw %v; forks refused at pids.max %d (the bomb's during guardian's hold included)",
 					b.name, round, peak, contained.Round(10*time.Millisecond), took, keyed(t, pidsDir, "pids.events")["max"]-refusedBefore)
 				t.Logf("logins during the bomb: %d ok, %d failed, slowest %s", ok, len(fail), slowest.Round(time.Millisecond))
 			})
