@@ -271,23 +271,6 @@ func (c *V1) CPUs() (float64, error) {
 	return float64(quota) / float64(period), nil
 }
 
-// CPUWeight implements Cgroup from cpu.shares.
-func (c *V1) CPUWeight() (int, error) {
-	v, err := readUint(c.dirs["cpu"], "cpu.shares")
-	if err != nil {
-		return 0, err
-	}
-	return sharesToWeight(v), nil
-}
-
-// SetCPUWeight implements Cgroup.
-func (c *V1) SetCPUWeight(weight int) error {
-	if err := validWeight(weight); err != nil {
-		return err
-	}
-	return write(c.dirs["cpu"], "cpu.shares", strconv.FormatUint(weightToShares(weight), 10))
-}
-
 // GrantRT implements Cgroup: each level from the subtree root down to the
 // cgroup gets at least runtimeUS of RT time per period. The kernel refuses
 // (EINVAL) when the parent's budget cannot cover it.

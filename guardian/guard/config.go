@@ -22,15 +22,6 @@ type Config struct {
 	MemoryPoll    time.Duration
 
 	PidsMax int
-	// WorkspaceCPUWeight is the workspace cgroup's CPU weight against its
-	// siblings (cgroup v2 units, 1 to 10000; 0 leaves the runtime's). In
-	// a Pod those are guardian's container and the sandbox's, so 1 gives
-	// guardian the CPU first whenever it needs any: it is idle but for an
-	// emergency, and in one (a fork bomb's thousands of runnable
-	// processes) its kills must not wait for the bomb's share. The
-	// workspace loses nothing while guardian idles, and guardian's own CPU
-	// limit still bounds what it takes.
-	WorkspaceCPUWeight int
 	// A fork bomb (victim.BombPolicy) is ForkThreshold forks refused at
 	// pids.max within ForkWindow, or processes at ForkGrowthFraction of
 	// PidsMax or more that grow fast enough to reach it within ForkHorizon
@@ -114,7 +105,7 @@ func Defaults() Config {
 	return Config{
 		HighFraction: 0.90, MaxFraction: 0.98, AlertFraction: 0.95, KillFraction: 0.97,
 		HandleOOM: true, MemoryPoll: 2 * time.Second,
-		PidsMax: 4096, WorkspaceCPUWeight: 1, ForkThreshold: 50, ForkWindow: 10 * time.Second, ForkScan: 50 * time.Millisecond,
+		PidsMax: 4096, ForkThreshold: 50, ForkWindow: 10 * time.Second, ForkScan: 50 * time.Millisecond,
 		ForkGrowthFraction: 0.125, ForkHorizon: time.Second, ForkBranchFraction: 0.125, PidsReserve: 64,
 		FreezeTimeout: 2 * time.Second, ContainRounds: 20, SpareLoginMax: 16,
 		ProtectEvery: 30 * time.Second, SSHPort: 22,
@@ -174,9 +165,6 @@ func (c Config) Validate() error {
 	}
 	if c.Hang.Recovery <= 0 {
 		errs = append(errs, fmt.Errorf("hang recovery must be positive, got %v", c.Hang.Recovery))
-	}
-	if c.WorkspaceCPUWeight < 0 || c.WorkspaceCPUWeight > 10000 {
-		errs = append(errs, fmt.Errorf("workspace CPU weight must be 0 (the runtime's) or 1 to 10000, got %d", c.WorkspaceCPUWeight))
 	}
 	if c.SpareLoginMax < 0 {
 		errs = append(errs, fmt.Errorf("spare login max must not be negative, got %d", c.SpareLoginMax))

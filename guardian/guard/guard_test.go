@@ -42,7 +42,6 @@ type fakeCgroup struct {
 	setMemErr error
 	handleOOM bool
 	rtErr     error
-	cpuWeight int
 	// log records pids.max writes, freezes, thaws and kills in order.
 	log         []string
 	freedOnKill uint64
@@ -138,17 +137,6 @@ func (c *fakeCgroup) Thaw() error {
 func (c *fakeCgroup) CPUUsage() (time.Duration, error) { return 0, nil }
 func (c *fakeCgroup) CPUs() (float64, error)           { return 1, nil }
 func (c *fakeCgroup) GrantRT(int) error                { return c.rtErr }
-func (c *fakeCgroup) CPUWeight() (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.cpuWeight, nil
-}
-func (c *fakeCgroup) SetCPUWeight(w int) error {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.cpuWeight = w
-	return nil
-}
 
 // fakeWorkspace hands out the cgroup it holds; none (nil) is "not found".
 type fakeWorkspace struct {
@@ -712,26 +700,5 @@ func TestContainmentHoldsForksUntilTheFirstThaw(t *testing.T) {
 	want := []string{"pids.max 0", "freeze", "kill", "pids.max 4096", "thaw", "freeze", "thaw"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("pids.max, freezes and kills in order (-want +got):\n%s", diff)
-	}
-}
-
-// Attaching sets the workspace's CPU weight; 0 leaves it as the runtime
-// wrote it.
-func TestAttachSetsCPUWeight(t *testing.T) {
-	for _, tt := range []struct {
-		name         string
-		weight, want int
-	}{
-		{"the default", 1, 1},
-		{"left as the runtime wrote it", 0, 39},
-	} {
-		t.Run(tt.name, func(t *testing.T) {
-			cfg := testConfig()
-			cfg.WorkspaceCPUWeight = tt.weight
-			r := newRigWith(t, cfg, func(r *rig) { r.cg.cpuWeight = 39 })
-			if diff := cmp.Diff(tt.want, r.cg.cpuWeight); diff != "" {
-				t.Errorf("CPU weight (-want +got):\n%s", diff)
-			}
-		})
 	}
 }

@@ -145,20 +145,12 @@ func (g *Guardian) applyLimits() error {
 			errs = append(errs, fmt.Errorf("pids.max: %w", err))
 		}
 	}
-	if w := g.cfg.WorkspaceCPUWeight; w > 0 {
-		if cur, err := g.cg.CPUWeight(); err != nil || cur != w {
-			wrote = true
-			if err := g.cg.SetCPUWeight(w); err != nil {
-				errs = append(errs, fmt.Errorf("CPU weight: %w", err))
-			}
-		}
-	}
 	err := errors.Join(errs...)
 	g.mu.Lock()
 	g.limitsPending = err != nil
 	g.mu.Unlock()
 	if err == nil && wrote {
-		g.log.Info("limits applied", "cgroup", g.cg.String(), "memory_limit", m, "memory_high", high, "memory_max", max, "pids_max", g.cfg.PidsMax, "cpu_weight", g.cfg.WorkspaceCPUWeight)
+		g.log.Info("limits applied", "cgroup", g.cg.String(), "memory_limit", m, "memory_high", high, "memory_max", max, "pids_max", g.cfg.PidsMax)
 	}
 	return err
 }

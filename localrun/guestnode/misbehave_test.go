@@ -27,16 +27,17 @@ import (
 // never restarts.
 //
 // Logins are counted and reported, not asserted: on this emulated node
-// they do not all succeed yet. During the hog, 9 of 9, 22 of 24 and 16 of
-// 30 (sessions closed without an exit status, handshakes timed out while
+// they do not all succeed yet. During the hog, 9 of 9, 22 of 24 and 8 of
+// 8 (sessions closed without an exit status, handshakes timed out while
 // the kernel throttled the workspace at memory.high). During the bomb,
 // before guardian held forks while containing, freezing its cgroup did
 // not complete within guardian's freeze timeout and it forked on while
 // guardian killed (2,888 processes in 121 s, 15 to 40 ms a kill; 13 of 22
-// and 32 of 45 logins failed); with the hold and guardian first on the
-// CPU, 547 processes went in two rounds, 8.4 s (freeze 1.3 s, 6.9 ms a
-// kill), and 7 of 23 logins failed. The bare host and the v1 node assert
-// every login (guardian/e2e, test/podlab).
+// and 32 of 45 logins failed); with the hold, seen at 551 processes, it
+// had grown to 1,730 while guardian read the process table, which went
+// in two rounds, 40 s (17 ms a kill), and 12 of 23 logins failed. The
+// bare host and the v1 node assert every login (guardian/e2e,
+// test/podlab).
 func TestGuardianKeepsTheV2WorkspaceUsable(t *testing.T) {
 	n := started(t)
 	ctx := context.Background()

@@ -85,10 +85,9 @@ done`)
 
 	// The workspace's own cgroup, / in its cgroup namespace.
 	m := memory.Value()
-	// The CPU: the lowest weight beside guardian.
-	wantLimits := fmt.Sprintf("0::/\nmax %d\nhigh %d\npids %d\noom.group 0\ncpu.weight=1", m*98/100, m*90/100, 4096)
+	wantLimits := fmt.Sprintf("0::/\nmax %d\nhigh %d\npids %d\noom.group 0", m*98/100, m*90/100, 4096)
 	limits := func() string {
-		return strings.TrimSpace(execWorkspace(t, pod.Name, `cat /proc/self/cgroup; echo "max $(cat /sys/fs/cgroup/memory.max)"; echo "high $(cat /sys/fs/cgroup/memory.high)"; echo "pids $(cat /sys/fs/cgroup/pids.max)"; echo "oom.group $(cat /sys/fs/cgroup/memory.oom.group)"; echo "cpu.weight=$(cat /sys/fs/cgroup/cpu.weight)"`))
+		return strings.TrimSpace(execWorkspace(t, pod.Name, `cat /proc/self/cgroup; echo "max $(cat /sys/fs/cgroup/memory.max)"; echo "high $(cat /sys/fs/cgroup/memory.high)"; echo "pids $(cat /sys/fs/cgroup/pids.max)"; echo "oom.group $(cat /sys/fs/cgroup/memory.oom.group)"`))
 	}
 	if got := limits(); !limitsMatch(got, wantLimits) {
 		t.Errorf("the workspace's cgroup, seen from inside:\n%s\nwant (within a page):\n%s", got, wantLimits)

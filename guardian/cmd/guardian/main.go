@@ -85,13 +85,6 @@ func loadOptions() (options, error) {
 	if o.Guard.SSHPort, err = strconv.Atoi(port); err != nil {
 		return options{}, fmt.Errorf("%s: port %q: %w", t.keyOf(&o.SSHAddr), port, err)
 	}
-	// The default weight is for a discovered workspace, whose siblings are
-	// guardian's own container and the Pod's sandbox; a cgroup named by
-	// path has siblings guardian knows nothing about, so unless told, its
-	// weight is left as it is.
-	if _, set := os.LookupEnv(t.keyOf(&o.Guard.WorkspaceCPUWeight)); o.Cgroup != "" && !set {
-		o.Guard.WorkspaceCPUWeight = 0
-	}
 	if err := o.Guard.Validate(); err != nil {
 		return options{}, fmt.Errorf("guardian config: %w", err)
 	}

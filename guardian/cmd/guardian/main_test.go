@@ -98,7 +98,7 @@ var nonDefault = map[string]string{
 	"CONTAINER_NAME": "main", "PROC_ROOT": "/host/proc", "CGROUP_MOUNT": "/host/sys/fs/cgroup",
 	"MEMORY_LIMIT": "2Gi", "MEMORY_HIGH_FRACTION": "0.8", "MEMORY_MAX_FRACTION": "0.99", "MEMORY_ALERT_FRACTION": "0.9",
 	"MEMORY_KILL_FRACTION": "0.96", "HANDLE_OOM": "false", "MEMORY_POLL": "3s",
-	"PIDS_MAX": "1000", "WORKSPACE_CPU_WEIGHT": "50", "FORK_THRESHOLD": "300", "FORK_WINDOW": "5s", "FORK_SCAN": "2s", "FORK_GROWTH_FRACTION": "0.5", "FORK_HORIZON": "2s", "FORK_BRANCH_FRACTION": "0.25", "PIDS_RESERVE": "32", "FREEZE_TIMEOUT": "3s", "CONTAIN_ROUNDS": "7", "CONTAIN_SPARE_LOGIN_MAX": "4",
+	"PIDS_MAX": "1000", "FORK_THRESHOLD": "300", "FORK_WINDOW": "5s", "FORK_SCAN": "2s", "FORK_GROWTH_FRACTION": "0.5", "FORK_HORIZON": "2s", "FORK_BRANCH_FRACTION": "0.25", "PIDS_RESERVE": "32", "FREEZE_TIMEOUT": "3s", "CONTAIN_ROUNDS": "7", "CONTAIN_SPARE_LOGIN_MAX": "4",
 	"SSH_ADDR": "127.0.0.1:2222", "SSHD_SESSION_EXES": "/usr/sbin/sshd-session", "PROTECT_EXES": "/usr/bin/tmux",
 	"PROTECT_PID1": "false", "PROTECT_INIT": "false", "PROTECT_EVERY": "10s", "RT_PRIORITY": "2", "RT_RUNTIME_US": "20000",
 	"FALLBACK_NICE": "-10", "SSHD_EXE": "/usr/sbin/sshd", "RT_MAX_CPU_SHARE": "0.1", "RT_POLICE_EVERY": "2s",
@@ -165,37 +165,6 @@ func unchangedFields(a, b reflect.Value, path string) []string {
 	return nil
 }
 
-// Unless set, the workspace's CPU weight is the lowest where guardian
-// discovers the Pod's workspace and left as it is for a cgroup named by
-// path.
-func TestWorkspaceCPUWeightByMode(t *testing.T) {
-	tests := []struct {
-		name string
-		env  map[string]string
-		want int
-	}{
-		{"discovered in a Pod", map[string]string{"POD_UID": "0f3c2a51-6b7e-4c1d-9a8b-1234567890ab"}, 1},
-		{"named by path", map[string]string{"GUARDIAN_CGROUP": "/ws"}, 0},
-		{"named by path, weight set", map[string]string{"GUARDIAN_CGROUP": "/ws", "GUARDIAN_WORKSPACE_CPU_WEIGHT": "7"}, 7},
-		{"discovered, left alone", map[string]string{"POD_UID": "0f3c2a51-6b7e-4c1d-9a8b-1234567890ab", "GUARDIAN_WORKSPACE_CPU_WEIGHT": "0"}, 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			clearEnv(t)
-			for k, v := range tt.env {
-				t.Setenv(k, v)
-			}
-			o, err := loadOptions()
-			if err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tt.want, o.Guard.WorkspaceCPUWeight); diff != "" {
-				t.Errorf("workspace CPU weight (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
-
 func TestBadValuesStopGuardian(t *testing.T) {
 	tests := []struct {
 		name, key, value, wantErr string
@@ -211,8 +180,6 @@ func TestBadValuesStopGuardian(t *testing.T) {
 		{"alert text too short", "GUARDIAN_ALERT_MAX_TEXT", "10", "GUARDIAN_ALERT_MAX_TEXT"},
 		{"no alert fields", "GUARDIAN_ALERT_MAX_FIELDS", "0", "GUARDIAN_ALERT_MAX_FIELDS"},
 		{"unknown log level", "GUARDIAN_LOG_LEVEL", "LOUD", "GUARDIAN_LOG_LEVEL"},
-		{"CPU weight above cpu.weight's range", "GUARDIAN_WORKSPACE_CPU_WEIGHT", "10001", "workspace CPU weight"},
-		{"negative CPU weight", "GUARDIAN_WORKSPACE_CPU_WEIGHT", "-1", "workspace CPU weight"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

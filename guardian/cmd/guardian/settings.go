@@ -220,9 +220,6 @@ func (o *options) settings() settingsTable {
 		durationVar("MEMORY_POLL", "how often memory use is read", &g.MemoryPoll),
 
 		intVar("PIDS_MAX", "pids.max of the workspace", &g.PidsMax),
-		intVar("WORKSPACE_CPU_WEIGHT", "the workspace cgroup's CPU weight against its siblings (cgroup v2 units, 1 to 10000; v1 cpu.shares "+
-			"converted as the kubelet does): in a Pod its siblings are guardian and the sandbox, so guardian gets the CPU first in an emergency; "+
-			"0 leaves the runtime's, and is the default with `GUARDIAN_CGROUP`, whose siblings guardian does not know", &g.WorkspaceCPUWeight),
 		intVar("FORK_THRESHOLD", "forks refused at pids.max within the fork window that make a fork bomb", &g.ForkThreshold),
 		durationVar("FORK_WINDOW", "the window refused forks are counted in", &g.ForkWindow),
 		durationVar("FORK_SCAN", "how often the process count is scanned (on v2 also woken by the kernel's events)", &g.ForkScan),
