@@ -214,11 +214,30 @@ func TestRTPolice(t *testing.T) {
 			t.Errorf("listener = %+v, alerts %v; want SCHED_RR kept", r.sched.attrs[20], r.alertKinds())
 		}
 	})
-	t.Run("a listener over its share is demoted for good, a new listener is raised again", func(t *testing.T) {
+	t.Run("a burst over its share shorter than RTPoliceFor keeps real-time", func(t *testing.T) {
 		r := newRig(t, testConfig())
+		// Over for two of the three seconds RTPoliceFor allows, within
+		// for one, then over for two again: never three in a row.
+		for _, ticks := range []uint64{60, 60, 1, 60, 60} {
+			r.g.policeRT(context.Background())
+			r.clock.t = r.clock.t.Add(time.Second)
+			spend(r, 20, ticks)
+		}
 		r.g.policeRT(context.Background())
-		r.clock.t = r.clock.t.Add(time.Second)
-		spend(r, 20, 60) // 60 % of a CPU
+		if !r.sched.attrs[20].IsRR(1) || r.has("rt-demoted") {
+			t.Errorf("listener = %+v, alerts %v; want SCHED_RR kept", r.sched.attrs[20], r.alertKinds())
+		}
+	})
+	t.Run("a listener over its share for RTPoliceFor is demoted for good, a new listener is raised again", func(t *testing.T) {
+		r := newRig(t, testConfig())
+		for i := 0; i < 3; i++ {
+			r.g.policeRT(context.Background())
+			if r.has("rt-demoted") {
+				t.Fatalf("demoted after %d s over its share; RTPoliceFor is %v", i, testConfig().RTPoliceFor)
+			}
+			r.clock.t = r.clock.t.Add(time.Second)
+			spend(r, 20, 60) // 60 % of a CPU
+		}
 		r.g.policeRT(context.Background())
 		want := sched.Attr{Policy: unix.SCHED_NORMAL, ResetOnFork: true}
 		if a := r.sched.attrs[20]; a != want {

@@ -136,6 +136,10 @@ type raisedProc struct {
 	rt      bool
 	ticks   uint64
 	sampled time.Time // zero: no sample yet
+	// overSince is the start of the first of the unbroken run of samples
+	// over the real-time CPU share that ends at the last one; zero when
+	// the last sample was within it.
+	overSince time.Time
 }
 
 // findListener identifies the sshd listener: the process holding the SSH

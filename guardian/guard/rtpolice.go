@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -17,8 +18,8 @@ func (g *Guardian) rtPoliceLoop(ctx context.Context) {
 
 // policeRT samples the CPU time of every process guardian gave real-time
 // scheduling and demotes one that used more than RTMaxCPUShare of a CPU
-// since the previous sample (victim.RTOverBudget) to SCHED_OTHER at nice
-// 0, with an alert. A demoted process is never raised again; a new
+// (victim.RTOverBudget) in every sample for RTPoliceFor to SCHED_OTHER at
+// nice 0, with an alert. A demoted process is never raised again; a new
 // listener (another PID or start time, after sshd restarts) may be. On
 // cgroup v1 the cgroup's cpu.rt_runtime_us budget still caps real-time
 // use in between.
@@ -43,11 +44,18 @@ func (g *Guardian) policeRT(context.Context) {
 		prev := r
 		r.ticks, r.sampled = p.CPUTicks, now
 		if !rt || prev.sampled.IsZero() || p.CPUTicks < prev.ticks {
+			r.overSince = time.Time{}
 			g.resample(r)
 			continue
 		}
 		share, over := victim.RTOverBudget(victim.RTUsage{Ticks: p.CPUTicks - prev.ticks, Elapsed: now.Sub(prev.sampled)}, g.cfg.RTMaxCPUShare)
-		if !over {
+		switch {
+		case !over:
+			r.overSince = time.Time{}
+		case r.overSince.IsZero():
+			r.overSince = prev.sampled
+		}
+		if !over || now.Sub(r.overSince) < g.cfg.RTPoliceFor {
 			g.resample(r)
 			continue
 		}
@@ -65,8 +73,8 @@ func (g *Guardian) policeRT(context.Context) {
 		g.sshd.demoted[r.id.Key()] = true
 		g.mu.Unlock()
 		g.raise("rt-demoted", strconv.Itoa(r.id.PID), alert.Critical,
-			fmt.Sprintf("pid %d (%s) used %.0f%% of a CPU under real-time scheduling (at most %.0f%% allowed); demoted to normal scheduling for good",
-				r.id.PID, r.id.Exe, 100*share, 100*g.cfg.RTMaxCPUShare),
+			fmt.Sprintf("pid %d (%s) used more than %.0f%% of a CPU under real-time scheduling for %v (%.0f%% in the last %v); demoted to normal scheduling for good",
+				r.id.PID, r.id.Exe, 100*g.cfg.RTMaxCPUShare, now.Sub(r.overSince).Round(time.Millisecond), 100*share, now.Sub(prev.sampled).Round(time.Millisecond)),
 			map[string]string{"pid": strconv.Itoa(r.id.PID), "exe": r.id.Exe, "share": strconv.FormatFloat(share, 'f', 3, 64)})
 	}
 }

@@ -36,6 +36,7 @@ func TestRTPoliceDemotesASpinnerOnTheRealKernel(t *testing.T) {
 	alerts := alert.New(alert.Config{Window: time.Second}, clk, nil, nil)
 	cfg := testConfig()
 	cfg.RTPoliceEvery = 200 * time.Millisecond
+	cfg.RTPoliceFor = 3 * cfg.RTPoliceEvery
 	g, err := New(cfg, Deps{Workspace: &fakeWorkspace{}, Procs: fs, Scheduler: sched.OS{}, Prober: fakeProber{},
 		Alerts: alerts, Metrics: NewMetrics(prometheus.NewRegistry()), Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
 	if err != nil {

@@ -72,14 +72,18 @@ done`)
 		return proc{}, false
 	}
 	var listener, guardian proc
-	poll.Eventually(t, time.Minute, func() (bool, string) {
+	pctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	if err := poll.Until(pctx, func() (bool, string) {
 		ps := procs()
 		var ok1, ok2 bool
 		listener, ok1 = find(ps, "[listener]")
 		guardian, ok2 = find(ps, "guardian")
 		return ok1 && ok2 && listener.oomScoreAdj == -1000 && guardian.oomScoreAdj == -999 && strings.Contains(listener.sched, "SCHED_RR|SCHED_RESET_ON_FORK"),
 			fmt.Sprintf("listener %+v, guardian %+v (all: %+v)", listener, guardian, ps)
-	})
+	}); err != nil {
+		t.Fatalf("not within a minute: %v\nguardian's log:\n%s", err, guardianLogSince(t, pod.Name, start))
+	}
 	t.Logf("inside the Pod: sshd listener pid %d oom_score_adj %d, %q; guardian pid %d oom_score_adj %d",
 		listener.pid, listener.oomScoreAdj, listener.sched, guardian.pid, guardian.oomScoreAdj)
 

@@ -243,6 +243,7 @@ func (o *options) settings() settingsTable {
 		stringVar("SSHD_EXE", "sshd's executable; unset: the first listener's executable", &g.SSHDExe),
 		floatVar("RT_MAX_CPU_SHARE", "a real-time process guardian raised that uses more CPU than this share is put back", &g.RTMaxCPUShare),
 		durationVar("RT_POLICE_EVERY", "how often the RT police runs", &g.RTPoliceEvery),
+		durationVar("RT_POLICE_FOR", "how long a real-time process stays over its share, in every sample, before it is put back (0: at the first sample over it)", &g.RTPoliceFor),
 
 		durationVar("KILL_GRACE", "SIGTERM to SIGKILL", &g.KillGrace),
 		durationVar("KILL_WAIT", "longest wait for a killed process to go", &g.KillWait),
