@@ -195,6 +195,12 @@ type containResult struct {
 	// Where the time went, over every round: freezing, reading the
 	// processes, signalling them, thawing, waiting for them to leave.
 	freeze, read, signal, thaw, gone time.Duration
+	// sessions is the most sshd connection processes a round protected,
+	// noListener the rounds whose snapshot held no verified listener (then
+	// no connection is protected), sshdKilled the killed processes that
+	// ran the listener's executable path (an impostor, or a connection
+	// guardian could not verify): they say whether logins were spared.
+	sessions, noListener, sshdKilled int
 }
 
 // contain freezes the cgroup, SIGKILLs every unprotected process but small
@@ -217,7 +223,7 @@ func (g *Guardian) containLocked(ctx context.Context, reason string, spareLogins
 	g.holdForks()
 	defer g.releaseForks()
 	for res.rounds = 1; res.rounds <= g.cfg.ContainRounds && ctx.Err() == nil; res.rounds++ {
-		phase := time.Now()
+		phase, sessions := time.Now(), 0
 		lap := func(d *time.Duration) {
 			now := time.Now()
 			*d += now.Sub(phase)
@@ -234,13 +240,29 @@ func (g *Guardian) containLocked(ctx context.Context, reason string, spareLogins
 		lap(&res.read)
 		var victims []victim.Process
 		if err == nil {
+			sshdExe := ""
+			for _, p := range procs {
+				switch prot[p.Key()] {
+				case victim.ReasonListener:
+					sshdExe = p.Exe
+				case victim.ReasonSession:
+					sessions++
+				}
+			}
+			if sshdExe == "" {
+				res.noListener++
+			}
 			victims = victim.SpareSmallLogins(procs, prot, spareLogins)
 			for _, v := range victims {
 				if err := g.killer.Signal(v.Identity, unix.SIGKILL); err == nil && !killed[v.Key()] {
 					killed[v.Key()] = true
 					res.killed = append(res.killed, v.PID)
+					if sshdExe != "" && v.Exe == sshdExe {
+						res.sshdKilled++
+					}
 				}
 			}
+			res.sessions = max(res.sessions, sessions)
 		} else {
 			g.log.Error("contain: snapshot", "err", err)
 		}
@@ -260,7 +282,8 @@ func (g *Guardian) containLocked(ctx context.Context, reason string, spareLogins
 	res.took = g.now().Sub(start)
 	g.metrics.kills.WithLabelValues(reason).Add(float64(len(res.killed)))
 	g.log.Info("containment finished", "reason", reason, "killed", len(res.killed), "rounds", res.rounds, "contained", res.contained, "took_ms", res.took.Milliseconds(),
-		"freeze_ms", res.freeze.Milliseconds(), "read_ms", res.read.Milliseconds(), "signal_ms", res.signal.Milliseconds(), "thaw_ms", res.thaw.Milliseconds(), "gone_ms", res.gone.Milliseconds())
+		"freeze_ms", res.freeze.Milliseconds(), "read_ms", res.read.Milliseconds(), "signal_ms", res.signal.Milliseconds(), "thaw_ms", res.thaw.Milliseconds(), "gone_ms", res.gone.Milliseconds(),
+		"sessions_protected", res.sessions, "rounds_without_listener", res.noListener, "sshd_exe_killed", res.sshdKilled)
 	return res
 }
 
