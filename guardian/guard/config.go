@@ -39,7 +39,15 @@ type Config struct {
 	// are reaped, so sshd can fork for the logins that queued meanwhile.
 	PidsReserve   int
 	FreezeTimeout time.Duration
-	ContainRounds int
+	// HoldForksAfter is how long a containment's first freeze may take
+	// before guardian holds every fork (pids.max 0) for the rest of that
+	// round. A freeze that completes stops the bomb by itself, and a hold
+	// from the start would refuse the forks sshd makes for a login while
+	// the freeze spreads (seen in CI: two logins refused in the same
+	// instant); a freeze that drags on, as on the emulated v2 node, would
+	// let the bomb fork on while guardian kills. 0: hold from the start.
+	HoldForksAfter time.Duration
+	ContainRounds  int
 	// SpareLoginMax: a fork-bomb containment spares login subtrees (a
 	// login shell under an sshd session, with its descendants) of at most
 	// this many processes, so a login in progress beside the bomb
@@ -112,7 +120,7 @@ func Defaults() Config {
 		HandleOOM: true, MemoryPoll: 2 * time.Second,
 		PidsMax: 4096, ForkThreshold: 50, ForkWindow: 10 * time.Second, ForkScan: 50 * time.Millisecond,
 		ForkGrowthFraction: 0.125, ForkHorizon: time.Second, ForkBranchFraction: 0.125, PidsReserve: 64,
-		FreezeTimeout: 2 * time.Second, ContainRounds: 20, SpareLoginMax: 16,
+		FreezeTimeout: 2 * time.Second, HoldForksAfter: 250 * time.Millisecond, ContainRounds: 20, SpareLoginMax: 16,
 		ProtectEvery: 30 * time.Second, SSHPort: 22,
 		SessionExes: []string{"/usr/lib/openssh/sshd-session", "/usr/lib/openssh/sshd-auth"},
 		ProtectPID1: true, ProtectInit: true,
@@ -187,6 +195,9 @@ func (c Config) Validate() error {
 	frac("real-time CPU share", c.RTMaxCPUShare)
 	if c.RTPoliceEvery <= 0 {
 		errs = append(errs, fmt.Errorf("real-time policing interval must be positive, got %v", c.RTPoliceEvery))
+	}
+	if c.HoldForksAfter < 0 {
+		errs = append(errs, fmt.Errorf("hold-forks delay must not be negative, got %v", c.HoldForksAfter))
 	}
 	if c.RTPoliceFor < 0 {
 		errs = append(errs, fmt.Errorf("real-time policing duration must not be negative, got %v", c.RTPoliceFor))

@@ -109,14 +109,15 @@ func (g *Guardian) forkCheck(ctx context.Context, det *victim.BombDetector) {
 	g.saveLogged()
 }
 
-// holdForks sets pids.max to 0 for the first round of a containment:
-// from then on no fork in the workspace succeeds, so what the round kills
-// is all there is (the snapshot is taken after the hold) and nothing it
-// misses can replace it. The freeze alone does not do that where it is
-// slow to complete — on the emulated v2 node a bomb of 500 processes,
-// still freezing after guardian's freeze timeout, forked on to 2,900
-// while guardian killed. The kernel checks pids.max at each fork, so the
-// hold needs none of the bomb's processes to run, as a freeze does. The
+// holdForks sets pids.max to 0 for the rest of a containment's first
+// round when its freeze did not complete within HoldForksAfter
+// (freezeFirst): from then on no fork in the workspace succeeds, so what
+// the round kills is all there is (the snapshot is taken after the hold)
+// and nothing it misses can replace it. A freeze that drags on does not
+// do that — on the emulated v2 node a bomb of 500 processes, still
+// freezing after guardian's freeze timeout, forked on to 2,900 while
+// guardian killed. The kernel checks pids.max at each fork, so the hold
+// needs none of the bomb's processes to run, as a freeze does. The
 // caller holds the emergency lock; releaseForks ends the hold.
 func (g *Guardian) holdForks() {
 	g.mu.Lock()
@@ -127,8 +128,9 @@ func (g *Guardian) holdForks() {
 	}
 }
 
-// releaseForks ends holdForks before the first thaw, so sshd, thawed with
-// the connections that queued up meanwhile, can fork for them. Killed
+// releaseForks runs once per containment, before the first thaw: it ends
+// holdForks, so sshd, thawed with the connections that queued up
+// meanwhile, can fork for them. Killed
 // processes keep their pids until they are reaped, which is up to their
 // reaper (the Pod's PID 1), so right after the thaw the workspace may
 // still be at the limit: within PidsReserve of it, pids.max is lifted by
@@ -137,17 +139,19 @@ func (g *Guardian) holdForks() {
 // is protected or a small login.
 func (g *Guardian) releaseForks() {
 	g.mu.Lock()
-	if !g.forksHeld {
-		g.mu.Unlock()
-		return
-	}
+	held := g.forksHeld
 	g.forksHeld = false
 	g.mu.Unlock()
+	raise := false
 	if tasks, err := g.cg.PidsCurrent(); err == nil && tasks >= g.cfg.PidsMax-g.cfg.PidsReserve && g.cfg.PidsReserve > 0 {
+		raise = true
 		g.mu.Lock()
 		g.reserveSince = g.now()
 		g.mu.Unlock()
 		g.log.Info("pids.max raised by the reserve after containing", "tasks", tasks, "pids_max", g.pidsMax())
+	}
+	if !held && !raise {
+		return
 	}
 	if err := g.cg.SetPidsMax(g.pidsMax()); err != nil {
 		g.log.Warn("fork: release forks after containing", "err", err)
@@ -205,9 +209,9 @@ type containResult struct {
 
 // contain freezes the cgroup, SIGKILLs every unprotected process but small
 // logins at work (Config.SpareLoginMax), thaws and repeats until none is
-// left, holding every fork from before the first freeze to the first thaw
-// (holdForks): the hold and the freeze stop a bomb from replacing what is
-// killed. The caller must not hold the emergency lock.
+// left; where the first freeze is slow, every fork is held until the
+// first thaw (holdForks): the hold and the freeze stop a bomb from
+// replacing what is killed. The caller must not hold the emergency lock.
 func (g *Guardian) contain(ctx context.Context, reason string) containResult {
 	g.emergency.Lock()
 	defer g.emergency.Unlock()
@@ -220,8 +224,14 @@ func (g *Guardian) containLocked(ctx context.Context, reason string, spareLogins
 	start := g.now()
 	var res containResult
 	killed := map[victim.Key]bool{}
-	g.holdForks()
-	defer g.releaseForks()
+	released := false
+	release := func() {
+		if !released {
+			released = true
+			g.releaseForks()
+		}
+	}
+	defer release()
 	for res.rounds = 1; res.rounds <= g.cfg.ContainRounds && ctx.Err() == nil; res.rounds++ {
 		phase, sessions := time.Now(), 0
 		lap := func(d *time.Duration) {
@@ -229,9 +239,14 @@ func (g *Guardian) containLocked(ctx context.Context, reason string, spareLogins
 			*d += now.Sub(phase)
 			phase = now
 		}
-		fctx, cancel := context.WithTimeout(ctx, g.cfg.FreezeTimeout)
-		ferr := g.cg.Freeze(fctx)
-		cancel()
+		var ferr error
+		if res.rounds == 1 {
+			ferr = g.freezeFirst(ctx)
+		} else {
+			fctx, cancel := context.WithTimeout(ctx, g.cfg.FreezeTimeout)
+			ferr = g.cg.Freeze(fctx)
+			cancel()
+		}
 		if ferr != nil {
 			g.log.Warn("freeze did not complete, killing anyway", "err", ferr)
 		}
@@ -267,7 +282,7 @@ func (g *Guardian) containLocked(ctx context.Context, reason string, spareLogins
 			g.log.Error("contain: snapshot", "err", err)
 		}
 		lap(&res.signal)
-		g.releaseForks()
+		release()
 		if err := g.cg.Thaw(); err != nil {
 			g.log.Error("thaw", "err", err)
 		}
@@ -285,6 +300,22 @@ func (g *Guardian) containLocked(ctx context.Context, reason string, spareLogins
 		"freeze_ms", res.freeze.Milliseconds(), "read_ms", res.read.Milliseconds(), "signal_ms", res.signal.Milliseconds(), "thaw_ms", res.thaw.Milliseconds(), "gone_ms", res.gone.Milliseconds(),
 		"sessions_protected", res.sessions, "rounds_without_listener", res.noListener, "sshd_exe_killed", res.sshdKilled)
 	return res
+}
+
+// freezeFirst freezes the workspace for a containment's first round,
+// within FreezeTimeout, holding forks (holdForks) once HoldForksAfter has
+// passed without the freeze completing.
+func (g *Guardian) freezeFirst(ctx context.Context) error {
+	fctx, cancel := context.WithTimeout(ctx, g.cfg.FreezeTimeout)
+	defer cancel()
+	hctx, hcancel := context.WithTimeout(fctx, g.cfg.HoldForksAfter)
+	err := g.cg.Freeze(hctx)
+	hcancel()
+	if err == nil || fctx.Err() != nil {
+		return err
+	}
+	g.holdForks()
+	return g.cg.Freeze(fctx)
 }
 
 // waitGone waits (up to a second) until the killed processes have left the

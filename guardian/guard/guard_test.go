@@ -29,19 +29,22 @@ import (
 // guardian/e2e show the same behaviour on the real kernel.
 
 type fakeCgroup struct {
-	mu        sync.Mutex
-	table     *fakeProcs
-	usage     uint64
-	shmem     uint64
-	limit     uint64
-	pidsMax   int
-	events    cgroupfs.MemoryEvents
-	frozen    bool
-	freezes   int
-	setMemory [][2]uint64
-	setMemErr error
-	handleOOM bool
-	rtErr     error
+	mu      sync.Mutex
+	table   *fakeProcs
+	usage   uint64
+	shmem   uint64
+	limit   uint64
+	pidsMax int
+	events  cgroupfs.MemoryEvents
+	frozen  bool
+	freezes int
+	// freezeStuck: a freeze never completes (Freeze waits out its context),
+	// as on the emulated v2 node beside a large bomb.
+	freezeStuck bool
+	setMemory   [][2]uint64
+	setMemErr   error
+	handleOOM   bool
+	rtErr       error
 	// log records pids.max writes, freezes, thaws and kills in order.
 	log         []string
 	freedOnKill uint64
@@ -119,12 +122,17 @@ func (c *fakeCgroup) PidsCurrent() (int, error)    { return len(c.table.pids()),
 func (c *fakeCgroup) WatchPids(context.Context) (<-chan struct{}, error) {
 	return nil, errors.New("fake: no notifications")
 }
-func (c *fakeCgroup) Freeze(context.Context) error {
+func (c *fakeCgroup) Freeze(ctx context.Context) error {
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.frozen = true
 	c.freezes++
 	c.log = append(c.log, "freeze")
+	stuck := c.freezeStuck
+	c.mu.Unlock()
+	if stuck {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	return nil
 }
 func (c *fakeCgroup) Thaw() error {
@@ -686,19 +694,36 @@ func TestCleanup(t *testing.T) {
 // A containment holds every fork (pids.max 0) from before its first
 // freeze until just before its first thaw, so the round's kills cannot be
 // replaced and sshd, thawed, can fork again.
-func TestContainmentHoldsForksUntilTheFirstThaw(t *testing.T) {
-	r := newRig(t, testConfig())
-	r.cg.mu.Lock()
-	r.cg.log = nil
-	r.cg.mu.Unlock()
-	if _, err := r.g.Cleanup(context.Background()); err != nil {
-		t.Fatal(err)
-	}
-	r.cg.mu.Lock()
-	got := slices.Compact(slices.Clone(r.cg.log))
-	r.cg.mu.Unlock()
-	want := []string{"pids.max 0", "freeze", "kill", "pids.max 4096", "thaw", "freeze", "thaw"}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("pids.max, freezes and kills in order (-want +got):\n%s", diff)
+// A containment whose first freeze completes in time never touches
+// pids.max (sshd keeps forking for logins until it is frozen too); one
+// whose freeze drags on past HoldForksAfter holds every fork from then
+// until just before the first thaw.
+func TestContainmentHoldsForksOnlyWhileTheFirstFreezeDragsOn(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		stuck bool
+		want  []string
+	}{
+		{"the freeze completes: no hold", false, []string{"freeze", "kill", "thaw", "freeze", "thaw"}},
+		{"the freeze drags on: forks held from then until the first thaw", true,
+			[]string{"freeze", "pids.max 0", "freeze", "kill", "pids.max 4096", "thaw", "freeze", "thaw"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.FreezeTimeout, cfg.HoldForksAfter = 200*time.Millisecond, 20*time.Millisecond
+			r := newRig(t, cfg)
+			r.cg.mu.Lock()
+			r.cg.log, r.cg.freezeStuck = nil, tc.stuck
+			r.cg.mu.Unlock()
+			if _, err := r.g.Cleanup(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			r.cg.mu.Lock()
+			got := slices.Compact(slices.Clone(r.cg.log))
+			r.cg.mu.Unlock()
+			if diff := cmp.Diff(tc.want, got); diff != "" {
+				t.Errorf("pids.max, freezes and kills in order (-want +got):\n%s", diff)
+			}
+		})
 	}
 }

@@ -228,6 +228,7 @@ func (o *options) settings() settingsTable {
 		floatVar("FORK_BRANCH_FRACTION", "growing processes of which this fraction each fork two or more of the others are a fork bomb", &g.ForkBranchFraction),
 		intVar("PIDS_RESERVE", "pids.max is raised by this when the workspace is found at the limit, so a login still forks", &g.PidsReserve),
 		durationVar("FREEZE_TIMEOUT", "longest wait for the cgroup to freeze", &g.FreezeTimeout),
+		durationVar("HOLD_FORKS_AFTER", "a containment's first freeze that takes longer than this holds every fork (pids.max 0) until its kills are done (0: from the start)", &g.HoldForksAfter),
 		intVar("CONTAIN_ROUNDS", "freeze-and-kill rounds of one containment", &g.ContainRounds),
 		intVar("CONTAIN_SPARE_LOGIN_MAX", "a login with at most this many processes is spared by containment", &g.SpareLoginMax),
 
