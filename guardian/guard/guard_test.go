@@ -697,20 +697,26 @@ func TestCleanup(t *testing.T) {
 // A containment whose first freeze completes in time never touches
 // pids.max (sshd keeps forking for logins until it is frozen too); one
 // whose freeze drags on past HoldForksAfter holds every fork from then
-// until just before the first thaw.
+// until just before the first thaw; a workspace within PidsReserve of
+// pids.max gets the reserve at the first thaw either way.
 func TestContainmentHoldsForksOnlyWhileTheFirstFreezeDragsOn(t *testing.T) {
 	for _, tc := range []struct {
-		name  string
-		stuck bool
-		want  []string
+		name    string
+		stuck   bool
+		reserve int // PidsReserve; the workspace is within it of pids.max when it is as large
+		want    []string
 	}{
-		{"the freeze completes: no hold", false, []string{"freeze", "kill", "thaw", "freeze", "thaw"}},
-		{"the freeze drags on: forks held from then until the first thaw", true,
+		{"the freeze completes: no hold", false, 64, []string{"freeze", "kill", "thaw", "freeze", "thaw"}},
+		{"the freeze drags on: forks held from then until the first thaw", true, 64,
 			[]string{"freeze", "pids.max 0", "freeze", "kill", "pids.max 4096", "thaw", "freeze", "thaw"}},
+		{"found within the reserve of the limit: the reserve is given at the first thaw", false, 4096,
+			[]string{"freeze", "kill", "pids.max 8192", "thaw", "freeze", "thaw"}},
+		{"held and within the reserve: released with the reserve", true, 4096,
+			[]string{"freeze", "pids.max 0", "freeze", "kill", "pids.max 8192", "thaw", "freeze", "thaw"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig()
-			cfg.FreezeTimeout, cfg.HoldForksAfter = 200*time.Millisecond, 20*time.Millisecond
+			cfg.FreezeTimeout, cfg.HoldForksAfter, cfg.PidsReserve = 200*time.Millisecond, 20*time.Millisecond, tc.reserve
 			r := newRig(t, cfg)
 			r.cg.mu.Lock()
 			r.cg.log, r.cg.freezeStuck = nil, tc.stuck
