@@ -130,11 +130,11 @@ func (g *Guardian) holdForks() {
 
 // releaseForks runs once per containment, before the first thaw: it ends
 // holdForks, so sshd, thawed with the connections that queued up
-// meanwhile, can fork for them. Killed
-// processes keep their pids until they are reaped, which is up to their
-// reaper (the Pod's PID 1), so right after the thaw the workspace may
-// still be at the limit: within PidsReserve of it, pids.max is lifted by
-// PidsReserve until lowerReserve gives it back. Nothing else forks into
+// meanwhile, can fork for them. Killed processes keep their pids until
+// they are reaped, which is up to their reaper (the Pod's PID 1), so
+// right after the thaw the workspace may still be at the limit: within
+// PidsReserve of it, pids.max is lifted by PidsReserve until lowerReserve
+// gives it back. Nothing else forks into
 // the reserve: what was killed dies at its next step, and what was not
 // is protected or a small login.
 func (g *Guardian) releaseForks() {
@@ -224,16 +224,8 @@ func (g *Guardian) containLocked(ctx context.Context, reason string, spareLogins
 	start := g.now()
 	var res containResult
 	killed := map[victim.Key]bool{}
-	released := false
-	release := func() {
-		if !released {
-			released = true
-			g.releaseForks()
-		}
-	}
-	defer release()
 	for res.rounds = 1; res.rounds <= g.cfg.ContainRounds && ctx.Err() == nil; res.rounds++ {
-		phase, sessions := time.Now(), 0
+		phase := time.Now()
 		lap := func(d *time.Duration) {
 			now := time.Now()
 			*d += now.Sub(phase)
@@ -255,15 +247,7 @@ func (g *Guardian) containLocked(ctx context.Context, reason string, spareLogins
 		lap(&res.read)
 		var victims []victim.Process
 		if err == nil {
-			sshdExe := ""
-			for _, p := range procs {
-				switch prot[p.Key()] {
-				case victim.ReasonListener:
-					sshdExe = p.Exe
-				case victim.ReasonSession:
-					sessions++
-				}
-			}
+			sshdExe, sessions := sshdSeen(procs, prot)
 			if sshdExe == "" {
 				res.noListener++
 			}
@@ -282,7 +266,9 @@ func (g *Guardian) containLocked(ctx context.Context, reason string, spareLogins
 			g.log.Error("contain: snapshot", "err", err)
 		}
 		lap(&res.signal)
-		release()
+		if res.rounds == 1 {
+			g.releaseForks() // the only round that can hold forks (freezeFirst)
+		}
 		if err := g.cg.Thaw(); err != nil {
 			g.log.Error("thaw", "err", err)
 		}
@@ -300,6 +286,21 @@ func (g *Guardian) containLocked(ctx context.Context, reason string, spareLogins
 		"freeze_ms", res.freeze.Milliseconds(), "read_ms", res.read.Milliseconds(), "signal_ms", res.signal.Milliseconds(), "thaw_ms", res.thaw.Milliseconds(), "gone_ms", res.gone.Milliseconds(),
 		"sessions_protected", res.sessions, "rounds_without_listener", res.noListener, "sshd_exe_killed", res.sshdKilled)
 	return res
+}
+
+// sshdSeen returns the verified listener's executable path in a
+// containment's snapshot ("" when it holds none) and how many sshd
+// connection processes it protects.
+func sshdSeen(procs []victim.Process, prot victim.Protected) (exe string, sessions int) {
+	for _, p := range procs {
+		switch prot[p.Key()] {
+		case victim.ReasonListener:
+			exe = p.Exe
+		case victim.ReasonSession:
+			sessions++
+		}
+	}
+	return exe, sessions
 }
 
 // freezeFirst freezes the workspace for a containment's first round,

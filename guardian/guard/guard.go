@@ -93,7 +93,7 @@ type Guardian struct {
 	lastHigh uint64
 	highSeen bool
 	// reserveSince is when a containment lifted pids.max by PidsReserve;
-	// zero while pids.max is PidsMax (see raiseReserve).
+	// zero while pids.max is PidsMax (see releaseForks).
 	reserveSince time.Time
 	// forksHeld while a containment holds pids.max at 0 (see holdForks).
 	forksHeld bool
