@@ -86,6 +86,12 @@ type Cgroup interface {
 	CPUUsage() (time.Duration, error)
 	// CPUs returns the CFS quota in CPUs, or 0 when there is no quota.
 	CPUs() (float64, error)
+	// CPUWeight reads the cgroup's CPU weight against its siblings in
+	// cgroup v2 units, 1 to 10000 (v1 cpu.shares converted as the kubelet
+	// converts them); 0 when the cpu controller is not enabled for it.
+	CPUWeight() (int, error)
+	// SetCPUWeight sets that weight (v1: cpu.shares converted back).
+	SetCPUWeight(weight int) error
 	// GrantRT gives the cgroup a real-time budget (v1 cpu.rt_runtime_us)
 	// so that SCHED_RR is allowed inside it, setting each level from the
 	// subtree root down. Returns an error when the hierarchy refuses; v2 has
@@ -246,4 +252,29 @@ func waitFor(ctx context.Context, cond func() (bool, error)) error {
 		case <-time.After(5 * time.Millisecond):
 		}
 	}
+}
+
+// The v1 cpu.shares and v2 cpu.weight ranges, and the kubelet's mapping
+// between them (cm.CPUSharesToCPUWeight), so a weight reads back as it was
+// set on either version.
+const (
+	minShares, maxShares = 2, 262144
+	minWeight, maxWeight = 1, 10000
+)
+
+func sharesToWeight(shares uint64) int {
+	shares = min(max(shares, minShares), maxShares)
+	return int(1 + ((shares-2)*9999)/262142)
+}
+
+func weightToShares(weight int) uint64 {
+	return uint64(2 + ((weight-1)*262142+9998)/9999)
+}
+
+// validWeight refuses a weight outside cpu.weight's range.
+func validWeight(weight int) error {
+	if weight < minWeight || weight > maxWeight {
+		return fmt.Errorf("CPU weight %d outside %d…%d", weight, minWeight, maxWeight)
+	}
+	return nil
 }

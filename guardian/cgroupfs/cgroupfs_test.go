@@ -99,6 +99,7 @@ func v2Fixture(t *testing.T) (mount string, c *V2) {
 		"pids.max":           "max\n",
 		"pids.events":        "max 42\n",
 		"cpu.max":            "50000 100000\n",
+		"cpu.weight":         "39\n",
 		"cpu.stat":           "usage_usec 1500000\nuser_usec 1000000\nsystem_usec 500000\n",
 		"cgroup.procs":       "10\n11\n",
 		"child/cgroup.procs": "12\n",
@@ -155,12 +156,42 @@ func TestV2Fixture(t *testing.T) {
 	if cpus, err := c.CPUs(); err != nil || cpus != 0.5 {
 		t.Errorf("CPUs() = %v,%v", cpus, err)
 	}
+	if w, err := c.CPUWeight(); err != nil || w != 39 {
+		t.Errorf("CPUWeight() = %v,%v", w, err)
+	}
+	if err := c.SetCPUWeight(1); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(d, "cpu.weight")); got != "1" {
+		t.Errorf("cpu.weight = %s; want 1", got)
+	}
+	if err := c.SetCPUWeight(0); err == nil {
+		t.Errorf("SetCPUWeight(0) = nil; want an error (cpu.weight's range is 1 to 10000)")
+	}
 	if u, err := c.CPUUsage(); err != nil || u != 1500*time.Millisecond {
 		t.Errorf("CPUUsage() = %v,%v", u, err)
 	}
 	pids, err := c.Procs()
 	if diff := cmp.Diff([]int{10, 11, 12}, pids); diff != "" || err != nil {
 		t.Errorf("Procs() err=%v (-want +got):\n%s", err, diff)
+	}
+}
+
+// A weight survives the trip through v1's cpu.shares (the kubelet's
+// mapping), over cpu.weight's whole range.
+func TestCPUWeightThroughShares(t *testing.T) {
+	for w := minWeight; w <= maxWeight; w++ {
+		if got := sharesToWeight(weightToShares(w)); got != w {
+			t.Fatalf("weight %d → shares %d → weight %d", w, weightToShares(w), got)
+		}
+	}
+	for _, tc := range []struct {
+		shares uint64
+		want   int
+	}{{0, 1}, {2, 1}, {102, 4}, {1024, 39}, {262144, 10000}, {1 << 20, 10000}} {
+		if got := sharesToWeight(tc.shares); got != tc.want {
+			t.Errorf("sharesToWeight(%d) = %d; want %d", tc.shares, got, tc.want)
+		}
 	}
 }
 
@@ -269,6 +300,20 @@ func TestV1Real(t *testing.T) {
 	}
 	if cpus, err := c.CPUs(); err != nil || cpus != 0.5 {
 		t.Errorf("CPUs() = %v,%v", cpus, err)
+	}
+	for _, tc := range []struct {
+		weight int
+		shares string
+	}{{1, "2"}, {39, "999"}, {10000, "262144"}} {
+		if err := c.SetCPUWeight(tc.weight); err != nil {
+			t.Fatal(err)
+		}
+		if got := readFile(t, filepath.Join(c.Dir("cpu"), "cpu.shares")); got != tc.shares {
+			t.Errorf("cpu.shares after SetCPUWeight(%d) = %s; want %s", tc.weight, got, tc.shares)
+		}
+		if w, err := c.CPUWeight(); err != nil || w != tc.weight {
+			t.Errorf("CPUWeight() after SetCPUWeight(%d) = %d,%v", tc.weight, w, err)
+		}
 	}
 	if err := c.GrantRT(10000); err != nil {
 		t.Errorf("GrantRT() = %v", err)

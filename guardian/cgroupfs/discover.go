@@ -241,6 +241,22 @@ func (w *PodWorkspace) Find() (Cgroup, error) {
 	return Open(w.Layout, pod, rel)
 }
 
+// Own opens guardian's own container cgroup, the one holding SelfPID,
+// confined to the Pod's directory, so that guardian can set its CPU weight
+// against its siblings (guard.Config.OwnCPUWeight).
+func (w *PodWorkspace) Own() (Cgroup, error) {
+	_, pod, seen, err := w.Locate()
+	for _, c := range seen {
+		if c.Role == RoleSelf {
+			return Open(w.Layout, pod, c.Rel)
+		}
+	}
+	if seen == nil && err != nil {
+		return nil, err // the Pod's directory is not readable
+	}
+	return nil, fmt.Errorf("pod %s: no container cgroup holds guardian's pid %d: %w", w.PodUID, w.SelfPID, ErrNotFound)
+}
+
 // Explicit is a cgroup given by path (GUARDIAN_CGROUP), for use outside
 // Kubernetes; Find opens it again each time, so a cgroup removed and
 // created anew is picked up.
@@ -258,6 +274,10 @@ func (e Explicit) Find() (Cgroup, error) {
 	}
 	return c, err
 }
+
+// Own implements guard.Workspace: outside a Pod guardian's own cgroup and
+// its siblings are none of its business, so there is none (nil, nil).
+func (e Explicit) Own() (Cgroup, error) { return nil, nil }
 
 // readProcs reads one cgroup.procs file (this cgroup only, not children).
 func readProcs(dir string) ([]int, error) {

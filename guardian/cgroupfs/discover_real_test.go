@@ -66,6 +66,15 @@ func TestPodWorkspaceRealV2(t *testing.T) {
 			if _, _, _, err := w.Locate(); !errors.Is(err, ErrNotFound) {
 				t.Fatalf("Locate() before the workspace started = %v; want ErrNotFound", err)
 			}
+			// guardian's own cgroup is found before the workspace exists.
+			var own Cgroup
+			var err error
+			if !poll.Until(10*time.Second, func() bool { own, err = w.Own(); return err == nil }) {
+				t.Fatalf("Own() = %v", err)
+			}
+			if pids, err := own.Procs(); err != nil || len(pids) != 1 || pids[0] != self.Process.Pid {
+				t.Errorf("guardian's own cgroup's processes = %v, %v; want [%d]", pids, err, self.Process.Pid)
+			}
 			ws := run("c0de", "LABKEEP_CONTAINER_NAME=workspace")
 			wantWS := filepath.Join(pod, l.id("c0de"))
 			want := []Container{{filepath.Join(pod, l.id("5a4d")), RoleSandbox}, {filepath.Join(pod, l.id("9e1f")), RoleSelf}, {wantWS, RoleWorkspace}}

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -131,5 +132,46 @@ func TestV2WatchPidsReal(t *testing.T) {
 	}
 	if n, err := c.PidsCurrent(); err != nil || n != 4 {
 		t.Errorf("PidsCurrent() = %d, %v; want 4 (at pids.max)", n, err)
+	}
+}
+
+// The kernel notifies pids.events at every refused fork and memory.events
+// at every throttled allocation: a storm of them reaches the watch
+// channel at most once per NotifyGap, and nothing is lost: a change after
+// the storm still signals.
+func TestWatchPacesAStorm(t *testing.T) {
+	_, c := v2Fixture(t)
+	f := filepath.Join(c.Dir(), "pids.events")
+	mkfile(t, f, "max 0\n")
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	ch, err := c.WatchPids(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var signals atomic.Int64
+	go func() {
+		for range ch {
+			signals.Add(1)
+		}
+	}()
+	writes, start := 0, time.Now()
+	for time.Since(start) < 500*time.Millisecond {
+		writes++
+		mkfile(t, f, fmt.Sprintf("max %d\n", writes))
+	}
+	storm := time.Since(start)
+	time.Sleep(3 * NotifyGap) // the storm's last signal
+	most := int64(storm/NotifyGap) + 2
+	if n := signals.Load(); n < 1 || n > most {
+		t.Errorf("%d signals for %d notifications in %v; want 1 to %d", n, writes, storm.Round(time.Millisecond), most)
+	}
+	if int64(writes) < 5*most {
+		t.Fatalf("only %d notifications in %v: no storm to pace", writes, storm.Round(time.Millisecond))
+	}
+	after := signals.Load()
+	mkfile(t, f, "max 0\n")
+	if !poll.Until(5*time.Second, func() bool { return signals.Load() > after }) {
+		t.Errorf("a change after the storm was not signalled")
 	}
 }

@@ -229,5 +229,22 @@ func (c *V2) CPUs() (float64, error) {
 	return q / p, nil
 }
 
+// CPUWeight implements Cgroup from cpu.weight.
+func (c *V2) CPUWeight() (int, error) {
+	v, err := readUint(c.dir, "cpu.weight")
+	if os.IsNotExist(err) {
+		return 0, nil // cpu controller not enabled here
+	}
+	return int(v), err
+}
+
+// SetCPUWeight implements Cgroup.
+func (c *V2) SetCPUWeight(weight int) error {
+	if err := validWeight(weight); err != nil {
+		return err
+	}
+	return write(c.dir, "cpu.weight", strconv.Itoa(weight))
+}
+
 // GrantRT implements Cgroup: cgroup v2 has no RT group budget.
 func (c *V2) GrantRT(int) error { return nil }

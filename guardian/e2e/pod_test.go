@@ -142,6 +142,20 @@ func TestGuardianInAPod(t *testing.T) {
 	}
 	t.Logf("workspace container started → guarded (limits applied, /healthz 200): %v (sshd answered after %v)",
 		time.Since(began).Round(time.Millisecond), up.Sub(began).Round(time.Millisecond))
+	// guardian's own container comes first on the Pod's CPU; the
+	// workspace's and the Pod's weights are not guardian's to change.
+	wantCPU, cpuOf := "cpu.shares 262144", func(rel string) string { return "cpu.shares " + readKnob(t, rel, "cpu", "cpu.shares") }
+	if onV2() {
+		wantCPU, cpuOf = "cpu.weight 10000", func(rel string) string { return "cpu.weight " + readKnob(t, rel, "cpu", "cpu.weight") }
+	}
+	if !eventually(5*time.Second, func() bool { return cpuOf(guardianRel()) == wantCPU }) {
+		t.Errorf("guardian's own CPU weight: %s; want %s", cpuOf(guardianRel()), wantCPU)
+	}
+	for _, rel := range []string{ws.rel, pod.Rel} {
+		if got := cpuOf(rel); got == wantCPU {
+			t.Errorf("guardian set the CPU weight of %s, which is not its own: %s", rel, got)
+		}
+	}
 	for _, rel := range []string{guardianRel(), pod.Rel} {
 		if got := readKnob(t, rel, "memory", "memory.limit_in_bytes"); rel == guardianRel() && got != ownLimit {
 			t.Errorf("guardian changed its own cgroup's memory limit: %s → %s", ownLimit, got)

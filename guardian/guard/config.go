@@ -53,6 +53,18 @@ type Config struct {
 	// this many processes, so a login in progress beside the bomb
 	// survives it (victim.SpareSmallLogins); 0 spares none.
 	SpareLoginMax int
+	// OwnCPUWeight is guardian's own container's CPU weight against its
+	// siblings in the Pod (cgroup v2 units, 1 to 10000; v1 cpu.shares
+	// converted as the kubelet converts them; 0 leaves the runtime's).
+	// The kubelet derives it from guardian's CPU request (100m: weight 4,
+	// beside the workspace's 39 for 1 CPU), so in an emergency the
+	// thousands of runnable processes of a bomb would take ten times
+	// guardian's share of the Pod's CPU, and a node busy outside the Pod
+	// leaves the Pod little to share. Guardian idles but for emergencies,
+	// so the workspace loses nothing while it does; its CPU limit still
+	// bounds what it takes; the Pod's weight against other Pods is the
+	// kubelet's and unchanged.
+	OwnCPUWeight int
 
 	ProtectEvery time.Duration
 	SSHPort      int
@@ -121,6 +133,7 @@ func Defaults() Config {
 		PidsMax: 4096, ForkThreshold: 50, ForkWindow: 10 * time.Second, ForkScan: 50 * time.Millisecond,
 		ForkGrowthFraction: 0.125, ForkHorizon: time.Second, ForkBranchFraction: 0.125, PidsReserve: 64,
 		FreezeTimeout: 2 * time.Second, HoldForksAfter: 250 * time.Millisecond, ContainRounds: 20, SpareLoginMax: 16,
+		OwnCPUWeight: 10000,
 		ProtectEvery: 30 * time.Second, SSHPort: 22,
 		SessionExes: []string{"/usr/lib/openssh/sshd-session", "/usr/lib/openssh/sshd-auth"},
 		ProtectPID1: true, ProtectInit: true,
@@ -178,6 +191,9 @@ func (c Config) Validate() error {
 	}
 	if c.Hang.Recovery <= 0 {
 		errs = append(errs, fmt.Errorf("hang recovery must be positive, got %v", c.Hang.Recovery))
+	}
+	if c.OwnCPUWeight < 0 || c.OwnCPUWeight > 10000 {
+		errs = append(errs, fmt.Errorf("own CPU weight must be 0 (the runtime's) or 1 to 10000, got %d", c.OwnCPUWeight))
 	}
 	if c.SpareLoginMax < 0 {
 		errs = append(errs, fmt.Errorf("spare login max must not be negative, got %d", c.SpareLoginMax))

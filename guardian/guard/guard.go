@@ -98,8 +98,11 @@ type Guardian struct {
 	// forksHeld while a containment holds pids.max at 0 (see holdForks).
 	forksHeld bool
 
-	limitsPending bool  // the kernel limits could not be applied yet
-	waiting       error // why no workspace cgroup is guarded, for Healthy
+	limitsPending bool // the kernel limits could not be applied yet
+	// ownWeightRefused while guardian's own CPU weight could not be set
+	// (alerted once per streak, see keepOwnWeight).
+	ownWeightRefused bool
+	waiting          error // why no workspace cgroup is guarded, for Healthy
 }
 
 // Deps are the adapters a Guardian uses.

@@ -45,6 +45,8 @@ type fakeCgroup struct {
 	setMemErr   error
 	handleOOM   bool
 	rtErr       error
+	cpuWeight   int
+	weightErr   error // SetCPUWeight is refused
 	// log records pids.max writes, freezes, thaws and kills in order.
 	log         []string
 	freedOnKill uint64
@@ -146,11 +148,37 @@ func (c *fakeCgroup) CPUUsage() (time.Duration, error) { return 0, nil }
 func (c *fakeCgroup) CPUs() (float64, error)           { return 1, nil }
 func (c *fakeCgroup) GrantRT(int) error                { return c.rtErr }
 
+func (c *fakeCgroup) CPUWeight() (int, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.cpuWeight, nil
+}
+func (c *fakeCgroup) SetCPUWeight(w int) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.weightErr != nil {
+		return c.weightErr
+	}
+	c.cpuWeight = w
+	return nil
+}
+
 // fakeWorkspace hands out the cgroup it holds; none (nil) is "not found".
+// own is guardian's own cgroup; none (nil) is "not in a Pod".
 type fakeWorkspace struct {
 	mu    sync.Mutex
 	cg    *fakeCgroup
+	own   *fakeCgroup
 	finds int
+}
+
+func (w *fakeWorkspace) Own() (cgroupfs.Cgroup, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.own == nil {
+		return nil, nil
+	}
+	return w.own, nil
 }
 
 func (w *fakeWorkspace) Find() (cgroupfs.Cgroup, error) {
@@ -729,6 +757,64 @@ func TestContainmentHoldsForksOnlyWhileTheFirstFreezeDragsOn(t *testing.T) {
 			r.cg.mu.Unlock()
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("pids.max, freezes and kills in order (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// guardian gives its own container OwnCPUWeight at every watch, whatever
+// wrote another meanwhile; 0 leaves the runtime's, outside a Pod there is
+// nothing to set, and a refusal is alerted once until it succeeds.
+func TestOwnCPUWeight(t *testing.T) {
+	refused := errors.New("permission denied")
+	type step struct {
+		runtimeWrites int   // the runtime writes this weight before the watch; 0: nothing
+		refuse        error // SetCPUWeight refused during this watch
+	}
+	for _, tt := range []struct {
+		name       string
+		weight     int
+		notInAPod  bool
+		steps      []step
+		want       int
+		wantAlerts int
+	}{
+		{"raised from the runtime's", 10000, false, []step{{}}, 10000, 0},
+		{"written again after the runtime wrote its own", 10000, false, []step{{}, {runtimeWrites: 4}}, 10000, 0},
+		{"another weight configured", 500, false, []step{{}}, 500, 0},
+		{"0 leaves the runtime's", 0, false, []step{{}}, 4, 0},
+		{"nothing to set outside a Pod", 10000, true, []step{{}}, 4, 0},
+		{"refused: alerted once, set once allowed", 10000, false, []step{{refuse: refused}, {refuse: refused}, {}}, 10000, 1},
+		{"refused again after a success: alerted again", 10000, false, []step{{refuse: refused}, {}, {runtimeWrites: 4, refuse: refused}}, 4, 2},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := testConfig()
+			cfg.OwnCPUWeight = tt.weight
+			own := &fakeCgroup{cpuWeight: 4, name: "guardian"}
+			r := newRigWith(t, cfg, func(r *rig) {
+				if !tt.notInAPod {
+					r.ws.own = own
+				}
+			})
+			var alerts int
+			for _, s := range tt.steps {
+				if s.runtimeWrites != 0 {
+					own.cpuWeight = s.runtimeWrites
+				}
+				own.weightErr = s.refuse
+				r.g.keepOwnWeight()
+				r.clock.t = r.clock.t.Add(2 * time.Second) // past the aggregation window: each alert stands apart
+			}
+			for _, a := range r.alerts.Recent() {
+				if a.Kind == "own-cpu-weight-refused" {
+					alerts += a.Count
+				}
+			}
+			if diff := cmp.Diff(tt.want, own.cpuWeight); diff != "" {
+				t.Errorf("guardian's own CPU weight (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.wantAlerts, alerts); diff != "" {
+				t.Errorf("own-cpu-weight-refused alerts (-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -20,6 +20,9 @@ type Workspace interface {
 	// Find returns the workspace's current cgroup, or an error while it
 	// has none.
 	Find() (cgroupfs.Cgroup, error)
+	// Own returns guardian's own container cgroup, or nil (and no error)
+	// where guardian is not in a Pod and its siblings are unknown.
+	Own() (cgroupfs.Cgroup, error)
 }
 
 // Run guards the workspace until ctx ends: it waits for the workspace's
@@ -79,6 +82,7 @@ func (g *Guardian) awaitWorkspace(ctx context.Context) (cgroupfs.Cgroup, bool) {
 	defer t.Stop()
 	logged := ""
 	for {
+		g.keepOwnWeight()
 		cg, err := g.workspace.Find()
 		if err == nil && live(cg) {
 			return cg, true
@@ -129,6 +133,7 @@ func (g *Guardian) guard(ctx context.Context, cg cgroupfs.Cgroup) {
 				// Cheap when nothing changed (two reads); a failure is
 				// left to the protector to alert and retry.
 				_ = g.applyLimits()
+				g.keepOwnWeight()
 				// OOM handling too: guardian may attach between runc
 				// placing the container's first process in its cgroup and
 				// writing the container's settings, memory.oom.group = 1

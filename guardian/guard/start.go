@@ -156,3 +156,33 @@ func (g *Guardian) applyLimits() error {
 }
 
 var pageSize = uint64(os.Getpagesize())
+
+// keepOwnWeight gives guardian's own container OwnCPUWeight unless it has
+// it already (the runtime may write the container's weight again, as
+// systemd does when it reloads), at every watch, waiting or guarding. A
+// refusal is alerted once until it succeeds.
+func (g *Guardian) keepOwnWeight() {
+	if g.cfg.OwnCPUWeight == 0 {
+		return
+	}
+	own, err := g.workspace.Own()
+	if err == nil && own == nil {
+		return
+	}
+	if err == nil {
+		var cur int
+		if cur, err = own.CPUWeight(); err == nil && cur != g.cfg.OwnCPUWeight {
+			if err = own.SetCPUWeight(g.cfg.OwnCPUWeight); err == nil {
+				g.log.Info("own CPU weight set", "cgroup", own.String(), "cpu_weight", g.cfg.OwnCPUWeight, "was", cur)
+			}
+		}
+	}
+	g.mu.Lock()
+	alerted := g.ownWeightRefused
+	g.ownWeightRefused = err != nil
+	g.mu.Unlock()
+	if err != nil && !alerted {
+		g.raise("own-cpu-weight-refused", "", alert.Warning,
+			fmt.Sprintf("cannot give guardian's own container CPU weight %d (%v): a busy workspace or node may slow its emergencies", g.cfg.OwnCPUWeight, err), nil)
+	}
+}

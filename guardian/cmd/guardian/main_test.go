@@ -98,7 +98,7 @@ var nonDefault = map[string]string{
 	"CONTAINER_NAME": "main", "PROC_ROOT": "/host/proc", "CGROUP_MOUNT": "/host/sys/fs/cgroup",
 	"MEMORY_LIMIT": "2Gi", "MEMORY_HIGH_FRACTION": "0.8", "MEMORY_MAX_FRACTION": "0.99", "MEMORY_ALERT_FRACTION": "0.9",
 	"MEMORY_KILL_FRACTION": "0.96", "HANDLE_OOM": "false", "MEMORY_POLL": "3s",
-	"PIDS_MAX": "1000", "FORK_THRESHOLD": "300", "FORK_WINDOW": "5s", "FORK_SCAN": "2s", "FORK_GROWTH_FRACTION": "0.5", "FORK_HORIZON": "2s", "FORK_BRANCH_FRACTION": "0.25", "PIDS_RESERVE": "32", "FREEZE_TIMEOUT": "3s", "HOLD_FORKS_AFTER": "1s", "CONTAIN_ROUNDS": "7", "CONTAIN_SPARE_LOGIN_MAX": "4",
+	"PIDS_MAX": "1000", "OWN_CPU_WEIGHT": "50", "FORK_THRESHOLD": "300", "FORK_WINDOW": "5s", "FORK_SCAN": "2s", "FORK_GROWTH_FRACTION": "0.5", "FORK_HORIZON": "2s", "FORK_BRANCH_FRACTION": "0.25", "PIDS_RESERVE": "32", "FREEZE_TIMEOUT": "3s", "HOLD_FORKS_AFTER": "1s", "CONTAIN_ROUNDS": "7", "CONTAIN_SPARE_LOGIN_MAX": "4",
 	"SSH_ADDR": "127.0.0.1:2222", "SSHD_SESSION_EXES": "/usr/sbin/sshd-session", "PROTECT_EXES": "/usr/bin/tmux",
 	"PROTECT_PID1": "false", "PROTECT_INIT": "false", "PROTECT_EVERY": "10s", "RT_PRIORITY": "2", "RT_RUNTIME_US": "20000",
 	"FALLBACK_NICE": "-10", "SSHD_EXE": "/usr/sbin/sshd", "RT_MAX_CPU_SHARE": "0.1", "RT_POLICE_EVERY": "2s", "RT_POLICE_FOR": "10s",
@@ -180,6 +180,8 @@ func TestBadValuesStopGuardian(t *testing.T) {
 		{"alert text too short", "GUARDIAN_ALERT_MAX_TEXT", "10", "GUARDIAN_ALERT_MAX_TEXT"},
 		{"no alert fields", "GUARDIAN_ALERT_MAX_FIELDS", "0", "GUARDIAN_ALERT_MAX_FIELDS"},
 		{"unknown log level", "GUARDIAN_LOG_LEVEL", "LOUD", "GUARDIAN_LOG_LEVEL"},
+		{"CPU weight above cpu.weight's range", "GUARDIAN_OWN_CPU_WEIGHT", "10001", "own CPU weight"},
+		{"negative CPU weight", "GUARDIAN_OWN_CPU_WEIGHT", "-1", "own CPU weight"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

@@ -220,6 +220,9 @@ func (o *options) settings() settingsTable {
 		durationVar("MEMORY_POLL", "how often memory use is read", &g.MemoryPoll),
 
 		intVar("PIDS_MAX", "pids.max of the workspace", &g.PidsMax),
+		intVar("OWN_CPU_WEIGHT", "guardian's own container's CPU weight against its siblings in the Pod (cgroup v2 units, 1 to 10000; "+
+			"v1 cpu.shares converted as the kubelet does), set at every watch: its emergencies come first on the Pod's CPU; "+
+			"0 leaves the runtime's; unused with `GUARDIAN_CGROUP`", &g.OwnCPUWeight),
 		intVar("FORK_THRESHOLD", "forks refused at pids.max within the fork window that make a fork bomb", &g.ForkThreshold),
 		durationVar("FORK_WINDOW", "the window refused forks are counted in", &g.ForkWindow),
 		durationVar("FORK_SCAN", "how often the process count is scanned (on v2 also woken by the kernel's events)", &g.ForkScan),
