@@ -21,23 +21,21 @@ import (
 )
 
 // On the cgroup v2 node, in the production workspace Pod, root runs a
-// memory hog and then the classic shell fork bomb while two students log in
-// over SSH from the host throughout. guardian kills the hog before the
-// kernel's OOM killer would and contains the bomb; the workspace container
-// never restarts.
+// memory hog and then fork bombs (the classic shell bomb and the
+// persistent one) while two students log in over SSH from the host
+// throughout. guardian kills the hog before the kernel's OOM killer would
+// and contains the bombs; the workspace container never restarts. The Go
+// bomb is not one here: the emulated CPU starts a Go process about twice a
+// second (test/skips.md); it runs on the v1 node (test/podlab).
 //
-// Logins are counted and reported, not asserted: on this emulated node
-// they do not all succeed yet. During the hog, 9 of 9, 22 of 24 and 8 of
-// 8 (sessions closed without an exit status, handshakes timed out while
-// the kernel throttled the workspace at memory.high). During the bomb,
-// before guardian held forks while containing, freezing its cgroup did
-// not complete within guardian's freeze timeout and it forked on while
-// guardian killed (2,888 processes in 121 s, 15 to 40 ms a kill; 13 of 22
-// and 32 of 45 logins failed); with the hold, seen at 551 processes, it
-// had grown to 1,730 while guardian read the process table, which went
-// in two rounds, 40 s (17 ms a kill), and 12 of 23 logins failed. The
-// bare host and the v1 node assert every login (guardian/e2e,
-// test/podlab).
+// Logins (each within emulatedLoginTimeout) are counted and reported, not
+// asserted: on this emulated node they do not all succeed yet. With
+// guardian first on the Pod's CPU and its watches paced, three rounds of
+// each bomb here: 73 of 78 logins succeeded, the slowest in 30 s; those
+// that failed were reset while a freeze that had not completed within
+// GUARDIAN_HOLD_FORKS_AFTER held sshd's forks too, or hung for 30 s
+// around the containment. During the hog, 6 of 6 twice. The bare host
+// and the v1 node assert every login (guardian/e2e, test/podlab).
 func TestGuardianKeepsTheV2WorkspaceUsable(t *testing.T) {
 	n := started(t)
 	ctx := context.Background()
@@ -60,7 +58,7 @@ func TestGuardianKeepsTheV2WorkspaceUsable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := stacktest.Dial(addr, "root", key, hosts, false)
+	c, err := stacktest.Dial(addr, "root", key, hosts, emulatedLoginTimeout, false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,7 +91,8 @@ func TestGuardianKeepsTheV2WorkspaceUsable(t *testing.T) {
 		return v
 	}
 	logins := func(t *testing.T) []*stacktest.Logins {
-		loops := []*stacktest.Logins{stacktest.LoginLoop(addr, "root", key, hosts, 200*time.Millisecond), stacktest.LoginLoop(addr, "root", key, hosts, 200*time.Millisecond)}
+		loops := []*stacktest.Logins{stacktest.LoginLoop(addr, "root", key, hosts, 200*time.Millisecond, emulatedLoginTimeout),
+			stacktest.LoginLoop(addr, "root", key, hosts, 200*time.Millisecond, emulatedLoginTimeout)}
 		t.Cleanup(func() {
 			for _, l := range loops {
 				l.Finish()
@@ -111,6 +110,7 @@ func TestGuardianKeepsTheV2WorkspaceUsable(t *testing.T) {
 
 	t.Run("memory hog", func(t *testing.T) {
 		before := len(guardianRecords(t, pod.Name, "memory victim killed"))
+		cpu0, start := guardianCPU(t, pod.Name), time.Now()
 		loops := logins(t)
 		run("for i in 1 2 3; do setsid /root/workload hog -mb 200 -step 8 -every 20ms -comm sshd </dev/null >/dev/null 2>&1 & done")
 		poll.Eventually(t, 3*time.Minute, func() (bool, string) {
@@ -119,6 +119,7 @@ func TestGuardianKeepsTheV2WorkspaceUsable(t *testing.T) {
 		})
 		ok, fail, slowest := finish(loops)
 		t.Logf("logins during the hog (reported, not asserted here): %d ok, %d failed, slowest %s; failures: %v", ok, len(fail), slowest.Round(time.Millisecond), fail)
+		t.Logf("guardian used %v of CPU in the hog's %v", guardianCPU(t, pod.Name)-cpu0, time.Since(start).Round(time.Second))
 		events := execWorkspace(t, pod.Name, "cat /sys/fs/cgroup/memory.events")
 		if !strings.Contains(events, "oom_kill 0") {
 			t.Errorf("the kernel's OOM killer fired in the workspace: %s", events)
@@ -134,43 +135,78 @@ func TestGuardianKeepsTheV2WorkspaceUsable(t *testing.T) {
 		}
 	})
 
-	t.Run("fork bomb", func(t *testing.T) {
-		const dash = "/usr/bin/dash"
-		before := len(guardianRecords(t, pod.Name, "containment finished"))
-		loops := logins(t)
-		start := time.Now()
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Logf("guardian's log since the bomb:\n%s", guardianLogSince(t, pod.Name, start))
-			}
-		})
-		run(`setsid sh -c 'exec 2>/dev/null; f(){ f | f & }; f' </dev/null >/dev/null 2>&1 &`)
-		poll.Eventually(t, 5*time.Minute, func() (bool, string) {
-			recs := guardianRecords(t, pod.Name, "containment finished")
-			return len(recs) > before, "no containment yet"
-		})
-		poll.Eventually(t, 2*time.Minute, func() (bool, string) {
-			left := count(t, dash)
-			return left == 0, fmt.Sprintf("%d bomb processes left", left)
-		})
-		contained := time.Since(start)
-		ok, fail, slowest := finish(loops)
-		t.Logf("logins during the bomb and its containment (reported, not asserted here): %d ok, %d failed, slowest %s; failures: %v", ok, len(fail), slowest.Round(time.Millisecond), fail)
-		var seen, took []string
-		for _, r := range guardianRecords(t, pod.Name, "fork bomb detected")[before:] {
-			seen = append(seen, fmt.Sprintf("%v, %v processes", r["reason"], r["processes"]))
+	bombs := []struct{ name, cmd string }{
+		{"shell", `setsid sh -c 'exec 2>/dev/null; f(){ f | f & }; f' </dev/null >/dev/null 2>&1 &`},
+		{"persistent shell", `setsid sh -c 'exec 2>/dev/null; f(){ while :; do f | f & wait; done; }; f' </dev/null >/dev/null 2>&1 &`},
+	}
+	// One round each: three ran here (see above); while logins are not
+	// asserted, more rounds would only lengthen make test.
+	const rounds = 1
+	for _, b := range bombs {
+		for round := 1; round <= rounds; round++ {
+			t.Run(fmt.Sprintf("fork bomb %s round %d", b.name, round), func(t *testing.T) {
+				const dash = "/usr/bin/dash"
+				before := len(guardianRecords(t, pod.Name, "containment finished"))
+				loops := logins(t)
+				cpu0, start := guardianCPU(t, pod.Name), time.Now()
+				t.Cleanup(func() {
+					if t.Failed() {
+						t.Logf("guardian's log since the bomb:\n%s", guardianLogSince(t, pod.Name, start))
+					}
+				})
+				run(b.cmd)
+				poll.Eventually(t, 5*time.Minute, func() (bool, string) {
+					recs := guardianRecords(t, pod.Name, "containment finished")
+					return len(recs) > before, "no containment yet"
+				})
+				poll.Eventually(t, 2*time.Minute, func() (bool, string) {
+					left := count(t, dash)
+					return left == 0, fmt.Sprintf("%d bomb processes left", left)
+				})
+				contained := time.Since(start)
+				ok, fail, slowest := finish(loops)
+				var seen, took []string
+				for _, r := range guardianRecords(t, pod.Name, "fork bomb detected")[before:] {
+					seen = append(seen, fmt.Sprintf("%v, %v processes", r["reason"], r["processes"]))
+				}
+				for _, r := range guardianRecords(t, pod.Name, "containment finished")[before:] {
+					took = append(took, fmt.Sprintf("%vms/%v killed/%v rounds (freeze %vms, read %vms, signal %vms; sshd connections protected %v)",
+						r["took_ms"], r["killed"], r["rounds"], r["freeze_ms"], r["read_ms"], r["signal_ms"], r["sessions_protected"]))
+				}
+				t.Logf("fork bomb (%s, round %d): seen %v; start → none left %s; guardian freeze-kill-thaw %v; guardian used %v of CPU",
+					b.name, round, seen, contained.Round(10*time.Millisecond), took, guardianCPU(t, pod.Name)-cpu0)
+				t.Logf("logins during the bomb and its containment (reported, not asserted here): %d ok, %d failed, slowest %s; failures: %v", ok, len(fail), slowest.Round(time.Millisecond), fail)
+				if len(seen) == 0 {
+					t.Errorf("guardian logged no fork bomb")
+				}
+				if r := restarts(); r != 0 {
+					t.Errorf("the workspace container restarted %d times", r)
+				}
+			})
 		}
-		for _, r := range guardianRecords(t, pod.Name, "containment finished")[before:] {
-			took = append(took, fmt.Sprintf("%vms/%v killed/%v rounds (freeze %vms, read %vms, signal %vms)", r["took_ms"], r["killed"], r["rounds"], r["freeze_ms"], r["read_ms"], r["signal_ms"]))
-		}
-		t.Logf("fork bomb: seen %v; start → none left %s; guardian freeze-kill-thaw %v", seen, contained.Round(10*time.Millisecond), took)
-		if len(seen) == 0 {
-			t.Errorf("guardian logged no fork bomb")
-		}
-		if r := restarts(); r != 0 {
-			t.Errorf("the workspace container restarted %d times", r)
-		}
-	})
+	}
+}
+
+// emulatedLoginTimeout bounds a login on this node: its CPU is emulated
+// (TCG), many times slower than a real one, where a login gets
+// stacktest.LoginTimeout. A login sshd never answers, frozen or starved,
+// still fails.
+const emulatedLoginTimeout = 3 * stacktest.LoginTimeout
+
+// guardianCPU is the CPU time guardian's process used so far, read from
+// the workspace container through the Pod's shared PID namespace.
+func guardianCPU(t *testing.T, pod string) time.Duration {
+	t.Helper()
+	out := execWorkspace(t, pod, `for p in /proc/[0-9]*; do read -r l < $p/stat 2>/dev/null || continue; case "$l" in *" (guardian) "*) echo "$l";; esac; done`)
+	_, rest, ok := strings.Cut(strings.TrimSpace(out), ") ")
+	f := strings.Fields(rest)
+	if !ok || len(f) < 13 {
+		t.Fatalf("guardian's /proc stat from the workspace: %q", out)
+	}
+	// utime and stime, fields 14 and 15 of stat, in clock ticks (USER_HZ 100).
+	utime, _ := strconv.Atoi(f[11])
+	stime, _ := strconv.Atoi(f[12])
+	return time.Duration(utime+stime) * 10 * time.Millisecond
 }
 
 // guardianLogSince is guardian's log from since on.

@@ -203,7 +203,7 @@ func containerID(cs corev1.ContainerStatus) string {
 // dial connects as user to addr with key, verifying the host key with
 // hostKey, within stacktest.LoginTimeout.
 func dial(addr, user string, key ssh.Signer, hostKey ssh.HostKeyCallback) (*ssh.Client, error) {
-	return stacktest.Dial(addr, user, key, hostKey, false)
+	return stacktest.Dial(addr, user, key, hostKey, stacktest.LoginTimeout, false)
 }
 
 // connect logs the student in as the session says (user, address, strict
@@ -267,7 +267,7 @@ func (s *student) waitSSH(timeout time.Duration) time.Duration {
 // loginLoop starts logging s in every interval.
 func (s *student) loginLoop(interval time.Duration) *stacktest.Logins {
 	n := s.running.Nodes[0].SSH
-	return stacktest.LoginLoop(s.addr(), n.User, s.key, stacktest.StrictHosts(s.t, n.KnownHosts), interval)
+	return stacktest.LoginLoop(s.addr(), n.User, s.key, stacktest.StrictHosts(s.t, n.KnownHosts), interval, stacktest.LoginTimeout)
 }
 
 // guardianAPI asks the Pod's guardian for path over the Pod network.
