@@ -31,10 +31,8 @@ import (
 // Logins (each within emulatedLoginTimeout) are counted and reported, not
 // asserted: on this emulated node they do not all succeed yet. With
 // guardian first on the Pod's CPU and its watches paced, three rounds of
-// each bomb here: 73 of 78 logins succeeded, the slowest in 30 s; those
-// that failed were reset while a freeze that had not completed within
-// GUARDIAN_HOLD_FORKS_AFTER held sshd's forks too, or hung for 30 s
-// around the containment. During the hog, 6 of 6 twice. The bare host
+// each bomb here: 73 of 78 logins succeeded, the slowest in 30 s (the
+// failures: guardian's README). During the hog, 6 of 6 twice. The bare host
 // and the v1 node assert every login (guardian/e2e, test/podlab).
 func TestGuardianKeepsTheV2WorkspaceUsable(t *testing.T) {
 	n := started(t)
