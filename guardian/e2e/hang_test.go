@@ -17,8 +17,12 @@ import (
 // periods: alert 2s, top-1 4s, top-3 6s, all 8s.
 func TestCPUHangEscalates(t *testing.T) {
 	// Half a CPU of quota: reachable even when other work loads this
-	// 2-core machine, so the workspace really sits at its quota.
-	ws := newWorkspace(t, testcgroup.Limits{MemoryBytes: 1 << 30, Pids: 256, CPUs: 0.5})
+	// 2-core machine, so the workspace really sits at its quota. pids.max
+	// is production's: at 256 the spinners' 33 tasks (Go threads) were an
+	// eighth of it, and on the emulated CPU of test/guardianvm, which
+	// starts them one by one, they grew at each look with 9 of 14
+	// processes orphans, which is a bomb by guardian's rule at that limit.
+	ws := newWorkspace(t, testcgroup.Limits{MemoryBytes: 1 << 30, Pids: 4096, CPUs: 0.5})
 	g := ws.startGuardian(t.TempDir()+"/state.json", map[string]string{"GUARDIAN_PROTECT_EVERY": "1h", "GUARDIAN_HANG_RECOVERY": "5s"})
 	since := time.Now()
 	var spin []*proc
