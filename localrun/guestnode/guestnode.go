@@ -87,6 +87,11 @@ type Options struct {
 	// StartTimeout bounds the boot until the node is Ready with its images
 	// (default 6 minutes: everything runs emulated).
 	StartTimeout time.Duration
+	// Scheduler starts a kube-scheduler on the host with the node, for a
+	// control plane without one (a stack without the local node, which
+	// runs the cluster's): Pods that only select the node, as the session
+	// functions' do, are placed on it.
+	Scheduler bool
 }
 
 // Node is a running guest node.
@@ -99,6 +104,7 @@ type Node struct {
 	Images []string
 
 	guest    *guestvm.Guest
+	sched    *node.Scheduler // nil without Options.Scheduler
 	cancel   context.CancelFunc
 	api      net.Listener
 	admin    *rest.Config
@@ -240,8 +246,18 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	if n.api, err = forward(apiAddr, strings.TrimPrefix(cp.APIServerURL, "https://")); err != nil {
 		return n, err
 	}
+	if opts.Scheduler {
+		if n.sched, err = node.StartScheduler(cp, bins.Scheduler, dir); err != nil {
+			return n, err
+		}
+	}
 	if err := n.waitReady(ctx); err != nil {
 		return n, err
+	}
+	if n.sched != nil {
+		if err := n.sched.Wait(ctx); err != nil {
+			return n, err
+		}
 	}
 	return n, nil
 }
@@ -292,6 +308,9 @@ func (n *Node) Stop() error {
 	}
 	var errs []error
 	n.stopOnce.Do(func() {
+		if n.sched != nil {
+			n.sched.Stop()
+		}
 		if n.cancel != nil {
 			n.cancel()
 		}

@@ -5,7 +5,9 @@ import (
 	"crypto/tls"
 	"fmt"
 	"net/http"
+	"path/filepath"
 	"strconv"
+	"syscall"
 	"time"
 
 	"labkeep/localrun/childproc"
@@ -107,39 +109,49 @@ func (n *Node) startKubelet(ctx context.Context, cp *controlplane.ControlPlane, 
 	return nil
 }
 
-// startScheduler starts kube-scheduler as system:kube-scheduler and waits
-// until it serves /healthz.
-func (n *Node) startScheduler(cp *controlplane.ControlPlane, bin string) error {
+// Scheduler is a kube-scheduler serving a control plane, for a cluster
+// whose nodes run none: the local node starts one; a stack without it
+// (the cgroup v2 guest node's tests) starts its own.
+type Scheduler struct {
+	proc      *childproc.Process
+	healthURL string
+}
+
+// StartScheduler starts kube-scheduler (bin) as system:kube-scheduler
+// against cp, its kubeconfig, certificates and log in dir; Wait tells when
+// it serves.
+func StartScheduler(cp *controlplane.ControlPlane, bin, dir string) (*Scheduler, error) {
 	ports, err := controlplane.FreePorts(1)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	kubeconfig := n.path("scheduler.kubeconfig")
+	kubeconfig := filepath.Join(dir, "scheduler.kubeconfig")
 	if err := controlplane.WriteKubeconfig(kubeconfig, cp.Scheduler, "system:kube-scheduler"); err != nil {
-		return err
+		return nil, err
 	}
-	p, err := childproc.Start("kube-scheduler", n.path("kube-scheduler.log"), childproc.Attr{Env: []string{"PATH=" + sbinPath, "HOME=" + n.Dir}}, bin,
+	p, err := childproc.Start("kube-scheduler", filepath.Join(dir, "kube-scheduler.log"), childproc.Attr{Env: []string{"PATH=" + sbinPath, "HOME=" + dir}}, bin,
 		"--kubeconfig="+kubeconfig,
 		"--leader-elect=false",
 		"--bind-address=127.0.0.1",
 		"--secure-port="+strconv.Itoa(ports[0]),
-		"--cert-dir="+n.path("scheduler-certs"),
+		"--cert-dir="+filepath.Join(dir, "scheduler-certs"),
 		"--profiling=false",
 		"--v=0")
 	if err != nil {
-		return err
+		return nil, err
 	}
-	// Stop goes through procs in reverse: scheduler, kubelet, containerd.
-	n.procs = append(n.procs, p)
-	n.schedulerURL = fmt.Sprintf("https://127.0.0.1:%d/healthz", ports[0])
+	return &Scheduler{proc: p, healthURL: fmt.Sprintf("https://127.0.0.1:%d/healthz", ports[0])}, nil
+}
+
+// Wait polls the scheduler's /healthz (self-signed, on loopback) until it
+// answers 200 or ctx ends.
+func (s *Scheduler) Wait(ctx context.Context) error {
+	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
+	if err := controlplane.WaitOK(ctx, hc, s.healthURL, "", nil); err != nil {
+		return fmt.Errorf("kube-scheduler not healthy: %w; log:\n%s", err, s.proc.LogTail(3000))
+	}
 	return nil
 }
 
-// waitScheduler polls the scheduler's /healthz (self-signed, on loopback).
-func (n *Node) waitScheduler(ctx context.Context) error {
-	hc := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	if err := controlplane.WaitOK(ctx, hc, n.schedulerURL, "", nil); err != nil {
-		return fmt.Errorf("kube-scheduler not healthy: %w; log:\n%s", err, n.LogTail("kube-scheduler", 3000))
-	}
-	return nil
-}
+// Stop stops the scheduler (SIGTERM, then SIGKILL after 10 s).
+func (s *Scheduler) Stop() { s.proc.Stop(syscall.SIGTERM, 10*time.Second) }

@@ -106,14 +106,14 @@ type Node struct {
 	// Images are the image names imported into containerd.
 	Images []string
 
-	progress     io.Writer
-	net          *nodeNet
-	netPid       int         // a process in the node's network namespace (containerd's unshare)
-	api          *apiForward // the API server, inside that namespace
-	schedulerURL string      // its /healthz
-	procs        []*childproc.Process
-	stopOnce     sync.Once
-	stopErr      error
+	progress  io.Writer
+	net       *nodeNet
+	netPid    int         // a process in the node's network namespace (containerd's unshare)
+	api       *apiForward // the API server, inside that namespace
+	scheduler *Scheduler  // also in procs
+	procs     []*childproc.Process
+	stopOnce  sync.Once
+	stopErr   error
 }
 
 // Start starts a node joined to opts.ControlPlane and returns once it is
@@ -243,16 +243,19 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	if err := n.startKubelet(ctx, cp, opts.Binaries.Kubelet); err != nil {
 		return n, err
 	}
-	if err := n.startScheduler(cp, opts.Binaries.Scheduler); err != nil {
+	sched, err := StartScheduler(cp, opts.Binaries.Scheduler, n.Dir)
+	if err != nil {
 		return n, err
 	}
+	n.procs = append(n.procs, sched.proc) // Stop goes through procs in reverse: scheduler, kubelet, containerd
+	n.scheduler = sched
 	if err := n.startProxy(ctx, cp, opts.Binaries.Proxy); err != nil {
 		return n, err
 	}
 	if err := n.waitReady(ctx, cp); err != nil {
 		return n, err
 	}
-	if err := n.waitScheduler(ctx); err != nil {
+	if err := n.scheduler.Wait(ctx); err != nil {
 		return n, err
 	}
 	// The engine finds its Node by name: only once the kubelet has
