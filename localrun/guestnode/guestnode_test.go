@@ -2,6 +2,7 @@ package guestnode_test
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -80,7 +81,7 @@ func podWhy(p *corev1.Pod) string {
 	for _, c := range p.Status.Conditions {
 		out = append(out, string(c.Type)+"="+string(c.Status)+" "+c.Message)
 	}
-	for _, c := range p.Status.ContainerStatuses {
+	for _, c := range append(slices.Clone(p.Status.InitContainerStatuses), p.Status.ContainerStatuses...) {
 		if c.State.Waiting != nil {
 			out = append(out, c.Name+": "+c.State.Waiting.Reason+" "+c.State.Waiting.Message)
 		}

@@ -12,11 +12,14 @@ import (
 	"labkeep/localrun/controlplane"
 	"labkeep/localrun/guestnode"
 	"labkeep/localrun/guestvm"
+	"labkeep/localrun/stack"
 )
 
-// One control plane and one guest node serve every test of the package:
-// the guest takes about a minute to boot and join.
+// One stack without a node of its own (control plane and PostgreSQL, for
+// the session functions) and one guest node joined to it serve every test
+// of the package: the guest takes about a minute to boot and join.
 var (
+	st        *stack.Stack
 	cp        *controlplane.ControlPlane
 	node      *guestnode.Node
 	clientset *kubernetes.Clientset
@@ -35,11 +38,12 @@ func TestMain(m *testing.M) {
 	}
 	code := func() int {
 		ctx := context.Background()
-		if cp, startErr = controlplane.Start(ctx, controlplane.Options{}); startErr != nil {
+		if st, startErr = stack.Start(ctx, stack.Options{NoNode: true, NoVirtSim: true}); startErr != nil {
 			return m.Run()
 		}
-		defer cp.Stop()
-		opts := guestnode.Options{ControlPlane: cp}
+		defer st.Stop()
+		cp = st.CP
+		opts := guestnode.Options{ControlPlane: cp, Scheduler: true}
 		if os.Getenv("GUESTNODE_VERBOSE") != "" {
 			opts.Progress = os.Stderr
 		}

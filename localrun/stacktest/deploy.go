@@ -113,6 +113,12 @@ type Options struct {
 	Log *slog.Logger
 	// TerminalIdle is LABKEEP_TERMINAL_IDLE.
 	TerminalIdle time.Duration
+	// WorkspacePodFile is LABKEEP_WORKSPACE_POD_FILE, for Pods placed on a
+	// node the test joined itself (the cgroup v2 guest node, by its
+	// selector and toleration). Empty: on a stack with a node of its own,
+	// the Pod its runc can grant (node.WriteWorkspacePod); else the
+	// built-in one.
+	WorkspacePodFile string
 }
 
 // Deployment is one environment's session functions and reaper on the
@@ -215,7 +221,9 @@ func Deploy(t testing.TB, st *stack.Stack, o Options) *Deployment {
 	cfg := o.config(app.DefaultConfig())
 	cfg.Env, cfg.DatabaseURL, cfg.Kube.Namespace, cfg.LabsFile, cfg.Kubeconfig = d.Env, dsn, d.Namespace, labsFile, d.Kubeconfig
 	cfg.JWTSecret, cfg.SchedulerToken, cfg.WorkspaceSecret, cfg.MetricsToken = JWTSecret, SchedulerToken, WorkspaceKey, MetricsToken
-	if st.Node != nil {
+	if o.WorkspacePodFile != "" {
+		cfg.WorkspacePodFile = o.WorkspacePodFile
+	} else if st.Node != nil {
 		// Workspace Pods run on the local node: ask only for what its
 		// runc can grant.
 		cfg.WorkspacePodFile = filepath.Join(dir, "workspace-pod.yaml")
