@@ -21,8 +21,37 @@ const (
 	oomSelf      = -999
 )
 
+// protectLoop runs the protector every ProtectEvery, and at every watch
+// (WatchEvery) while it knows no verified sshd listener: guardian may
+// attach to the workspace before its sshd listens (a busy node starts it
+// late; seen on the v1 node beside two busy loops), and until the
+// protector finds the listener, sshd has no real-time scheduling and a
+// containment spares no login (it protects the listener's connections
+// only). Waiting a whole period lost five logins to two fork bombs there.
 func (g *Guardian) protectLoop(ctx context.Context) {
-	g.every(ctx, "protect", g.cfg.ProtectEvery, g.protect)
+	t := time.NewTicker(min(g.cfg.WatchEvery, g.cfg.ProtectEvery))
+	defer t.Stop()
+	var last time.Time
+	for {
+		if last.IsZero() || time.Since(last) >= g.cfg.ProtectEvery || !g.listenerKnown() {
+			g.protect(ctx)
+			last = time.Now()
+		}
+		g.beat("protect")
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+// listenerKnown reports whether the protector has verified an sshd
+// listener in the guarded cgroup.
+func (g *Guardian) listenerKnown() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.listener.PID != 0
 }
 
 // protect finds the sshd listener by its socket, gives it real-time

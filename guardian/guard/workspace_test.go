@@ -130,3 +130,23 @@ func TestRunRetriesAFailedAttach(t *testing.T) {
 		t.Errorf("Run() = %v; want nil", err)
 	}
 }
+
+// A workspace whose sshd listens only after guardian attached (a busy node
+// starts it late) has its listener found at the next watch, not a whole
+// protector period later: until then a containment would spare no login.
+func TestListenerFoundSoonAfterAttach(t *testing.T) {
+	cfg := testConfig()
+	cfg.WatchEvery = time.Millisecond
+	cfg.ProtectEvery = time.Hour
+	r := newStartedRig(t, cfg, func(r *rig) { r.procs.listener = 0 })
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- r.g.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	r.ws.set(r.cg)
+	poll.Eventually(t, 20*time.Second, func() (bool, string) { return r.g.Live() == nil && r.has("sshd-not-found"), "guarding, no listener yet" })
+	r.procs.mu.Lock()
+	r.procs.listener = 20 // sshd listens now
+	r.procs.mu.Unlock()
+	poll.Eventually(t, 20*time.Second, func() (bool, string) { return r.g.listenerKnown(), "the listener is not known" })
+}
