@@ -144,7 +144,9 @@ func TestListenerFoundSoonAfterAttach(t *testing.T) {
 	go func() { done <- r.g.Run(ctx) }()
 	defer func() { cancel(); <-done }()
 	r.ws.set(r.cg)
-	poll.Eventually(t, 20*time.Second, func() (bool, string) { return r.g.Live() == nil && r.has("sshd-not-found"), "guarding, no listener yet" })
+	poll.Eventually(t, 20*time.Second, func() (bool, string) {
+		return r.g.Live() == nil && r.has("sshd-not-found"), "guarding, no listener yet"
+	})
 	r.procs.mu.Lock()
 	r.procs.listener = 20 // sshd listens now
 	r.procs.mu.Unlock()
