@@ -191,6 +191,7 @@ type PodWorkspace struct {
 	SandboxPID    int    // the sandbox's PID; 1 in a shared PID namespace
 
 	pod string // the Pod's directory once found; it lives as long as the Pod
+	own Cgroup // guardian's own container cgroup once found; it lives as long as guardian
 }
 
 // Locate returns the workspace container's cgroup and the Pod's directory
@@ -243,12 +244,19 @@ func (w *PodWorkspace) Find() (Cgroup, error) {
 
 // Own opens guardian's own container cgroup, the one holding SelfPID,
 // confined to the Pod's directory, so that guardian can set its CPU weight
-// against its siblings (guard.Config.OwnCPUWeight).
+// against its siblings (guard.Config.OwnCPUWeight). It is located once:
+// guardian's process never changes cgroup.
 func (w *PodWorkspace) Own() (Cgroup, error) {
+	if w.own != nil {
+		return w.own, nil
+	}
 	_, pod, seen, err := w.Locate()
 	for _, c := range seen {
 		if c.Role == RoleSelf {
-			return Open(w.Layout, pod, c.Rel)
+			if w.own, err = Open(w.Layout, pod, c.Rel); err != nil {
+				return nil, err
+			}
+			return w.own, nil
 		}
 	}
 	if seen == nil && err != nil {
