@@ -117,19 +117,39 @@ func (g *Guardian) forkCheck(ctx context.Context, det *victim.BombDetector) {
 // do that — on the emulated v2 node a bomb of 500 processes, still
 // freezing after guardian's freeze timeout, forked on to 2,900 while
 // guardian killed. The kernel checks pids.max at each fork, so the hold
-// needs none of the bomb's processes to run, as a freeze does. The
+// needs none of the bomb's processes to run, as a freeze does.
+//
+// The hold refuses sshd's forks too, and sshd closes a connection it
+// cannot fork for: on the emulated v2 node, where such a freeze took
+// 0.5–2.2 s, two logins were reset so. So the verified listener is
+// stopped (SIGSTOP) before the hold and continued just after it, before
+// the thaw: meanwhile the kernel completes new connections into the
+// listening socket's backlog, and the listener accepts them once it can
+// fork, which a student sees as a slower login, not a failed one. Should
+// guardian die in between, the protector of the next guardian continues
+// a stopped listener as it continues any stopped protected process. The
 // caller holds the emergency lock; releaseForks ends the hold.
 func (g *Guardian) holdForks() {
 	g.mu.Lock()
 	g.forksHeld = true
+	l := g.listener
+	g.heldListener = l // before the signal: the protector leaves it stopped from then
 	g.mu.Unlock()
+	if l.PID != 0 {
+		if err := g.killer.Signal(l, unix.SIGSTOP); err != nil {
+			g.log.Warn("fork: stop the sshd listener while forks are held", "pid", l.PID, "err", err)
+			g.mu.Lock()
+			g.heldListener = victim.Identity{}
+			g.mu.Unlock()
+		}
+	}
 	if err := g.cg.SetPidsMax(0); err != nil {
 		g.log.Warn("fork: hold forks while containing", "err", err)
 	}
 }
 
 // releaseForks runs once per containment, before the first thaw: it ends
-// holdForks, so sshd, thawed with the connections that queued up
+// holdForks and continues the listener it stopped, so sshd, thawed with the connections that queued up
 // meanwhile, can fork for them. Killed processes keep their pids until
 // they are reaped, which is up to their reaper (the Pod's PID 1), so
 // right after the thaw the workspace may still be at the limit: within
@@ -155,6 +175,15 @@ func (g *Guardian) releaseForks() {
 	}
 	if err := g.cg.SetPidsMax(g.pidsMax()); err != nil {
 		g.log.Warn("fork: release forks after containing", "err", err)
+	}
+	g.mu.Lock()
+	l := g.heldListener
+	g.heldListener = victim.Identity{}
+	g.mu.Unlock()
+	if l.PID != 0 {
+		if err := g.killer.Signal(l, unix.SIGCONT); err != nil {
+			g.log.Warn("fork: continue the sshd listener after the hold", "pid", l.PID, "err", err)
+		}
 	}
 }
 

@@ -95,8 +95,10 @@ type Guardian struct {
 	// reserveSince is when a containment lifted pids.max by PidsReserve;
 	// zero while pids.max is PidsMax (see releaseForks).
 	reserveSince time.Time
-	// forksHeld while a containment holds pids.max at 0 (see holdForks).
-	forksHeld bool
+	// forksHeld while a containment holds pids.max at 0, heldListener the
+	// sshd listener it stopped meanwhile (see holdForks).
+	forksHeld    bool
+	heldListener victim.Identity
 
 	limitsPending bool // the kernel limits could not be applied yet
 	// ownWeightRefused while guardian's own CPU weight could not be set

@@ -298,9 +298,14 @@ func (k *fakeKiller) Signal(id victim.Identity, sig unix.Signal) error {
 	k.mu.Lock()
 	k.calls = append(k.calls, signal{id.PID, sig, -1})
 	k.mu.Unlock()
-	if c := k.table.cgroup; c != nil && sig == unix.SIGKILL {
+	if c := k.table.cgroup; c != nil {
 		c.mu.Lock()
-		c.log = append(c.log, "kill")
+		switch sig {
+		case unix.SIGKILL:
+			c.log = append(c.log, "kill")
+		case unix.SIGSTOP, unix.SIGCONT:
+			c.log = append(c.log, fmt.Sprintf("%v %d", sig, id.PID))
+		}
 		c.mu.Unlock()
 	}
 	if sig == unix.SIGKILL || sig == unix.SIGTERM {
@@ -687,6 +692,23 @@ func TestProtect(t *testing.T) {
 			t.Errorf("alerts = %v", r.alertKinds())
 		}
 	})
+	t.Run("the listener a containment stopped while it holds forks is left to it", func(t *testing.T) {
+		r := newRig(t, testConfig())
+		p := r.procs.procs[20]
+		p.State = "T"
+		r.procs.procs[20] = p
+		r.g.mu.Lock()
+		r.g.heldListener = p.Identity
+		r.g.mu.Unlock()
+		r.killer.calls = nil
+		r.g.protect(context.Background())
+		if len(r.killer.calls) != 0 {
+			t.Errorf("signals = %v; want none", r.killer.calls)
+		}
+		if r.has("protected-stopped") {
+			t.Errorf("alerts = %v; want no protected-stopped", r.alertKinds())
+		}
+	})
 	t.Run("sshd gone", func(t *testing.T) {
 		r := newRig(t, testConfig())
 		delete(r.procs.procs, 20)
@@ -725,8 +747,10 @@ func TestCleanup(t *testing.T) {
 // A containment whose first freeze completes in time never touches
 // pids.max (sshd keeps forking for logins until it is frozen too); one
 // whose freeze drags on past HoldForksAfter holds every fork from then
-// until just before the first thaw; a workspace within PidsReserve of
-// pids.max gets the reserve at the first thaw either way.
+// until just before the first thaw, with the sshd listener (PID 20)
+// stopped for exactly as long, so it accepts no connection it could not
+// fork for; a workspace within PidsReserve of pids.max gets the reserve
+// at the first thaw either way.
 func TestContainmentHoldsForksOnlyWhileTheFirstFreezeDragsOn(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -736,11 +760,11 @@ func TestContainmentHoldsForksOnlyWhileTheFirstFreezeDragsOn(t *testing.T) {
 	}{
 		{"the freeze completes: no hold", false, 64, []string{"freeze", "kill", "thaw", "freeze", "thaw"}},
 		{"the freeze drags on: forks held from then until the first thaw", true, 64,
-			[]string{"freeze", "pids.max 0", "freeze", "kill", "pids.max 4096", "thaw", "freeze", "thaw"}},
+			[]string{"freeze", "stopped (signal) 20", "pids.max 0", "freeze", "kill", "pids.max 4096", "continued 20", "thaw", "freeze", "thaw"}},
 		{"found within the reserve of the limit: the reserve is given at the first thaw", false, 4096,
 			[]string{"freeze", "kill", "pids.max 8192", "thaw", "freeze", "thaw"}},
 		{"held and within the reserve: released with the reserve", true, 4096,
-			[]string{"freeze", "pids.max 0", "freeze", "kill", "pids.max 8192", "thaw", "freeze", "thaw"}},
+			[]string{"freeze", "stopped (signal) 20", "pids.max 0", "freeze", "kill", "pids.max 8192", "continued 20", "thaw", "freeze", "thaw"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := testConfig()

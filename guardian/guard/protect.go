@@ -81,10 +81,15 @@ func (g *Guardian) protect(ctx context.Context) {
 	g.metrics.processes.Set(float64(len(procs)))
 
 	// A stopped sshd (SIGSTOP from the user, same uid) holds its socket
-	// but answers nothing; a stopped init freezes the container.
+	// but answers nothing; a stopped init freezes the container. The
+	// listener a containment stopped while it holds forks is its own to
+	// continue (holdForks).
+	g.mu.Lock()
+	held := g.heldListener
+	g.mu.Unlock()
 	for _, p := range procs {
 		reason, ok := prot[p.Key()]
-		if !ok || reason == victim.ReasonSelf || p.State != "T" {
+		if !ok || reason == victim.ReasonSelf || p.State != "T" || (held.PID != 0 && p.Key() == held.Key()) {
 			continue
 		}
 		if err := g.killer.Signal(p.Identity, unix.SIGCONT); err != nil {
@@ -101,6 +106,7 @@ func (g *Guardian) protect(ctx context.Context) {
 	if listener.PID != 0 {
 		g.protectScheduling(listener, rtRefused)
 	}
+	var inherited []int // unprotected processes given back oom_score_adj 0
 	for _, p := range procs {
 		reason, ok := prot[p.Key()]
 		want := 0
@@ -123,26 +129,42 @@ func (g *Guardian) protect(ctx context.Context) {
 			if cur != oomProtected && cur != oomSelf {
 				continue
 			}
+			if g.setOOM(p, want) {
+				inherited = append(inherited, p.PID)
+			}
+			continue
 		}
-		g.setOOM(p, want, cur)
+		if g.setOOM(p, want) {
+			g.log.Info("oom_score_adj set", "pid", p.PID, "exe", p.Exe, "from", cur, "to", want)
+		}
 	}
-	if self, err := g.procs.OOMScoreAdj(os.Getpid()); err == nil && self != oomSelf {
-		g.setOOM(victim.Process{Identity: victim.Identity{PID: os.Getpid()}, Comm: "guardian"}, oomSelf, self)
+	if len(inherited) > 0 {
+		// One line per pass: every process of a bomb started from a login
+		// shell inherits sshd's -1000, and one line each would flood the
+		// log while guardian contains it.
+		g.log.Info("oom_score_adj 0 given back to processes that inherited a protected one",
+			"processes", len(inherited), "pids", inherited[:min(len(inherited), 10)])
+	}
+	if self, err := g.procs.OOMScoreAdj(os.Getpid()); err == nil && self != oomSelf && g.setOOM(victim.Process{Identity: victim.Identity{PID: os.Getpid()}}, oomSelf) {
+		g.log.Info("oom_score_adj set", "pid", os.Getpid(), "exe", "guardian", "from", self, "to", oomSelf)
 	}
 }
 
-func (g *Guardian) setOOM(p victim.Process, want, cur int) {
-	if err := g.procs.SetOOMScoreAdj(p.PID, want); err != nil {
-		g.metrics.protectionErrors.WithLabelValues("oom_score_adj").Inc()
-		if errors.Is(err, os.ErrPermission) {
-			g.raise("oom-protection-unavailable", "", alert.Warning,
-				fmt.Sprintf("cannot set oom_score_adj %d (needs CAP_SYS_RESOURCE): %v", want, err), nil)
-			return
-		}
-		g.log.Warn("set oom_score_adj", "pid", p.PID, "want", want, "err", err)
-		return
+// setOOM sets p's oom_score_adj to want and reports whether it did; a
+// refusal is counted, logged, and alerted when it lacks the capability.
+func (g *Guardian) setOOM(p victim.Process, want int) bool {
+	err := g.procs.SetOOMScoreAdj(p.PID, want)
+	if err == nil {
+		return true
 	}
-	g.log.Info("oom_score_adj set", "pid", p.PID, "exe", p.Exe, "from", cur, "to", want)
+	g.metrics.protectionErrors.WithLabelValues("oom_score_adj").Inc()
+	if errors.Is(err, os.ErrPermission) {
+		g.raise("oom-protection-unavailable", "", alert.Warning,
+			fmt.Sprintf("cannot set oom_score_adj %d (needs CAP_SYS_RESOURCE): %v", want, err), nil)
+		return false
+	}
+	g.log.Warn("set oom_score_adj", "pid", p.PID, "want", want, "err", err)
+	return false
 }
 
 // sshdState is what guardian knows of the workspace's sshd in the guarded
