@@ -63,7 +63,11 @@ exec /usr/sbin/sshd -D -e -p "${LABKEEP_SSH_PORT:-22}" -o HostKey="$hostkey"
 
 // sshdConfig is read before Debian's defaults (first value wins): keys
 // only, root by key, no PAM (pam_loginuid fails without CAP_AUDIT_CONTROL,
-// which a workspace's root does not have).
+// which a workspace's root does not have). MaxStartups 100:30:200, not
+// sshd's 10:30:100: the kubelet's readiness probe connects every second,
+// and while a bomb slows sshd down its unfinished connections count as
+// startups; on the cgroup v2 node sshd passed 10 and dropped connections,
+// students' logins among them, for 16 s.
 const sshdConfig = `# labkeep workspace
 PermitRootLogin prohibit-password
 PasswordAuthentication no
@@ -71,6 +75,7 @@ KbdInteractiveAuthentication no
 UsePAM no
 AuthorizedKeysFile /run/sshd/authorized_keys .ssh/authorized_keys
 PrintMotd no
+MaxStartups 100:30:200
 `
 
 // workspaceKey is the cache key of the workspace image: a hash of its
