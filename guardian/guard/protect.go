@@ -89,7 +89,7 @@ func (g *Guardian) protect(ctx context.Context) {
 	g.mu.Unlock()
 	for _, p := range procs {
 		reason, ok := prot[p.Key()]
-		if !ok || reason == victim.ReasonSelf || p.State != "T" || (held.PID != 0 && p.Key() == held.Key()) {
+		if !ok || reason == victim.ReasonSelf || p.State != "T" || p.Key() == held.Key() {
 			continue
 		}
 		if err := g.killer.Signal(p.Identity, unix.SIGCONT); err != nil {

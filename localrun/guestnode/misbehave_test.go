@@ -34,8 +34,8 @@ import (
 // each bomb here: 73 of 78 logins succeeded, the slowest in 30 s; with
 // sshd's listener stopped while forks are held, 209 of 218 over six
 // shell and nine persistent rounds (the failures: guardian's README).
-// During the hog, 6 of 6 twice, then 19 of 19 and 20 of 20. The bare host and the v1
-// node assert every login (guardian/e2e, test/podlab).
+// During the hog, 6 of 6 twice, then 19 of 19 and 20 of 20. The bare
+// host and the v1 node assert every login (guardian/e2e, test/podlab).
 func TestGuardianKeepsTheV2WorkspaceUsable(t *testing.T) {
 	n := started(t)
 	ctx := context.Background()
