@@ -112,6 +112,11 @@ func TestGuardianKeepsTheV2WorkspaceUsable(t *testing.T) {
 	t.Run("memory hog", func(t *testing.T) {
 		before := len(guardianRecords(t, pod.Name, "memory victim killed"))
 		cpu0, start := guardianCPU(t, pod.Name), time.Now()
+		t.Cleanup(func() {
+			if t.Failed() {
+				t.Logf("guardian's log since the hog:\n%s", guardianLogSince(t, pod.Name, start))
+			}
+		})
 		loops := logins(t)
 		run("for i in 1 2 3; do setsid /root/workload hog -mb 200 -step 8 -every 20ms -comm sshd </dev/null >/dev/null 2>&1 & done")
 		poll.Eventually(t, 3*time.Minute, func() (bool, string) {

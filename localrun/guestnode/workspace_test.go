@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -185,13 +186,32 @@ func execWorkspace(t *testing.T, pod, script string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out, errb bytes.Buffer
+	var out, errb lockedBuffer
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errb}); err != nil && !strings.HasPrefix(script, "kill ") {
 		t.Fatalf("exec %q: %v; stderr: %s", script, err, errb.String())
 	}
 	return out.String()
+}
+
+// lockedBuffer is a buffer that may be read while written: a stream that
+// ends by its context's deadline leaves its copiers writing.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
 }
 
 func podReady(p *corev1.Pod) bool {
