@@ -205,9 +205,6 @@ type fakeProcs struct {
 	listener  int // pid owning the SSH socket, 0 for none
 	cgroup    *fakeCgroup
 	oomWrites []int
-	// exeFileHook, when set, runs as ExeFile starts: what happens to the
-	// process between a snapshot and the look at its file.
-	exeFileHook func(pid int)
 }
 
 func (f *fakeProcs) pids() []int {

@@ -323,11 +323,8 @@ func (g *Guardian) dropUnverifiedSessions(procs []victim.Process, prot victim.Pr
 			continue
 		}
 		delete(prot, p.Key())
-		if errors.Is(err, victim.ErrGone) || !g.same(p) {
-			// Exited since the snapshot, its PID maybe taken by another
-			// process (a bomb's, whose file the look found): nothing to
-			// protect or report.
-			continue
+		if errors.Is(err, victim.ErrGone) {
+			continue // exited since the snapshot: nothing to protect or report
 		}
 		runs := f.String()
 		if err != nil {
@@ -337,13 +334,6 @@ func (g *Guardian) dropUnverifiedSessions(procs []victim.Process, prot victim.Pr
 			fmt.Sprintf("pid %d (%s), started by the sshd listener, runs %s, not the workspace's sshd: it gets no protection", p.PID, p.Exe, runs),
 			map[string]string{"pid": strconv.Itoa(p.PID), "exe": p.Exe})
 	}
-}
-
-// same reports whether p's PID still names p (same start time): what was
-// read of the PID since the snapshot was p's.
-func (g *Guardian) same(p victim.Process) bool {
-	q, err := g.procs.Process(p.PID)
-	return err == nil && q.Key() == p.Key()
 }
 
 // sshdTrust returns what a listener is checked against. A configured
