@@ -150,11 +150,11 @@ func (g *Guardian) holdForks() {
 
 // releaseForks runs once per containment, before the first thaw: it ends
 // holdForks and continues the listener it stopped, so sshd, thawed with
-// the connections that queued up meanwhile, can fork for them. Killed processes keep their pids until
-// they are reaped, which is up to their reaper (the Pod's PID 1), so
-// right after the thaw the workspace may still be at the limit: within
-// PidsReserve of it, pids.max is lifted by PidsReserve until lowerReserve
-// gives it back. Nothing else forks into
+// the connections that queued up meanwhile, can fork for them. Killed
+// processes keep their pids until they are reaped, which is up to their
+// reaper (the Pod's PID 1), so right after the thaw the workspace may
+// still be at the limit: within PidsReserve of it, pids.max is lifted by
+// PidsReserve until lowerReserve gives it back. Nothing else forks into
 // the reserve: what was killed dies at its next step, and what was not
 // is protected or a small login.
 func (g *Guardian) releaseForks() {

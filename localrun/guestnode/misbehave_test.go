@@ -119,11 +119,7 @@ func TestGuardianKeepsTheV2WorkspaceUsable(t *testing.T) {
 	t.Run("memory hog", func(t *testing.T) {
 		before := len(guardianRecords(t, pod.Name, "memory victim killed"))
 		cpu0, start := guardianCPU(t, pod.Name), time.Now()
-		t.Cleanup(func() {
-			if t.Failed() {
-				t.Logf("guardian's log since the hog:\n%s", guardianLogSince(t, pod.Name, start))
-			}
-		})
+		printGuardianLogOnFailure(t, pod.Name, "the hog", start)
 		loops := logins(t)
 		run("for i in 1 2 3; do setsid /root/workload hog -mb 200 -step 8 -every 20ms -comm sshd </dev/null >/dev/null 2>&1 & done")
 		poll.Eventually(t, 3*time.Minute, func() (bool, string) {
@@ -163,11 +159,7 @@ func TestGuardianKeepsTheV2WorkspaceUsable(t *testing.T) {
 				loops := logins(t)
 				cpu0, start := guardianCPU(t, pod.Name), time.Now()
 				guardianRestarts := restartsOf("guardian")
-				t.Cleanup(func() {
-					if t.Failed() {
-						t.Logf("guardian's log since the bomb:\n%s", guardianLogSince(t, pod.Name, start))
-					}
-				})
+				printGuardianLogOnFailure(t, pod.Name, "the bomb", start)
 				run(b.cmd)
 				poll.Eventually(t, 5*time.Minute, func() (bool, string) {
 					recs := guardianRecords(t, pod.Name, "containment finished")
@@ -233,6 +225,17 @@ func guardianCPU(t *testing.T, pod string) time.Duration {
 	utime, _ := strconv.Atoi(f[11])
 	stime, _ := strconv.Atoi(f[12])
 	return time.Duration(utime+stime) * 10 * time.Millisecond
+}
+
+// printGuardianLogOnFailure prints, when t fails, guardian's log since
+// the start of what (the scenario): with sshd's, the only trace of why.
+func printGuardianLogOnFailure(t *testing.T, pod, what string, start time.Time) {
+	t.Helper()
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Logf("guardian's log since %s:\n%s", what, guardianLogSince(t, pod, start))
+		}
+	})
 }
 
 // guardianLogSince is guardian's log from since on.

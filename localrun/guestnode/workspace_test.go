@@ -186,7 +186,7 @@ func execWorkspace(t *testing.T, pod, script string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var out, errb lockedBuffer
+	var out, errb syncBuffer
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errb}); err != nil && !strings.HasPrefix(script, "kill ") {
@@ -195,23 +195,23 @@ func execWorkspace(t *testing.T, pod, script string) string {
 	return out.String()
 }
 
-// lockedBuffer is a buffer that may be read while written: a stream that
+// syncBuffer is a buffer that may be read while written: a stream that
 // ends by its context's deadline leaves its copiers writing.
-type lockedBuffer struct {
+type syncBuffer struct {
 	mu sync.Mutex
 	b  bytes.Buffer
 }
 
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
 }
 
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
 }
 
 func podReady(p *corev1.Pod) bool {
