@@ -106,6 +106,7 @@ func (g *Guardian) reclaimPort(ctx context.Context, port int) error {
 				fmt.Sprintf("the workspace's sshd listener (PID %d) holds guardian's API port %d; it is not killed", proc.PID, port), fields)
 			continue
 		}
+		g.letDie(proc.Identity)
 		if _, err := g.killer.Terminate(ctx, proc.Identity, killer.Plan{Grace: g.cfg.KillGrace, KillWait: g.cfg.KillWait}); err != nil {
 			g.log.Warn("API port holder not killed", "pid", proc.PID, "exe", proc.Exe, "err", err)
 			continue

@@ -107,6 +107,7 @@ func (g *Guardian) killTopCPU(ctx context.Context, prev, cur []victim.Process, p
 	targets := victim.TopCPU(prev, cur, prot, n)
 	var wg sync.WaitGroup
 	for _, v := range targets {
+		g.letDie(v.Identity)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()

@@ -282,6 +282,7 @@ func (g *Guardian) containLocked(ctx context.Context, reason string, spareLogins
 			}
 			victims = victim.SpareSmallLogins(procs, prot, spareLogins)
 			for _, v := range victims {
+				g.letDie(v.Identity)
 				if err := g.killer.Signal(v.Identity, unix.SIGKILL); err == nil && !killed[v.Key()] {
 					killed[v.Key()] = true
 					res.killed = append(res.killed, v.PID)

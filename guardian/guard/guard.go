@@ -87,7 +87,10 @@ type Guardian struct {
 	sshOK      bool
 	rtRefused  bool
 	heartbeats map[string]time.Time
-	crossedAt  time.Time // when usage was first seen at the kill threshold
+	// dying are the processes guardian is killing, since when: the CPU
+	// storm leaves them at normal scheduling (see letDie).
+	dying     map[victim.Key]time.Time
+	crossedAt time.Time // when usage was first seen at the kill threshold
 	// lastHigh is memory.events' high counter at the last look (v2);
 	// highSeen once there was a look.
 	lastHigh uint64

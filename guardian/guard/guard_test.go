@@ -290,14 +290,29 @@ type signal struct {
 
 type fakeKiller struct {
 	table *fakeProcs
+	sched *fakeSched
 	mu    sync.Mutex
 	calls []signal
+	// policy is each signalled process's scheduling policy when its first
+	// signal came.
+	policy map[int]int
+}
+
+// record notes a signal and the target's scheduling policy at its first.
+func (k *fakeKiller) record(pid int, sig unix.Signal, grace time.Duration) {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.calls = append(k.calls, signal{pid, sig, grace})
+	if _, seen := k.policy[pid]; !seen && k.sched != nil {
+		if k.policy == nil {
+			k.policy = map[int]int{}
+		}
+		k.policy[pid] = k.sched.attrs[pid].Policy
+	}
 }
 
 func (k *fakeKiller) Signal(id victim.Identity, sig unix.Signal) error {
-	k.mu.Lock()
-	k.calls = append(k.calls, signal{id.PID, sig, -1})
-	k.mu.Unlock()
+	k.record(id.PID, sig, -1)
 	if c := k.table.cgroup; c != nil {
 		c.mu.Lock()
 		switch sig {
@@ -318,9 +333,7 @@ func (k *fakeKiller) Terminate(_ context.Context, id victim.Identity, p killer.P
 	if p.Grace == 0 {
 		sig = unix.SIGKILL
 	}
-	k.mu.Lock()
-	k.calls = append(k.calls, signal{id.PID, sig, p.Grace})
-	k.mu.Unlock()
+	k.record(id.PID, sig, p.Grace)
 	err := k.table.kill(id)
 	if p.AfterFirstSignal != nil {
 		p.AfterFirstSignal()
@@ -419,7 +432,8 @@ func newStartedRig(t *testing.T, cfg Config, hook func(*rig)) *rig {
 	table := &fakeProcs{oom: map[int]int{}, listener: 20, procs: workspaceProcs()}
 	cg := &fakeCgroup{table: table, limit: 1024 * mib, usage: 500 * mib}
 	table.cgroup = cg
-	r := &rig{cg: cg, procs: table, killer: &fakeKiller{table: table}, sched: &fakeSched{attrs: map[int]sched.Attr{}}, clock: clk, ws: &fakeWorkspace{}}
+	sch := &fakeSched{attrs: map[int]sched.Attr{}}
+	r := &rig{cg: cg, procs: table, killer: &fakeKiller{table: table, sched: sch}, sched: sch, clock: clk, ws: &fakeWorkspace{}}
 	r.alerts = alert.New(alert.Config{Window: time.Second}, clk.now, nil, nil)
 	hook(r)
 	if r.store.Path == "" {
@@ -781,6 +795,52 @@ func TestContainmentHoldsForksOnlyWhileTheFirstFreezeDragsOn(t *testing.T) {
 			r.cg.mu.Unlock()
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("pids.max, freezes and kills in order (-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// A process a CPU storm demoted to SCHED_IDLE gets normal scheduling back
+// before guardian kills it, so it can run to exit, and the storm leaves it
+// there while it dies; any other scheduling is left as it is.
+func TestAKilledProcessMayRunToExit(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		policy int // the victim's before the kill
+		kill   func(*rig)
+		victim int
+		want   int
+	}{
+		{"memory kill of a demoted process", unix.SCHED_IDLE, func(r *rig) {
+			r.cg.usage = 1000 * mib
+			r.g.checkMemory(context.Background())
+		}, 40, unix.SCHED_NORMAL},
+		{"containment of a demoted process", unix.SCHED_IDLE, func(r *rig) {
+			if _, err := r.g.Cleanup(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}, 41, unix.SCHED_NORMAL},
+		{"a batch process keeps its scheduling", unix.SCHED_BATCH, func(r *rig) {
+			r.cg.usage = 1000 * mib
+			r.g.checkMemory(context.Background())
+		}, 40, unix.SCHED_BATCH},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRig(t, testConfig())
+			r.sched.attrs[tc.victim] = sched.Attr{Policy: tc.policy}
+			victim := r.procs.procs[tc.victim]
+			tc.kill(r)
+			r.killer.mu.Lock()
+			got, signalled := r.killer.policy[tc.victim]
+			r.killer.mu.Unlock()
+			if !signalled {
+				t.Fatalf("pid %d was not killed", tc.victim)
+			}
+			if got != tc.want {
+				t.Errorf("scheduling policy at the kill = %d; want %d", got, tc.want)
+			}
+			if !r.g.isDying(victim.Key()) {
+				t.Errorf("pid %d is not marked dying: the storm would demote it again", tc.victim)
 			}
 		})
 	}

@@ -197,6 +197,7 @@ func (g *Guardian) killLargest(ctx context.Context, r memReading) bool {
 		e, err := g.cg.MemoryEvents()
 		return err == nil && (e.UnderOOM || e.OOM > r.ev.OOM || e.Max > r.ev.Max)
 	}
+	g.letDie(v.Identity)
 	// The identity check and the first signal happen while frozen; the
 	// thaw right after lets the signal take effect.
 	hard, err := g.killer.Terminate(ctx, v.Identity, killer.Plan{Grace: grace, KillWait: g.cfg.KillWait, Hurry: hurry, AfterFirstSignal: thaw})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -35,8 +36,12 @@ func (g *Guardian) stormLoop(ctx context.Context) {
 		}
 		frac := s.frac
 		act := tr.Observe(s.at, frac, s.cpus, s.elapsed, s.prev, s.procs, s.prot)
+		g.forgetDying()
 		demoted := 0
 		for _, p := range act.Demote {
+			if g.isDying(p.Key()) {
+				continue
+			}
 			// Applied again even to a process already demoted: a thread it
 			// started since, or one in creation during the last walk, may
 			// still run at normal priority.
@@ -69,4 +74,46 @@ func (g *Guardian) stormLoop(ctx context.Context) {
 			g.log.Info("CPU storm: demoted more", "demoted", demoted, "total", tr.Demoted())
 		}
 	})
+}
+
+// letDie gives a process about to be killed its normal scheduling back if
+// a CPU storm demoted it to SCHED_IDLE, and keeps the storm from demoting
+// it again while it dies (dying): a killed process must still run to exit
+// and free its memory, and at SCHED_IDLE beside a saturated quota it waits
+// for the CPU (seen on an emulated node: alive 5 s after SIGKILL, its
+// memory still held). By PID, right after the snapshot that named it, as
+// the storm's own demotion: a reused PID at worst gets normal scheduling.
+func (g *Guardian) letDie(id victim.Identity) {
+	g.mu.Lock()
+	if g.dying == nil {
+		g.dying = map[victim.Key]time.Time{}
+	}
+	g.dying[id.Key()] = g.now()
+	g.mu.Unlock()
+	a, err := g.sched.Get(id.PID)
+	if err != nil || a.Policy != unix.SCHED_IDLE {
+		return
+	}
+	if err := g.sched.SetNormalProcess(id.PID); err != nil {
+		g.log.Debug("normal scheduling before a kill", "pid", id.PID, "err", err)
+	}
+}
+
+// isDying reports whether guardian is killing the process (letDie).
+func (g *Guardian) isDying(k victim.Key) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	_, ok := g.dying[k]
+	return ok
+}
+
+// forgetDying forgets the kills older than a kill takes (grace and wait).
+func (g *Guardian) forgetDying() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	for k, since := range g.dying {
+		if g.now().Sub(since) > g.cfg.KillGrace+g.cfg.KillWait {
+			delete(g.dying, k)
+		}
+	}
 }
