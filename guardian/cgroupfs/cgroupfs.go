@@ -57,6 +57,10 @@ type Cgroup interface {
 	HandleOOM() error
 	// MemoryEvents reads the memory event counters.
 	MemoryEvents() (MemoryEvents, error)
+	// MemoryStall is the share (0 to 1) of the last 10 s in which some of
+	// the cgroup's tasks stalled on memory: memory.pressure's "some
+	// avg10" (v2 with PSI; ErrUnsupported on v1).
+	MemoryStall() (float64, error)
 	// WatchMemory delivers a value on the returned channel whenever the
 	// kernel reports memory news: usage crossing one of thresholds (v1
 	// eventfd notifications), an OOM condition, a change of memory.events or

@@ -95,7 +95,7 @@ func v2Fixture(t *testing.T) (mount string, c *V2) {
 		"memory.oom.group":   "1\n",
 		"memory.stat":        "anon 800000000\nfile 100000\nshmem 123456\n",
 		"memory.events":      "low 0\nhigh 12\nmax 3\noom 1\noom_kill 1\noom_group_kill 0\n",
-		"memory.pressure":    "some avg10=0.00 avg60=0.00 avg300=0.00 total=0\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
+		"memory.pressure":    "some avg10=38.95 avg60=7.21 avg300=1.60 total=9158375\nfull avg10=7.21 avg60=1.50 avg300=0.33 total=1770343\n",
 		"pids.max":           "max\n",
 		"pids.events":        "max 42\n",
 		"cpu.max":            "50000 100000\n",
@@ -143,6 +143,9 @@ func TestV2Fixture(t *testing.T) {
 	ev, err := c.MemoryEvents()
 	if diff := cmp.Diff(MemoryEvents{High: 12, Max: 3, OOM: 1, OOMKill: 1}, ev); diff != "" || err != nil {
 		t.Errorf("MemoryEvents() err=%v (-want +got):\n%s", err, diff)
+	}
+	if st, err := c.MemoryStall(); err != nil || st != 0.3895 {
+		t.Errorf("MemoryStall() = %v,%v; want 0.3895 (some avg10)", st, err)
 	}
 	if err := c.SetPidsMax(4096); err != nil {
 		t.Fatal(err)
@@ -246,8 +249,13 @@ func TestV2RealFreezeAndPSI(t *testing.T) {
 	if u3, _ := c.CPUUsage(); u3 <= u2 {
 		t.Errorf("CPU usage did not grow after thaw: %v then %v", u2, u3)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "memory.pressure")); err == nil && !c.PSIWatched() {
-		t.Errorf("memory.pressure exists but refuses a PSI trigger")
+	if _, err := os.Stat(filepath.Join(dir, "memory.pressure")); err == nil {
+		if !c.PSIWatched() {
+			t.Errorf("memory.pressure exists but refuses a PSI trigger")
+		}
+		if st, err := c.MemoryStall(); err != nil || st < 0 || st > 1 {
+			t.Errorf("MemoryStall() = %v,%v; want a share in [0,1]", st, err)
+		}
 	}
 	if err := c.Kill(); err != nil {
 		t.Fatal(err)

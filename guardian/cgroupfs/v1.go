@@ -106,6 +106,9 @@ func (c *V1) SetMemory(high, max uint64) error {
 // HandleOOM implements Cgroup by setting memory.oom_control to 1.
 func (c *V1) HandleOOM() error { return write(c.dirs["memory"], "memory.oom_control", "1") }
 
+// MemoryStall implements Cgroup: v1 has no per-cgroup PSI.
+func (c *V1) MemoryStall() (float64, error) { return 0, ErrUnsupported }
+
 // MemoryEvents implements Cgroup.
 func (c *V1) MemoryEvents() (MemoryEvents, error) {
 	oc, err := keyed(c.dirs["memory"], "memory.oom_control")

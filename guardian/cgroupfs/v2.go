@@ -88,6 +88,35 @@ func (c *V2) MemoryEvents() (MemoryEvents, error) {
 	return MemoryEvents{High: ev["high"], Max: ev["max"], OOM: ev["oom"], OOMKill: ev["oom_kill"]}, nil
 }
 
+// MemoryStall implements Cgroup from memory.pressure.
+func (c *V2) MemoryStall() (float64, error) {
+	s, err := readString(c.dir, "memory.pressure")
+	if err != nil {
+		return 0, err
+	}
+	return someAvg10(s)
+}
+
+// someAvg10 is the "some" line's avg10 of a PSI file, as a share.
+func someAvg10(psi string) (float64, error) {
+	for _, line := range strings.Split(psi, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 2 || f[0] != "some" {
+			continue
+		}
+		v, ok := strings.CutPrefix(f[1], "avg10=")
+		if !ok {
+			break
+		}
+		pct, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			return 0, fmt.Errorf("PSI avg10 %q: %w", v, err)
+		}
+		return pct / 100, nil
+	}
+	return 0, fmt.Errorf("no \"some avg10=\" in PSI %q", psi)
+}
+
 // WatchMemory implements Cgroup: inotify on memory.events (the kernel emits
 // a modify event whenever a counter grows) and, where PSI is available, a
 // trigger on memory.pressure. thresholds are not used: v2 has no usage

@@ -18,8 +18,12 @@ type Config struct {
 	MaxFraction   float64 // memory.max = MaxFraction·M
 	AlertFraction float64 // alert at AlertFraction·M
 	KillFraction  float64 // kill the largest unprotected process at KillFraction·M
-	HandleOOM     bool    // v1: disable the kernel OOM killer so guardian picks the victim; v2: memory.oom.group=0
-	MemoryPoll    time.Duration
+	// HeldStall (v2): over memory.high, throttled and stalled on memory
+	// this share of the last 10 s, the workspace is held there and a kill
+	// is due (victim.MemoryPolicy.HeldAtHigh); 0 turns it off.
+	HeldStall  float64
+	HandleOOM  bool // v1: disable the kernel OOM killer so guardian picks the victim; v2: memory.oom.group=0
+	MemoryPoll time.Duration
 
 	PidsMax int
 	// A fork bomb (victim.BombPolicy) is ForkThreshold forks refused at
@@ -135,7 +139,7 @@ type Config struct {
 // lets each be overridden by a GUARDIAN_* variable.
 func Defaults() Config {
 	return Config{
-		HighFraction: 0.90, MaxFraction: 0.98, AlertFraction: 0.95, KillFraction: 0.97,
+		HighFraction: 0.90, MaxFraction: 0.98, AlertFraction: 0.95, KillFraction: 0.97, HeldStall: 0.2,
 		HandleOOM: true, MemoryPoll: 2 * time.Second,
 		PidsMax: 4096, ForkThreshold: 50, ForkWindow: 10 * time.Second, ForkScan: 50 * time.Millisecond,
 		ForkGrowthFraction: 0.125, ForkHorizon: time.Second, ForkBranchFraction: 0.125, PidsReserve: 64,
@@ -173,6 +177,9 @@ func (c Config) Validate() error {
 	frac("max fraction", c.MaxFraction)
 	frac("alert fraction", c.AlertFraction)
 	frac("kill fraction", c.KillFraction)
+	if c.HeldStall < 0 || c.HeldStall > 1 {
+		errs = append(errs, fmt.Errorf("held stall must be in [0,1] (0: off), got %v", c.HeldStall))
+	}
 	frac("hang CPU fraction", c.Hang.CPUFraction)
 	frac("fork growth fraction", c.ForkGrowthFraction)
 	frac("fork branch fraction", c.ForkBranchFraction)

@@ -36,6 +36,7 @@ type fakeCgroup struct {
 	limit   uint64
 	pidsMax int
 	events  cgroupfs.MemoryEvents
+	stall   float64 // memory.pressure's some avg10, as a share
 	frozen  bool
 	freezes int
 	// freezeStuck: a freeze never completes (Freeze waits out its context),
@@ -103,6 +104,11 @@ func (c *fakeCgroup) MemoryEvents() (cgroupfs.MemoryEvents, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.events, nil
+}
+func (c *fakeCgroup) MemoryStall() (float64, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.stall, nil
 }
 func (c *fakeCgroup) WatchMemory(ctx context.Context, _ []uint64) (<-chan struct{}, error) {
 	return nil, errors.New("fake: no notifications")

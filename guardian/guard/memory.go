@@ -50,8 +50,11 @@ func (g *Guardian) memLimit() uint64 {
 }
 
 func (g *Guardian) memPolicy() victim.MemoryPolicy {
-	return victim.MemoryPolicy{AlertFraction: g.cfg.AlertFraction, KillFraction: g.cfg.KillFraction}
+	return victim.MemoryPolicy{AlertFraction: g.cfg.AlertFraction, KillFraction: g.cfg.KillFraction, HeldStall: g.cfg.HeldStall}
 }
+
+// memHigh is memory.high for the limit m (v2; v1's soft limit).
+func (g *Guardian) memHigh(m uint64) uint64 { return uint64(g.cfg.HighFraction * float64(m)) }
 
 // checkMemory evaluates the memory state once and, when due, kills the
 // largest unprotected process. It reports whether it killed. The steps:
@@ -75,13 +78,14 @@ type memReading struct {
 	limit        uint64 // M
 	ev           cgroupfs.MemoryEvents
 	level        victim.MemoryLevel
-	pct          string // usage as a percentage of M, for messages
-	// throttled: v2 only. The kernel throttled allocations at memory.high
-	// since the last look and usage is at the alert level or above, that
-	// is, well above memory.high: reclaim is losing and the workspace
-	// (its sshd included) crawls. memory.high sits below the kill level,
-	// so a hog held there would never reach it: this counts as being held
-	// at the limit.
+	pct          string  // usage as a percentage of M, for messages
+	high         uint64  // memory.high (v2)
+	stall        float64 // v2: share of the last 10 s stalled on memory, read while throttled
+	// throttled: v2 only. The kernel holds the workspace at memory.high
+	// (victim.MemoryPolicy.HeldAtHigh): it throttles allocations there
+	// and reclaim is losing, and the workspace (its sshd included)
+	// crawls. memory.high sits below the kill level, so a hog held there
+	// would never reach it: this counts as being held at the limit.
 	throttled bool
 }
 
@@ -116,8 +120,17 @@ func (g *Guardian) readMemory() (memReading, bool) {
 	if newOOMKills > 0 {
 		g.raise("kernel-oom-kill", "", alert.Critical, fmt.Sprintf("the kernel OOM killer killed %d process(es) in the workspace", newOOMKills), nil)
 	}
-	r.level = g.memPolicy().Level(r.usage, r.limit)
-	r.throttled = highRose && r.level >= victim.MemoryAlert
+	policy := g.memPolicy()
+	r.level = policy.Level(r.usage, r.limit)
+	if g.cg.Version() == 2 {
+		r.high = g.memHigh(r.limit)
+	}
+	if highRose && r.high > 0 && r.usage >= r.high {
+		if r.stall, err = g.cg.MemoryStall(); err != nil {
+			g.log.Debug("read memory stall", "err", err)
+		}
+	}
+	r.throttled = policy.HeldAtHigh(r.usage, r.high, r.limit, highRose, r.stall)
 	r.pct = fmt.Sprintf("%.1f%%", 100*float64(r.usage)/float64(r.limit))
 	return r, true
 }
@@ -146,7 +159,9 @@ func (g *Guardian) killDue(r memReading) bool {
 	allowed := g.st.Budget.Allow(r.at)
 	pausedUntil := g.st.Budget.PausedUntil
 	g.mu.Unlock()
-	if g.memPolicy().Unfreeable(r.usage, r.shmem, r.limit) {
+	// Held at memory.high by tmpfs alone is no better: no kill takes
+	// usage below it.
+	if g.memPolicy().Unfreeable(r.usage, r.shmem, r.limit) || (r.throttled && r.shmem >= r.high) {
 		g.raise("memory-unfreeable", "", alert.Critical,
 			fmt.Sprintf("workspace memory at %s is held by tmpfs/shm (%d bytes); killing processes cannot free it, nothing killed", r.pct, r.shmem), nil)
 		return false
@@ -243,7 +258,7 @@ func (g *Guardian) recordMemoryKill(r memReading, v victim.Process, hard, froze 
 	g.metrics.kills.WithLabelValues("memory").Inc()
 	g.metrics.memoryReaction.Set(reaction.Seconds())
 	g.log.Info("memory victim killed", "pid", v.PID, "exe", v.Exe, "comm", v.Comm, "rss", v.RSS, "usage", r.usage,
-		"limit", r.limit, "sigkill", hard, "under_oom", r.ev.UnderOOM, "throttled", r.throttled, "frozen_first", froze, "reaction_ms", reaction.Milliseconds())
+		"limit", r.limit, "sigkill", hard, "under_oom", r.ev.UnderOOM, "throttled", r.throttled, "stall", r.stall, "frozen_first", froze, "reaction_ms", reaction.Milliseconds())
 	g.raise("memory-kill", strconv.Itoa(v.PID), alert.Critical,
 		fmt.Sprintf("memory at %s: killed pid %d (%s, %s, RSS %d MiB)", r.pct, v.PID, v.Comm, v.Exe, v.RSS>>20),
 		map[string]string{"pid": strconv.Itoa(v.PID), "exe": v.Exe, "rss": strconv.FormatUint(v.RSS, 10), "reaction_ms": strconv.FormatInt(reaction.Milliseconds(), 10)})

@@ -129,7 +129,7 @@ func (g *Guardian) detach() {
 // retry and alert.
 func (g *Guardian) applyLimits() error {
 	m := g.memLimit()
-	high, max := uint64(g.cfg.HighFraction*float64(m)), uint64(g.cfg.MaxFraction*float64(m))
+	high, max := g.memHigh(m), uint64(g.cfg.MaxFraction*float64(m))
 	var errs []error
 	wrote := false
 	// The kernel rounds limits down to whole pages.

@@ -31,6 +31,33 @@ func (l MemoryLevel) String() string {
 type MemoryPolicy struct {
 	AlertFraction float64 // of M; default 0.95
 	KillFraction  float64 // of M; default 0.98 minus a safety margin chosen by the caller
+	// HeldStall (0 to 1) is the share of the last 10 s in which the
+	// workspace's tasks stalled on memory (PSI "some") that, with usage
+	// over memory.high while the kernel throttles, means the workspace is
+	// held there (HeldAtHigh); 0 turns that reading off.
+	HeldStall float64
+}
+
+// HeldAtHigh reports whether the kernel holds the workspace at memory.high
+// (cgroup v2), which sits below the alert and kill levels: there the
+// kernel throttles every allocation in the workspace, a login's and a
+// shell's too, and a hog throttled there may never reach those levels.
+// throttled says the kernel throttled allocations since the last look
+// (memory.events "high" rose). Held: throttled, and usage at the alert
+// level (far above memory.high: reclaim is losing), or usage still over
+// memory.high with the workspace stalled on memory at least HeldStall of
+// the time (stall). Only throttling, or only stalls below memory.high,
+// is not held: reclaim that keeps up, as page cache being dropped, costs
+// the workspace little.
+func (m MemoryPolicy) HeldAtHigh(usage, high, limit uint64, throttled bool, stall float64) bool {
+	switch {
+	case !throttled:
+		return false
+	case m.Level(usage, limit) >= MemoryAlert:
+		return true
+	default:
+		return m.HeldStall > 0 && high > 0 && usage >= high && stall >= m.HeldStall
+	}
 }
 
 // Level classifies usage against the limit. A zero limit (unknown) is never

@@ -191,6 +191,31 @@ func TestMemoryPolicy(t *testing.T) {
 			}
 		})
 	}
+	held := []struct {
+		name        string
+		usage, high uint64
+		throttled   bool
+		stall       float64
+		want        bool
+	}{
+		{"throttled at the alert level", 950, 900, true, 0, true},
+		{"throttled over memory.high and stalling", 910, 900, true, 0.25, true},
+		{"throttled over memory.high, little stall", 910, 900, true, 0.05, false},
+		{"stalling just under memory.high", 899, 900, true, 0.60, false},
+		{"over memory.high and stalling, not throttled since the last look", 910, 900, false, 0.60, false},
+	}
+	mh := MemoryPolicy{AlertFraction: 0.95, KillFraction: 0.98, HeldStall: 0.2}
+	for _, tt := range held {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := mh.HeldAtHigh(tt.usage, tt.high, 1000, tt.throttled, tt.stall); got != tt.want {
+				t.Errorf("HeldAtHigh(%d, %d, 1000, %v, %v) = %v; want %v", tt.usage, tt.high, tt.throttled, tt.stall, got, tt.want)
+			}
+		})
+	}
+	off := MemoryPolicy{AlertFraction: 0.95, KillFraction: 0.98}
+	if off.HeldAtHigh(910, 900, 1000, true, 1) {
+		t.Error("HeldStall 0 still reads stalls as held")
+	}
 	unfreeable := []struct {
 		name                string
 		usage, shmem, limit uint64

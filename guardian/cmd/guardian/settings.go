@@ -216,6 +216,8 @@ func (o *options) settings() settingsTable {
 		floatVar("MEMORY_MAX_FRACTION", "memory.max = this·M", &g.MaxFraction),
 		floatVar("MEMORY_ALERT_FRACTION", "alert at this·M", &g.AlertFraction),
 		floatVar("MEMORY_KILL_FRACTION", "kill the largest unprotected process at this·M", &g.KillFraction),
+		floatVar("MEMORY_HELD_STALL", "v2: over memory.high, throttled and stalled on memory this share of the last 10 s (PSI some avg10, 0 to 1), "+
+			"the workspace is held there and the largest unprotected process is killed; 0: off", &g.HeldStall),
 		boolVar("HANDLE_OOM", "v1: disable the kernel OOM killer so guardian picks the victim; v2: memory.oom.group=0", &g.HandleOOM),
 		durationVar("MEMORY_POLL", "how often memory use is read", &g.MemoryPoll),
 
