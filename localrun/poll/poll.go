@@ -21,9 +21,17 @@ const Interval = 50 * time.Millisecond
 // cond runs on the test's goroutine and may use t (t.Fatal included).
 func Eventually(t testing.TB, timeout time.Duration, cond func() (done bool, why string)) {
 	t.Helper()
+	EventuallyEvery(t, timeout, Interval, cond)
+}
+
+// EventuallyEvery is Eventually asking every every instead of Interval:
+// for a condition whose asking costs the system under test what it is
+// measuring (an exec or a log read through an emulated node's kubelet).
+func EventuallyEvery(t testing.TB, timeout, every time.Duration, cond func() (done bool, why string)) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if err := Until(ctx, cond); err != nil {
+	if err := until(ctx, every, cond); err != nil {
 		t.Fatalf("not within %s: %v", timeout, err)
 	}
 }
@@ -33,6 +41,10 @@ func Eventually(t testing.TB, timeout time.Duration, cond func() (done bool, why
 // that has no test to fail (TestMain). cond is always called at least
 // once.
 func Until(ctx context.Context, cond func() (done bool, why string)) error {
+	return until(ctx, Interval, cond)
+}
+
+func until(ctx context.Context, every time.Duration, cond func() (done bool, why string)) error {
 	for {
 		done, why := cond()
 		if done {
@@ -41,7 +53,7 @@ func Until(ctx context.Context, cond func() (done bool, why string)) error {
 		select {
 		case <-ctx.Done():
 			return fmt.Errorf("%s (%w)", why, ctx.Err())
-		case <-time.After(Interval):
+		case <-time.After(every):
 		}
 	}
 }
