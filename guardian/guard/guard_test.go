@@ -845,7 +845,7 @@ func TestAKilledProcessMayRunToExit(t *testing.T) {
 			if got != tc.want {
 				t.Errorf("scheduling policy at the kill = %d; want %d", got, tc.want)
 			}
-			if !r.g.isDying(victim.Key()) {
+			if !r.g.stillDying()[victim.Key()] {
 				t.Errorf("pid %d is not marked dying: the storm would demote it again", tc.victim)
 			}
 		})

@@ -125,6 +125,7 @@ func (g *Guardian) readMemory() (memReading, bool) {
 	if g.cg.Version() == 2 {
 		r.high = g.memHigh(r.limit)
 	}
+	// memory.pressure is read only where HeldAtHigh would look at it.
 	if highRose && r.high > 0 && r.usage >= r.high {
 		if r.stall, err = g.cg.MemoryStall(); err != nil {
 			g.log.Debug("read memory stall", "err", err)

@@ -36,10 +36,10 @@ func (g *Guardian) stormLoop(ctx context.Context) {
 		}
 		frac := s.frac
 		act := tr.Observe(s.at, frac, s.cpus, s.elapsed, s.prev, s.procs, s.prot)
-		g.forgetDying()
+		dying := g.stillDying()
 		demoted := 0
 		for _, p := range act.Demote {
-			if g.isDying(p.Key()) {
+			if dying[p.Key()] {
 				continue
 			}
 			// Applied again even to a process already demoted: a thread it
@@ -99,21 +99,18 @@ func (g *Guardian) letDie(id victim.Identity) {
 	}
 }
 
-// isDying reports whether guardian is killing the process (letDie).
-func (g *Guardian) isDying(k victim.Key) bool {
+// stillDying is the set of processes guardian is killing (letDie), once
+// the kills older than a kill takes (grace and wait) are forgotten.
+func (g *Guardian) stillDying() map[victim.Key]bool {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	_, ok := g.dying[k]
-	return ok
-}
-
-// forgetDying forgets the kills older than a kill takes (grace and wait).
-func (g *Guardian) forgetDying() {
-	g.mu.Lock()
-	defer g.mu.Unlock()
+	out := make(map[victim.Key]bool, len(g.dying))
 	for k, since := range g.dying {
 		if g.now().Sub(since) > g.cfg.KillGrace+g.cfg.KillWait {
 			delete(g.dying, k)
+			continue
 		}
+		out[k] = true
 	}
+	return out
 }
