@@ -7,6 +7,7 @@ package app
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
@@ -139,7 +140,15 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	opened = append(opened, reapStore.CloseConns)
 	var pool *seating.WarmPool
 	if sched, _ := cfg.PoolSchedule(); len(sched.Rules) > 0 {
-		if err := sched.Check(func(lab string) bool { _, ok := catalog.Get(lab); return ok }); err != nil {
+		if err := sched.Check(func(name string) error {
+			switch lab, ok := catalog.Get(name); {
+			case !ok:
+				return errors.New("unknown lab")
+			case lab.Home != nil:
+				return errors.New("it keeps a home, and a warm instance is made before its student is known")
+			}
+			return nil
+		}); err != nil {
 			return nil, cfg.named(&cfg.WarmPool, err)
 		}
 		pool = &seating.WarmPool{Schedule: sched, TTL: cfg.WarmPoolTTL, Store: store, Cluster: cluster}
@@ -154,7 +163,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 		Waitlist: store, Pool: pool, Now: now, Log: log, Metrics: newSeatingMetrics(reg),
 	})
 	reg.MustRegister(seatsCollector{usher})
-	svc := &session.Service{Starter: rows, Labs: catalog, Seating: usher, OpenRate: cfg.OpenRate}
+	svc := &session.Service{Starter: rows, Labs: catalog, Seating: usher, Homes: cluster, OpenRate: cfg.OpenRate}
 	api := httpapi.New(httpapi.Options{
 		Sessions: svc, Seats: usher, Auth: auth,
 		Now: now, Log: log, RetryAfter: cfg.RetryAfter,

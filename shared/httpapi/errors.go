@@ -31,6 +31,7 @@ var statusTable = []struct {
 	{session.ErrUnknownLab, http.StatusBadRequest},
 	{session.ErrInvalidKey, http.StatusBadRequest},
 	{session.ErrSessionExists, http.StatusConflict},
+	{session.ErrHomeQuota, http.StatusConflict},
 	{session.ErrExtensionCap, http.StatusConflict},
 	{session.ErrNotRunning, http.StatusConflict},
 	{session.ErrNoSession, http.StatusNotFound},

@@ -19,6 +19,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/validation"
 	"k8s.io/client-go/kubernetes"
@@ -114,6 +115,13 @@ type Config struct {
 	// any other address is refused, so a lab cannot tunnel through a
 	// resolver of its own choice.
 	ClusterDNS string
+	// HomeStorageClass is the StorageClass of students' homes (labs.Home);
+	// empty: the cluster's default.
+	HomeStorageClass string
+	// HomeTotal is the most the homes of one student in this environment
+	// may hold together (their claims' sizes): an open that would make a
+	// new home past it is refused with session.ErrHomeQuota.
+	HomeTotal resource.Quantity
 	// CallTimeout bounds every single API call.
 	CallTimeout time.Duration
 	// QPS and Burst are the client-side rate limits towards the API server
@@ -138,6 +146,7 @@ func DefaultConfig() Config {
 		// and node addresses from (RFC 1918, RFC 6598, IPv6 ULA).
 		EgressBlockedCIDRs: []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"},
 		PlatformNamespace:  infra.FunctionsNamespace,
+		HomeTotal:          resource.MustParse("10Gi"),
 		ClusterDNS:         "kube-system/k8s-app=kube-dns",
 		CallTimeout:        10 * time.Second,
 		QPS:                50,
@@ -268,6 +277,7 @@ type Cluster struct {
 
 var (
 	_ session.Cluster = (*Cluster)(nil)
+	_ session.Homes   = (*Cluster)(nil)
 	_ reap.Cluster    = (*Cluster)(nil)
 	_ reap.VMCounter  = (*Cluster)(nil)
 )
@@ -346,6 +356,17 @@ func (c *Cluster) CountWorkspacePods(ctx context.Context) (int, error) {
 // a multi-node session and the VMs; for pod labs the workspace.
 func (c *Cluster) Provision(ctx context.Context, s session.Session, lab labs.Lab) error {
 	b := builder{cfg: c.cfg, sess: s, lab: lab, pod: c.pod, liveKeys: liveKeys(s, lab)}
+	if lab.Home != nil {
+		// First: the home is the student's, not the session's, and a
+		// session never runs without it. A warm-pool instance has no
+		// student yet, so it has no home either.
+		if s.Student == "" || s.Pool != "" {
+			return fmt.Errorf("lab %s keeps a home: a warm-pool instance, made before its student is known, cannot hold one", lab.Name)
+		}
+		if err := c.ensureHome(ctx, b); err != nil {
+			return err
+		}
+	}
 	anchor, err := create(ctx, c, "anchor Job", b.anchor(), c.kube.BatchV1().Jobs(c.cfg.Namespace).Create)
 	if err != nil {
 		return err

@@ -209,6 +209,7 @@ func (b builder) cloudInit(n labs.Node, anchor *batchv1.Job) *corev1.Secret {
 	ud.WriteString("write_files:\n")
 	fmt.Fprintf(&ud, "  - path: /etc/labkeep/grading-token\n    permissions: '0600'\n    content: %q\n", b.sess.GradingToken)
 	fmt.Fprintf(&ud, "  - path: /etc/labkeep/session\n    permissions: '0644'\n    content: %q\n", b.sess.ID+"\n")
+	ud.WriteString(b.homeCloudConfig(n))
 	data := map[string]string{
 		"userdata":            ud.String(),
 		"grading-token":       b.sess.GradingToken,
@@ -331,6 +332,7 @@ func (b builder) vm(n labs.Node, anchor *batchv1.Job) *kubevirtv1.VirtualMachine
 		root.VolumeSource = kubevirtv1.VolumeSource{ContainerDisk: &kubevirtv1.ContainerDiskSource{Image: b.lab.Disk.ContainerDisk}}
 	}
 	spec.Volumes = append([]kubevirtv1.Volume{root}, spec.Volumes...)
+	b.homeDisk(n, &spec)
 	vm.Spec.Template.Spec = spec
 	return vm
 }
@@ -576,6 +578,7 @@ func (b builder) workspace(anchor *batchv1.Job) (*corev1.Pod, error) {
 	}
 	w.Resources = corev1.ResourceRequirements{Requests: b.resources(n), Limits: b.resources(n)}
 	w.VolumeMounts = append([]corev1.VolumeMount{labkeepMount}, w.VolumeMounts...)
+	b.homeMount(pod)
 	b.keepClaimedKeys(pod)
 	// The lab's opt-ins (labs.OptInCapabilities) on top of the workspace
 	// set; ParseWorkspacePod made sure the definition has a capabilities

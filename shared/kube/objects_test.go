@@ -33,6 +33,8 @@ func testBuilder(t *testing.T, lab string) builder {
 - {name: cluster, kind: vm, nodes: [{role: control, memory: 2Gi}, {role: worker, count: 2}], disk: {goldenPVC: {name: g, namespace: golden, size: 20Gi}}}
 - {name: shell, kind: pod, image: debian, nodes: [{role: workspace}], sshPort: 2222}
 - {name: linux, kind: vm, nodes: [{role: vm}], disk: {containerDisk: fedora}}
+- {name: shell-home, kind: pod, image: debian, nodes: [{role: workspace}], home: {size: 2Gi, mountPath: /root}}
+- {name: cluster-home, kind: vm, nodes: [{role: control}, {role: worker, count: 2}], disk: {containerDisk: fedora}, home: {size: 5Gi, mountPath: /home/student, group: netsec, node: worker-1}}
 `))
 	if err != nil {
 		t.Fatal(err)

@@ -67,6 +67,9 @@ type Lab struct {
 	// Readiness is when a VM node counts as running (vm labs only; default
 	// TCP on SSHPort): see Readiness.
 	Readiness *Readiness `json:"readiness,omitempty"`
+	// Home is the student's volume that outlives sessions (see Home); nil
+	// keeps nothing.
+	Home *Home `json:"home,omitempty"`
 }
 
 // OptInCapabilities are the capabilities a pod lab may ask for beyond the
@@ -301,5 +304,12 @@ func normalise(l Lab) (Lab, error) {
 		seen[n.Name] = true
 	}
 	l.Nodes = slices.Clip(nodes)
+	if l.Home != nil {
+		h := *l.Home // the caller's template stays as it was written
+		l.Home = &h
+	}
+	if err := normaliseHome(&l); err != nil {
+		return l, err
+	}
 	return l, nil
 }

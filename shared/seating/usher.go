@@ -183,7 +183,9 @@ func (u *Usher) Seat(ctx context.Context, sess session.Session, lab labs.Lab, wa
 		if err != nil {
 			return false, placed, err
 		}
-		in := Input{Lab: lab.Name, Capacity: c, Waiting: waiting, Warm: u.pool != nil, Wait: wait && u.waitlist != nil}
+		// A warm instance was made before its student was known, without
+		// their home: a lab that keeps one is never served from the pool.
+		in := Input{Lab: lab.Name, Capacity: c, Waiting: waiting, Warm: u.pool != nil && lab.Home == nil, Wait: wait && u.waitlist != nil}
 		if Decide(in).Verdict == Claim {
 			if claimed, ok := u.claim(ctx, sess, lab); ok {
 				return false, session.Standing{Session: &claimed}, nil

@@ -105,6 +105,17 @@ type Cluster interface {
 	Teardowner
 }
 
+// Homes keeps students' homes (labs.Home): a volume of the student's own,
+// made by the first open of a lab that keeps one and used again by every
+// later open of a lab with the same home; no session owns it.
+type Homes interface {
+	// HomeAllowed is nil when the lab keeps no home, when the student's
+	// home for it exists, or when a new one fits the student's total;
+	// otherwise ErrHomeQuota, saying by how much. An open asks before it
+	// writes its row, so a refused open leaves nothing behind.
+	HomeAllowed(ctx context.Context, student string, lab labs.Lab) error
+}
+
 // Seating admits opens to the capacity every session shares (package
 // seating implements it: the capacity lock, the waitlist, the warm pool).
 // Service declares what it needs here, so session never depends on

@@ -25,6 +25,9 @@ type Service struct {
 	// waitlist, the warm pool) and hands capacity a session frees to the
 	// line.
 	Seating Seating
+	// Homes is asked before an open of a lab that keeps a home writes its
+	// row (HomeAllowed). Nil: labs that keep a home cannot be opened.
+	Homes Homes
 	// OpenRate bounds the opens a student makes that write a row; zero:
 	// no bound (DefaultOpenRate is the deployed default).
 	OpenRate OpenRate
@@ -94,6 +97,18 @@ func (s *Service) Open(ctx context.Context, student, labName, publicKey string) 
 	return s.open(ctx, student, labName, publicKey, false)
 }
 
+// homeAllowed refuses an open of a lab that keeps a home when Homes does
+// (ErrHomeQuota), or when there is no Homes to keep it.
+func (s *Service) homeAllowed(ctx context.Context, student string, lab labs.Lab) error {
+	if lab.Home == nil {
+		return nil
+	}
+	if s.Homes == nil {
+		return fmt.Errorf("lab %s keeps a home, and this deployment keeps none", lab.Name)
+	}
+	return s.Homes.HomeAllowed(ctx, student, lab)
+}
+
 // rateAllows refuses with ErrTooManyOpens (wrapping the *rate.Exceeded)
 // an open past the student's OpenRate; it is checked only for an open
 // that would write a row.
@@ -149,6 +164,9 @@ func (s *Service) open(ctx context.Context, student, labName, publicKey string, 
 		return Standing{}, err
 	}
 	if err := s.rateAllows(ctx, student); err != nil {
+		return Standing{}, err
+	}
+	if err := s.homeAllowed(ctx, student, lab); err != nil {
 		return Standing{}, err
 	}
 	sess, err := s.New(uuid.NewString(), student, lab, studentKey)

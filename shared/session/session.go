@@ -171,6 +171,10 @@ var (
 	ErrNotRunning = errors.New("not_running")
 	// ErrNoSession: no such session for this student.
 	ErrNoSession = errors.New("no_session")
+	// ErrHomeQuota: the lab keeps a home (labs.Home) the student does not
+	// have yet, and a new one would take their homes past the total a
+	// student may keep.
+	ErrHomeQuota = errors.New("home_quota")
 	// ErrUnknownLab: the lab name is not in the catalog.
 	ErrUnknownLab = errors.New("unknown_lab")
 	// ErrProvisioning: creating the session's resources failed for a reason

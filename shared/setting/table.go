@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/api/resource"
 )
 
 // Var is one environment variable of a binary's settings table, bound to
@@ -79,6 +81,18 @@ func List(name, doc string, p *[]string) Var {
 		}
 		return strings.Split(s, ","), nil
 	}, func(l []string) string { return strings.Join(l, ",") })
+}
+
+// Quantity binds a Kubernetes quantity (10Gi, 500M); negative ones are
+// refused.
+func Quantity(name, doc string, p *resource.Quantity) Var {
+	return bind(name, doc, p, func(s string) (resource.Quantity, error) {
+		q, err := resource.ParseQuantity(s)
+		if err == nil && q.Sign() < 0 {
+			err = errors.New("must not be negative")
+		}
+		return q, err
+	}, func(q resource.Quantity) string { return q.String() })
 }
 
 func bind[T any](name, doc string, p *T, parse func(string) (T, error), show func(T) string) Var {

@@ -288,13 +288,14 @@ func (s Schedule) Labs() []string {
 	return labs
 }
 
-// Check reports every lab the schedule names that known does not know, so
+// Check reports every lab the schedule names that poolable refuses (an
+// unknown lab, a lab no instance can be made for ahead of its student), so
 // a typo in a lab name fails at start-up instead of keeping no pool.
-func (s Schedule) Check(known func(lab string) bool) error {
+func (s Schedule) Check(poolable func(lab string) error) error {
 	var errs []error
 	for _, lab := range s.Labs() {
-		if !known(lab) {
-			errs = append(errs, fmt.Errorf("warm pool: unknown lab %q", lab))
+		if err := poolable(lab); err != nil {
+			errs = append(errs, fmt.Errorf("warm pool: lab %q: %w", lab, err))
 		}
 	}
 	return errors.Join(errs...)

@@ -1,6 +1,7 @@
 package warmpool
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -179,9 +180,14 @@ func TestLabsAndCheck(t *testing.T) {
 	if diff := cmp.Diff([]string{"db", "shell", "vm"}, s.Labs()); diff != "" {
 		t.Errorf("Labs (-want +got):\n%s", diff)
 	}
-	known := func(lab string) bool { return lab == "vm" || lab == "shell" }
+	known := func(lab string) error {
+		if lab == "vm" || lab == "shell" {
+			return nil
+		}
+		return errors.New("unknown lab")
+	}
 	err := s.Check(known)
-	if err == nil || !strings.Contains(err.Error(), `unknown lab "db"`) || strings.Contains(err.Error(), `"vm"`) {
+	if err == nil || !strings.Contains(err.Error(), `lab "db": unknown lab`) || strings.Contains(err.Error(), `"vm"`) {
 		t.Errorf("Check = %v, want exactly db named as unknown", err)
 	}
 	if err := mustParse(t, "vm=1; shell=1", time.UTC, 0).Check(known); err != nil {

@@ -1,0 +1,175 @@
+package kube
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	kubevirtv1 "kubevirt.io/api/core/v1"
+
+	"labkeep/shared/labs"
+	"labkeep/shared/session"
+)
+
+// A student's home (labs.Home) is a PersistentVolumeClaim of its own,
+// outside every session: it has no session label and no owner, so neither
+// the garbage collector nor a session's teardown nor the reaper's orphan
+// sweep ever deletes it with a session. It carries LabelEnv and
+// LabelStudent like every labkeep object, RoleHome, and LabelHome with
+// its group ("" for the student's default home).
+const (
+	LabelHome = "labkeep.io/home"
+	RoleHome  = "home"
+	// homeVolume names the home in a workspace Pod and in a VM.
+	homeVolume = "home"
+	// HomeDiskSerial is the home disk's serial in a VM: the guest finds it
+	// at /dev/disk/by-id/virtio-<serial> whatever the bus order.
+	HomeDiskSerial = "labkeep-home"
+)
+
+// HomeName is the name of student's home claim for group in env: a hash
+// of the three, so that environments sharing the namespace never meet and
+// no personal data reaches the cluster, and the group for the admin's eye.
+func HomeName(env, student, group string) string {
+	sum := sha256.Sum256([]byte(env + "\x00" + student + "\x00" + group))
+	name := "home-" + hex.EncodeToString(sum[:12])
+	if group != "" {
+		name += "-" + group
+	}
+	return name
+}
+
+// homeClaim is the student's home claim for the lab's home: ReadWriteOnce
+// (one session holds it at a time; a student has one live session), of
+// the lab's size, on HomeStorageClass.
+func (b builder) homeClaim() *corev1.PersistentVolumeClaim {
+	h := b.lab.Home
+	pvc := &corev1.PersistentVolumeClaim{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      HomeName(b.cfg.Env, b.sess.Student, h.Group),
+			Namespace: b.cfg.Namespace,
+			Labels: map[string]string{
+				LabelEnv:                       b.cfg.Env,
+				LabelStudent:                   StudentHash(b.sess.Student),
+				LabelRole:                      RoleHome,
+				LabelHome:                      h.Group,
+				"app.kubernetes.io/managed-by": "labkeep",
+			},
+		},
+		Spec: corev1.PersistentVolumeClaimSpec{
+			AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteOnce},
+			Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse(h.Size)}},
+		},
+	}
+	if b.cfg.HomeStorageClass != "" {
+		pvc.Spec.StorageClassName = ptr(b.cfg.HomeStorageClass)
+	}
+	return pvc
+}
+
+// homeMount gives the workspace container (only it: guardian never sees a
+// student's files) the student's home at the lab's mount path.
+func (b builder) homeMount(pod *corev1.Pod) {
+	h := b.lab.Home
+	if h == nil {
+		return
+	}
+	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: homeVolume, VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: HomeName(b.cfg.Env, b.sess.Student, h.Group)}}})
+	w := &pod.Spec.Containers[0]
+	w.VolumeMounts = append(w.VolumeMounts, corev1.VolumeMount{Name: homeVolume, MountPath: h.MountPath})
+}
+
+// homeDisk gives the VM of the lab's home node the student's home as a
+// second disk; other nodes get none.
+func (b builder) homeDisk(n labs.Node, spec *kubevirtv1.VirtualMachineInstanceSpec) {
+	h := b.lab.Home
+	if h == nil || h.Node != n.Name {
+		return
+	}
+	spec.Domain.Devices.Disks = append(spec.Domain.Devices.Disks, kubevirtv1.Disk{Name: homeVolume, Serial: HomeDiskSerial,
+		DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}})
+	spec.Volumes = append(spec.Volumes, kubevirtv1.Volume{Name: homeVolume, VolumeSource: kubevirtv1.VolumeSource{
+		PersistentVolumeClaim: &kubevirtv1.PersistentVolumeClaimVolumeSource{PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{
+			ClaimName: HomeName(b.cfg.Env, b.sess.Student, h.Group)}}}})
+}
+
+// homeCloudConfig is the cloud-config that formats the home disk on its
+// first use (ext4, labelled; a disk with a file system is never formatted
+// again) and mounts it at the lab's mount path at every boot; "" for a
+// node without the home.
+func (b builder) homeCloudConfig(n labs.Node) string {
+	h := b.lab.Home
+	if h == nil || h.Node != n.Name {
+		return ""
+	}
+	dev := "/dev/disk/by-id/virtio-" + HomeDiskSerial
+	return fmt.Sprintf("fs_setup:\n  - {label: %s, filesystem: ext4, device: %q, partition: none, overwrite: false}\n"+
+		"mounts:\n  - [%q, %q, ext4, \"defaults,nofail\", \"0\", \"2\"]\n", HomeDiskSerial, dev, "LABEL="+HomeDiskSerial, h.MountPath)
+}
+
+// HomeAllowed implements session.Homes: nil when the student's home for
+// the lab exists (it is used as it is) or a new one of the lab's size
+// keeps the student's homes in this environment within HomeTotal;
+// session.ErrHomeQuota, saying by how much, when it would not.
+func (c *Cluster) HomeAllowed(ctx context.Context, student string, lab labs.Lab) error {
+	if lab.Home == nil {
+		return nil
+	}
+	b := builder{cfg: c.cfg, sess: session.Session{Student: student}, lab: lab}
+	want := b.homeClaim()
+	exists, err := c.homeExists(ctx, want.Name)
+	if err != nil || exists {
+		return err
+	}
+	cctx, cancel := c.call(ctx)
+	homes, err := c.kube.CoreV1().PersistentVolumeClaims(c.cfg.Namespace).List(cctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{
+		LabelEnv: c.cfg.Env, LabelStudent: StudentHash(student), LabelRole: RoleHome}).String()})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("listing the student's homes: %w", err)
+	}
+	total := want.Spec.Resources.Requests[corev1.ResourceStorage]
+	for _, h := range homes.Items {
+		total.Add(h.Spec.Resources.Requests[corev1.ResourceStorage])
+	}
+	if total.Cmp(c.cfg.HomeTotal) > 0 {
+		return fmt.Errorf("%w: lab %s keeps a home of %s, which would bring your homes to %s, over the %s a student may keep; ask an admin to delete a home you no longer need",
+			session.ErrHomeQuota, lab.Name, lab.Home.Size, total.String(), c.cfg.HomeTotal.String())
+	}
+	return nil
+}
+
+// homeExists reports whether the home claim name exists.
+func (c *Cluster) homeExists(ctx context.Context, name string) (bool, error) {
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	_, err := c.kube.CoreV1().PersistentVolumeClaims(c.cfg.Namespace).Get(cctx, name, metav1.GetOptions{})
+	switch {
+	case err == nil:
+		return true, nil
+	case apierrors.IsNotFound(err):
+		return false, nil
+	}
+	return false, fmt.Errorf("reading the student's home %s: %w", name, err)
+}
+
+// ensureHome makes the student's home for the lab unless it exists. The
+// open checked HomeAllowed before it wrote the session's row.
+func (c *Cluster) ensureHome(ctx context.Context, b builder) error {
+	want := b.homeClaim()
+	exists, err := c.homeExists(ctx, want.Name)
+	if err != nil || exists {
+		return err
+	}
+	if _, err := create(ctx, c, "the student's home", want, c.kube.CoreV1().PersistentVolumeClaims(c.cfg.Namespace).Create); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
