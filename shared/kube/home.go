@@ -2,8 +2,6 @@ package kube
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
@@ -33,12 +31,13 @@ const (
 	HomeDiskSerial = "labkeep-home"
 )
 
-// HomeName is the name of student's home claim for group in env: a hash
-// of the three, so that environments sharing the namespace never meet and
-// no personal data reaches the cluster, and the group for the admin's eye.
+// HomeName is the name of student's home claim for group in env:
+// home-<env>-<StudentHash>[-<group>]. It holds no personal data, and it
+// is what the admission policy can compute from a Pod's or a VM's own
+// labels (CEL has no hash), so a session mounts its own student's homes
+// and no one else's.
 func HomeName(env, student, group string) string {
-	sum := sha256.Sum256([]byte(env + "\x00" + student + "\x00" + group))
-	name := "home-" + hex.EncodeToString(sum[:12])
+	name := "home-" + env + "-" + StudentHash(student)
 	if group != "" {
 		name += "-" + group
 	}

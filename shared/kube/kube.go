@@ -183,8 +183,8 @@ func (c Config) validate() (*corev1.Pod, error) {
 	if msgs := validation.IsDNS1123Label(c.Namespace); len(msgs) > 0 {
 		bad("Namespace", "%q is not a valid namespace name", c.Namespace)
 	}
-	if msgs := validation.IsValidLabelValue(c.Env); c.Env == "" || len(msgs) > 0 {
-		bad("Env", "%q must be a non-empty Kubernetes label value", c.Env)
+	if msgs := validation.IsDNS1123Label(c.Env); len(msgs) > 0 {
+		bad("Env", "%q must be a DNS label (lower case letters, digits and -): it is the labkeep.io/env label and part of students' home names", c.Env)
 	}
 	if c.DeadlineGrace < 0 {
 		bad("DeadlineGrace", "must not be negative, got %s", c.DeadlineGrace)
