@@ -47,6 +47,7 @@ have_cmd unshare || need+=(util-linux)
 have_cmd gcc || need+=(gcc)
 [ -e /usr/lib/x86_64-linux-gnu/libc.a ] || need+=(libc6-dev)
 have_cmd qemu-img || need+=(qemu-utils)
+have_cmd mkfs.ext4 || need+=(e2fsprogs)
 if [ "$mode" = test ]; then
   have_cmd sshd || need+=(openssh-server)
   have_cmd setpriv || need+=(util-linux)

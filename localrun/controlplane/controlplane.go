@@ -114,6 +114,13 @@ var ControllersRun = []string{
 	"replicaset-controller",
 	// KubeVirt's virt-handler runs as a DaemonSet.
 	"daemonset-controller",
+	// Students' homes are claims: bound to the volumes the node makes,
+	// and kept from deletion while a Pod uses them (the API server gives
+	// every claim and volume a protection finalizer that only these
+	// remove).
+	"persistentvolume-binder-controller",
+	"persistentvolumeclaim-protection-controller",
+	"persistentvolume-protection-controller",
 }
 
 // NodeName is the name of the local stack's node; the control plane's

@@ -112,8 +112,11 @@ type Node struct {
 	api       *apiForward // the API server, inside that namespace
 	scheduler *Scheduler  // also in procs
 	procs     []*childproc.Process
-	stopOnce  sync.Once
-	stopErr   error
+	// stopVolumes ends the volume provisioner (startVolumes), which runs
+	// in this process.
+	stopVolumes context.CancelFunc
+	stopOnce    sync.Once
+	stopErr     error
 }
 
 // Start starts a node joined to opts.ControlPlane and returns once it is
@@ -266,6 +269,9 @@ func Start(ctx context.Context, opts Options) (n *Node, err error) {
 	if err := n.startDNS(ctx, cs); err != nil {
 		return n, err
 	}
+	if err := n.startVolumes(ctx, cp, cs); err != nil {
+		return n, err
+	}
 	if virt != nil {
 		// Its own time: the image builds before it may have taken most of
 		// StartTimeout on a cold cache.
@@ -354,6 +360,9 @@ func (n *Node) Stop() error {
 	}
 	n.stopOnce.Do(func() {
 		var errs []error
+		if n.stopVolumes != nil {
+			n.stopVolumes()
+		}
 		for i := len(n.procs) - 1; i >= 0; i-- {
 			n.procs[i].Stop(syscall.SIGTERM, 10*time.Second)
 		}

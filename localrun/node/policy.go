@@ -24,21 +24,31 @@ const policyAccount = "kube-router"
 // its first sync; from then on every Pod of the node is filtered.
 const policyChain = "KUBE-ROUTER-FORWARD"
 
-// startPolicyEngine starts the NetworkPolicy engine (package netpolicy) in
-// the node's network namespace as kube-system/kube-router, and returns once
-// it has programmed the node's filter table.
-func (n *Node) startPolicyEngine(ctx context.Context, cp *controlplane.ControlPlane, cs kubernetes.Interface, bin string) error {
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "labkeep:" + policyAccount}, Rules: []rbacv1.PolicyRule{
-		{APIGroups: []string{""}, Resources: []string{"pods", "namespaces", "nodes"}, Verbs: []string{"get", "list", "watch"}},
-		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"get", "list", "watch"}},
-	}}
+// grant gives the ServiceAccount kube-system/account the cluster-wide
+// rules (ClusterRole and binding labkeep:<account>), as a cluster's
+// add-on would be given them.
+func grant(ctx context.Context, cs kubernetes.Interface, account string, rules []rbacv1.PolicyRule) error {
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "labkeep:" + account}, Rules: rules}
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: role.Name},
 		RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: role.Name},
-		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "kube-system", Name: policyAccount}}}
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: "kube-system", Name: account}}}
 	if _, err := cs.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
 	}
 	if _, err := cs.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	return nil
+}
+
+// startPolicyEngine starts the NetworkPolicy engine (package netpolicy) in
+// the node's network namespace as kube-system/kube-router, and returns once
+// it has programmed the node's filter table.
+func (n *Node) startPolicyEngine(ctx context.Context, cp *controlplane.ControlPlane, cs kubernetes.Interface, bin string) error {
+	if err := grant(ctx, cs, policyAccount, []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"pods", "namespaces", "nodes"}, Verbs: []string{"get", "list", "watch"}},
+		{APIGroups: []string{"networking.k8s.io"}, Resources: []string{"networkpolicies"}, Verbs: []string{"get", "list", "watch"}},
+	}); err != nil {
 		return err
 	}
 	rc, err := cp.ServiceAccountConfig(ctx, "kube-system", policyAccount)

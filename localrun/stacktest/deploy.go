@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -113,6 +114,8 @@ type Options struct {
 	Log *slog.Logger
 	// TerminalIdle is LABKEEP_TERMINAL_IDLE.
 	TerminalIdle time.Duration
+	// HomeTotal is LABKEEP_HOME_TOTAL (a quantity; empty: the default).
+	HomeTotal string
 	// WorkspacePodFile is LABKEEP_WORKSPACE_POD_FILE, for Pods placed on a
 	// node the test joined itself (the cgroup v2 guest node, by its
 	// selector and toleration). Empty: on a stack with a node of its own,
@@ -289,6 +292,9 @@ func (o Options) config(cfg app.Config) app.Config {
 	}
 	if o.MaxPods != 0 {
 		cfg.Limits.MaxPods = o.MaxPods
+	}
+	if o.HomeTotal != "" {
+		cfg.Kube.HomeTotal = resource.MustParse(o.HomeTotal)
 	}
 	if o.KubeQPS != 0 {
 		cfg.Kube.QPS = o.KubeQPS

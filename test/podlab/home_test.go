@@ -1,0 +1,116 @@
+package podlab_test
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"labkeep/localrun/stacktest"
+	"labkeep/shared/kube"
+)
+
+// homeLabs keep homes: shell the student's default home, course a
+// group's of the same size.
+const homeLabs = `labs:
+- name: shell
+  kind: pod
+  image: ghcr.io/labkeep/workspace:debian12
+  nodes: [{role: workspace, cpu: 500m, memory: 512Mi}]
+  home: {size: 256Mi, mountPath: /home/student}
+- name: course
+  kind: pod
+  image: ghcr.io/labkeep/workspace:debian12
+  nodes: [{role: workspace, cpu: 500m, memory: 512Mi}]
+  home: {size: 256Mi, mountPath: /home/student, group: course-1}
+`
+
+// Students keep their work, on the real node: what a student saved in
+// their home is there at their next open, another student's session sees
+// a home of its own, empty; the home is as large as the lab says and a
+// full one refuses writes while SSH and the workspace go on; an open
+// that would take a student's homes past LABKEEP_HOME_TOTAL is refused
+// with 409 home_quota and leaves no session and no home behind.
+func TestHomeOutlivesSessions(t *testing.T) {
+	d := stacktest.Deploy(t, st, stacktest.Options{LabsYAML: homeLabs, HomeTotal: "400Mi"})
+	ctx := context.Background()
+	homes := func() map[string]string {
+		t.Helper()
+		list, err := d.Kube.CoreV1().PersistentVolumeClaims(d.Namespace).List(ctx, metav1.ListOptions{LabelSelector: kube.LabelEnv + "=" + d.Env})
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]string{}
+		for _, c := range list.Items {
+			out[c.Name] = string(c.Status.Phase)
+		}
+		return out
+	}
+
+	erin := openLab(t, d, "erin", "shell", nil)
+	erin.waitRunning(3 * time.Minute)
+	size, err := strconv.ParseInt(strings.TrimSpace(erin.mustRun("echo 'my notes' > /home/student/notes.txt && sync && df -B1 --output=size /home/student | tail -1")), 10, 64)
+	if err != nil || size <= 200<<20 || size > 256<<20 {
+		t.Errorf("the home's file system holds %d bytes (%v); want the lab's 256Mi less the file system's own", size, err)
+	}
+	erin.close()
+	d.WaitGone(erin.opened.ID)
+	if got := homes(); len(got) != 1 || got[kube.HomeName(d.Env, "erin", "")] != "Bound" {
+		t.Errorf("homes after erin's session ended: %v; want erin's, bound", got)
+	}
+
+	again := openLab(t, d, "erin", "shell", nil)
+	again.waitRunning(3 * time.Minute)
+	if got := strings.TrimSpace(again.mustRun("cat /home/student/notes.txt")); got != "my notes" {
+		t.Errorf("erin's notes at her next open: %q", got)
+	}
+	frank := openLab(t, d, "frank", "shell", nil)
+	frank.waitRunning(3 * time.Minute)
+	if got := strings.Fields(frank.mustRun("ls -A /home/student")); len(got) != 1 || got[0] != "lost+found" {
+		t.Errorf("frank's home holds %v; want it empty (the file system's lost+found only)", got)
+	}
+
+	// A full home is the student's problem: the write fails, SSH, the
+	// workspace and guardian go on.
+	out, err := again.run("dd if=/dev/zero of=/home/student/fill bs=1M count=400 2>&1; echo rc=$?", nil)
+	if err != nil || !strings.Contains(out, "No space left on device") {
+		t.Errorf("filling the home: %v %q; want ENOSPC", err, out)
+	}
+	if got := strings.TrimSpace(again.mustRun("cat /home/student/notes.txt")); got != "my notes" {
+		t.Errorf("after the home filled up a new login reads %q", got)
+	}
+	if c := status(again.pod(), "workspace"); c.RestartCount != 0 {
+		t.Errorf("the workspace restarted when its home filled up: %s", again.podState())
+	}
+	if c := status(again.pod(), "guardian"); c.RestartCount != 0 {
+		t.Errorf("guardian restarted when the home filled up: %s", again.podState())
+	}
+	again.close()
+	d.WaitGone(again.opened.ID)
+
+	// Erin's default home (256Mi) and a new 256Mi home for the course pass
+	// the 400Mi she may keep: refused, and nothing is left of the open.
+	before := homes()
+	r := d.Do("POST", "/openSession", d.Token("erin", "student"), `{"lab":"course"}`, "")
+	var body struct {
+		Error struct{ Code, Message string } `json:"error"`
+	}
+	_ = json.Unmarshal([]byte(r.Body), &body)
+	if r.Status != http.StatusConflict || body.Error.Code != "home_quota" || !strings.Contains(body.Error.Message, "400Mi") {
+		t.Errorf("open past the student's home total = %d %s; want 409 home_quota naming the total", r.Status, r.Body)
+	}
+	if after := homes(); fmt.Sprint(after) != fmt.Sprint(before) {
+		t.Errorf("the refused open changed the homes: %v, then %v", before, after)
+	}
+	var rows int
+	if err := d.DB.QueryRow(ctx, "SELECT count(*) FROM sessions WHERE student = 'erin' AND lab = 'course'").Scan(&rows); err != nil || rows != 0 {
+		t.Errorf("the refused open left %d session rows (%v)", rows, err)
+	}
+	t.Logf("home file system %d bytes; homes: %v", size, homes())
+}
