@@ -178,6 +178,8 @@ func (c *Config) Settings() setting.Table {
 			"later run, at least this long after the first that missed it, still misses it", &r.AbsentConfirm),
 		setting.Duration("REAP_DOWN_GRACE", "a running session whose VM is reported down or whose workspace Pod has ended is a "+
 			"ghost once runs have seen it so this long", &r.DownGrace),
+		setting.Duration("REAP_HOME_RETENTION", "a student's home (labs that keep a `home`) that no session has held for this long is "+
+			"deleted by the reaper, the dry run listing it first (≥ 168h; `0` keeps homes for ever)", &r.HomeRetention),
 		setting.Duration("REAP_RETENTION", "reaper run records older than this are deleted by the reaper (≥ 24h)", &r.Retention),
 		setting.Duration("REAP_REFUSED_RETENTION", "rows of opens refused for lack of capacity (503 `no_capacity`) older than this are deleted by the "+
 			"reaper, not in a dry run (≥ 1h and ≥ `OPENS_WINDOW`: the open rate counts them)", &r.RefusedRetention),

@@ -12,6 +12,7 @@ import (
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"labkeep/shared/labs"
+	"labkeep/shared/reap"
 	"labkeep/shared/session"
 )
 
@@ -113,36 +114,38 @@ func (b builder) homeCloudConfig(n labs.Node) string {
 		"mounts:\n  - [%q, %q, ext4, \"defaults,nofail\", \"0\", \"2\"]\n", HomeDiskSerial, dev, "LABEL="+HomeDiskSerial, h.MountPath)
 }
 
-// HomeAllowed implements session.Homes: nil when the student's home for
-// the lab exists (it is used as it is) or a new one of the lab's size
-// keeps the student's homes in this environment within HomeTotal;
+// HomeFor implements session.Homes: the student's home for the lab, when
+// it exists (it is used as it is) or a new one of the lab's size keeps
+// the student's homes in this environment within HomeTotal;
 // session.ErrHomeQuota, saying by how much, when it would not.
-func (c *Cluster) HomeAllowed(ctx context.Context, student string, lab labs.Lab) error {
+func (c *Cluster) HomeFor(ctx context.Context, student string, lab labs.Lab) (string, error) {
 	if lab.Home == nil {
-		return nil
+		return "", nil
 	}
 	b := builder{cfg: c.cfg, sess: session.Session{Student: student}, lab: lab}
 	want := b.homeClaim()
-	exists, err := c.homeExists(ctx, want.Name)
-	if err != nil || exists {
-		return err
+	switch exists, err := c.homeExists(ctx, want.Name); {
+	case err != nil:
+		return "", err
+	case exists:
+		return want.Name, nil
 	}
 	cctx, cancel := c.call(ctx)
 	homes, err := c.kube.CoreV1().PersistentVolumeClaims(c.cfg.Namespace).List(cctx, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{
 		LabelEnv: c.cfg.Env, LabelStudent: StudentHash(student), LabelRole: RoleHome}).String()})
 	cancel()
 	if err != nil {
-		return fmt.Errorf("listing the student's homes: %w", err)
+		return "", fmt.Errorf("listing the student's homes: %w", err)
 	}
 	total := want.Spec.Resources.Requests[corev1.ResourceStorage]
 	for _, h := range homes.Items {
 		total.Add(h.Spec.Resources.Requests[corev1.ResourceStorage])
 	}
 	if total.Cmp(c.cfg.HomeTotal) > 0 {
-		return fmt.Errorf("%w: lab %s keeps a home of %s, which would bring your homes to %s, over the %s a student may keep; ask an admin to delete a home you no longer need",
+		return "", fmt.Errorf("%w: lab %s keeps a home of %s, which would bring your homes to %s, over the %s a student may keep; ask an admin to delete a home you no longer need",
 			session.ErrHomeQuota, lab.Name, lab.Home.Size, total.String(), c.cfg.HomeTotal.String())
 	}
-	return nil
+	return want.Name, nil
 }
 
 // homeExists reports whether the home claim name exists.
@@ -157,6 +160,41 @@ func (c *Cluster) homeExists(ctx context.Context, name string) (bool, error) {
 		return false, nil
 	}
 	return false, fmt.Errorf("reading the student's home %s: %w", name, err)
+}
+
+// isHome reports whether m is a home of env: labelled so, with no
+// session.
+func isHome(m metav1.ObjectMeta, env string) bool {
+	_, grouped := m.Labels[LabelHome]
+	return m.Labels[LabelEnv] == env && m.Labels[LabelRole] == RoleHome && grouped && m.Labels[LabelSession] == ""
+}
+
+// DeleteHome implements reap.Cluster: it deletes the home h, read again
+// first: gone, or another claim of that name (another UID), counts as
+// deleted; one that is not a home of this environment is refused with
+// session.ErrNotOurs.
+func (c *Cluster) DeleteHome(ctx context.Context, h reap.HomeClaim) error {
+	pvcs := c.kube.CoreV1().PersistentVolumeClaims(c.cfg.Namespace)
+	cctx, cancel := c.call(ctx)
+	cur, err := pvcs.Get(cctx, h.Name, metav1.GetOptions{})
+	cancel()
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return fmt.Errorf("deleting home %s: reading it: %w", h.Name, err)
+	case h.UID != "" && string(cur.UID) != h.UID:
+		return nil
+	case !isHome(cur.ObjectMeta, c.cfg.Env):
+		return fmt.Errorf("%w: claim %s is not a home of environment %q", session.ErrNotOurs, h.Name, c.cfg.Env)
+	}
+	cctx, cancel = c.call(ctx)
+	defer cancel()
+	uid := cur.UID
+	if err := pvcs.Delete(cctx, h.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
+		return fmt.Errorf("deleting home %s: %w", h.Name, err)
+	}
+	return nil
 }
 
 // ensureHome makes the student's home for the lab unless it exists. The

@@ -115,7 +115,7 @@ func (p *PG) Conns() *pgxpool.Pool { return p.conns }
 
 const columns = `id, student, lab, kind, status, started_at, expires_at, max_expires_at,
 	ready_at, finished_at, nodes, failure_reason, grading_token, end_kind, end_actor, student_key, host_key,
-	pool, claimed_for`
+	pool, claimed_for, home`
 
 const liveStatuses = `('provisioning', 'running')`
 
@@ -135,12 +135,12 @@ func (p *PG) Create(ctx context.Context, s session.Session) error {
 
 // insertSession inserts one row; its arguments are insertArgs.
 const insertSession = `INSERT INTO sessions (` + columns + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19)`
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`
 
 func insertArgs(s session.Session, nodes []byte) []any {
 	return []any{s.ID, s.Student, s.Lab, string(s.Kind), string(s.Status), s.StartedAt, s.ExpiresAt, s.MaxExpiresAt,
 		nullTime(s.ReadyAt), nullTime(s.FinishedAt), nodes, s.End.Detail, s.GradingToken, string(s.End.Kind), string(s.End.Actor),
-		s.StudentKey, s.HostKey, string(s.Pool), nullUUID(s.ClaimedFor)}
+		s.StudentKey, s.HostKey, string(s.Pool), nullUUID(s.ClaimedFor), s.Home}
 }
 
 // Get implements session.Store. A session claimed from the warm pool is
@@ -415,7 +415,7 @@ func scanSession(row pgx.CollectableRow) (session.Session, error) {
 	var claimedFor *[16]byte
 	err := row.Scan(&id, &s.Student, &s.Lab, &kind, &status, &s.StartedAt, &s.ExpiresAt, &s.MaxExpiresAt,
 		&readyAt, &finishedAt, &nodes, &s.End.Detail, &s.GradingToken, &endKind, &endActor, &s.StudentKey, &s.HostKey,
-		&pool, &claimedFor)
+		&pool, &claimedFor, &s.Home)
 	if err != nil {
 		return s, err
 	}

@@ -95,6 +95,29 @@ func (p *PG) PruneRefused(ctx context.Context, before time.Time, limit int) (int
 	return int(tag.RowsAffected()), nil
 }
 
+// HomeUse implements reap.Store: one query over the sessions that held
+// the homes named (sessions_by_home).
+func (p *PG) HomeUse(ctx context.Context, homes []string) (map[string]reap.HomeUse, error) {
+	rows, err := p.conns.Query(ctx, `SELECT home, bool_or(status IN `+liveStatuses+`), max(finished_at)
+		FROM sessions WHERE home = ANY($1) GROUP BY home`, homes)
+	if err != nil {
+		return nil, err
+	}
+	use := map[string]reap.HomeUse{}
+	var name string
+	var live bool
+	var last *time.Time
+	_, err = pgx.ForEachRow(rows, []any{&name, &live, &last}, func() error {
+		u := reap.HomeUse{Live: live}
+		if last != nil {
+			u.LastEnded = last.UTC()
+		}
+		use[name] = u
+		return nil
+	})
+	return use, err
+}
+
 // Suspects implements reap.Store: the suspects the last run handed on.
 func (p *PG) Suspects(ctx context.Context) ([]reap.Suspect, error) {
 	rows, err := p.conns.Query(ctx, `SELECT session_id, object, trouble, detail, since FROM reap_suspects`)

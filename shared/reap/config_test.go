@@ -31,6 +31,7 @@ func TestConfigValidate(t *testing.T) {
 		{"refused opens not kept at all", func(c *Config) { c.RefusedRetention = 0 }, "RefusedRetention: 0s is below 1h0m0s"},
 		{"zero absence confirmation", func(c *Config) { c.AbsentConfirm = 0 }, "AbsentConfirm: must be positive"},
 		{"negative down grace", func(c *Config) { c.DownGrace = -time.Second }, "DownGrace: must be positive"},
+		{"homes kept less than a week", func(c *Config) { c.HomeRetention = 6 * 24 * time.Hour }, "HomeRetention: 144h0m0s is below 168h0m0s"},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

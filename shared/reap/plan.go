@@ -40,7 +40,7 @@ const (
 )
 
 // Item is one unit of work with its own failure scope: a session (expired
-// or ghost) or the objects of one orphaned session id.
+// or ghost), the objects of one orphaned session id, or an unused home.
 type Item struct {
 	Kind ItemKind
 	// SessionID is the session row (expired, ghost) or the
@@ -55,6 +55,8 @@ type Item struct {
 	Reason string
 	// End is how an expired or ghost session's row ends.
 	End session.EndReason
+	// HomeClaim is the home of a Home item.
+	HomeClaim HomeClaim
 }
 
 // Rules are the thresholds of a plan.
@@ -80,6 +82,9 @@ type Rules struct {
 	// Inventory.VMDown), or whose workspace Pod has ended, is a ghost once
 	// looks have seen it so for this long.
 	DownGrace time.Duration
+	// HomeRetention: a student's home that no session has held for this
+	// long is deleted (PlanHomes); zero keeps homes for ever.
+	HomeRetention time.Duration
 }
 
 // Trouble is what a look saw wrong with a running session's node.

@@ -58,6 +58,10 @@ type Store interface {
 	// PruneRuns deletes at most limit stored runs that started before
 	// before, oldest first, and returns how many it deleted.
 	PruneRuns(ctx context.Context, before time.Time, limit int) (int, error)
+	// HomeUse says, for each of the homes named, whether a live session
+	// holds it and when the last session that held it finished; a home no
+	// session mentions is absent from the map.
+	HomeUse(ctx context.Context, homes []string) (map[string]HomeUse, error)
 	// PruneRefused deletes at most limit session rows of refused opens
 	// (failed, ended no_capacity by the open itself) that finished before
 	// before, oldest first, and returns how many it deleted. It never
@@ -76,6 +80,10 @@ type Cluster interface {
 	Delete(ctx context.Context, r session.ObjectRef) error
 	// Teardowner deletes every object a session can own, by name.
 	session.Teardowner
+	// DeleteHome deletes a student's home, the claim of that UID; already
+	// gone counts as deleted. A claim that is not a home of this
+	// environment is never deleted: that is an error.
+	DeleteHome(ctx context.Context, h HomeClaim) error
 }
 
 // Config are a reaper's settings (LABKEEP_REAP_* in the binaries); see
@@ -125,7 +133,7 @@ const SchedulePeriod = time.Minute
 func DefaultConfig() Config {
 	return Config{
 		Rules: Rules{ProvisionTimeout: 10 * time.Minute, ProvisionGrace: 2 * time.Minute,
-			AbsentConfirm: 30 * time.Second, DownGrace: 5 * time.Minute},
+			AbsentConfirm: 30 * time.Second, DownGrace: 5 * time.Minute, HomeRetention: 30 * 24 * time.Hour},
 		RunDeadline:      50 * time.Second,
 		Workers:          8,
 		Retention:        30 * 24 * time.Hour,
@@ -151,6 +159,9 @@ func (c Config) Validate() error {
 		setting.Positive("DownGrace", c.DownGrace))
 	if c.Retention < MinRetention {
 		errs = append(errs, setting.Invalid("Retention", "%s is below %s: the recent runs adminStatus reads would be deleted", c.Retention, MinRetention))
+	}
+	if c.HomeRetention != 0 && c.HomeRetention < MinHomeRetention {
+		errs = append(errs, setting.Invalid("HomeRetention", "%s is below %s: a student's work must outlast a break (0 keeps homes for ever)", c.HomeRetention, MinHomeRetention))
 	}
 	if c.RefusedRetention < MinRefusedRetention {
 		errs = append(errs, setting.Invalid("RefusedRetention", "%s is below %s: the open rate counts a student's recent refused opens, "+
@@ -245,6 +256,14 @@ func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (Report, error) {
 		report.Failures = append(report.Failures, Failure{Kind: FailedSuspects, Error: err.Error()})
 	}
 	items, suspects := Plan(r.Now(), live, invp, prev, cfg.Rules)
+	if invp != nil {
+		homes, err := r.planHomes(runCtx, inv)
+		if err != nil {
+			log.Warn("cannot plan unused homes; none deleted this run", "err", err)
+			report.Failures = append(report.Failures, Failure{Kind: Home, Error: err.Error()})
+		}
+		items = append(items, homes...)
+	}
 	if invp != nil && err == nil {
 		if err := r.Store.SaveSuspects(runCtx, suspects); err != nil {
 			log.Warn("cannot hand this run's suspects on", "err", err)
@@ -325,7 +344,7 @@ func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (Report, error) {
 	}
 	r.metrics().Ran(report, len(live), liveVMs)
 	log.Info("reap run done", "expired", report.Counts[Expired], "orphan", report.Counts[Orphan],
-		"ghost", report.Counts[Ghost], "failures", len(report.Failures),
+		"ghost", report.Counts[Ghost], "home", report.Counts[Home], "failures", len(report.Failures),
 		"took", report.FinishedAt.Sub(report.StartedAt).String())
 	return report, nil
 }
@@ -350,6 +369,8 @@ func (r *Reaper) handle(ctx context.Context, log *slog.Logger, it Item, dryRun b
 		return r.endSession(ctx, log, it, dryRun, fail), failures
 	case Orphan:
 		return r.sweepOrphan(ctx, log, it, dryRun, fail), failures
+	case Home:
+		return r.deleteHome(ctx, log, it, dryRun, fail), failures
 	}
 	return false, failures
 }
@@ -447,6 +468,9 @@ func (it Item) record() Reaped {
 	ri := Reaped{Kind: it.Kind, Session: it.SessionID, Reason: it.Reason}
 	for _, o := range it.Objects {
 		ri.Objects = append(ri.Objects, o.String())
+	}
+	if it.Kind == Home {
+		ri.Objects = append(ri.Objects, "PersistentVolumeClaim/"+it.HomeClaim.Name)
 	}
 	return ri
 }

@@ -32,7 +32,7 @@ type Reaped struct {
 	Kind    ItemKind `json:"kind"`
 	Session string   `json:"session"`
 	Reason  string   `json:"reason"`
-	// Objects are kind/name of an orphan's objects.
+	// Objects are kind/name of an orphan's objects, or a home's claim.
 	Objects []string `json:"objects,omitempty"`
 }
 

@@ -16,9 +16,12 @@ type homesFunc struct {
 	fn    func(student string, lab labs.Lab) error
 }
 
-func (h homesFunc) HomeAllowed(_ context.Context, student string, lab labs.Lab) error {
+func (h homesFunc) HomeFor(_ context.Context, student string, lab labs.Lab) (string, error) {
 	*h.asked++
-	return h.fn(student, lab)
+	if err := h.fn(student, lab); err != nil {
+		return "", err
+	}
+	return "home-of-" + student, nil
 }
 
 // An open of a lab that keeps a home asks Homes first; a refusal (the
@@ -68,6 +71,12 @@ func TestOpenAsksForTheHomeFirst(t *testing.T) {
 			if tc.wantErr == nil {
 				if err != nil || len(c.provisioned) != 1 {
 					t.Errorf("Open = %v, provisioned %v; want one session", err, c.provisioned)
+				}
+				wantHome := map[bool]string{true: "home-of-ann"}[tc.wantAsked > 0]
+				for _, row := range store.rows {
+					if row.Home != wantHome {
+						t.Errorf("the row's home = %q, want %q", row.Home, wantHome)
+					}
 				}
 				return
 			}

@@ -109,11 +109,12 @@ type Cluster interface {
 // made by the first open of a lab that keeps one and used again by every
 // later open of a lab with the same home; no session owns it.
 type Homes interface {
-	// HomeAllowed is nil when the lab keeps no home, when the student's
-	// home for it exists, or when a new one fits the student's total;
-	// otherwise ErrHomeQuota, saying by how much. An open asks before it
-	// writes its row, so a refused open leaves nothing behind.
-	HomeAllowed(ctx context.Context, student string, lab labs.Lab) error
+	// HomeFor names the student's home for lab ("" when the lab keeps
+	// none) when it exists or a new one fits the student's total;
+	// otherwise it refuses with ErrHomeQuota, saying by how much. An open
+	// asks before it writes its row, so a refused open leaves nothing
+	// behind, and the row records the name (Session.Home).
+	HomeFor(ctx context.Context, student string, lab labs.Lab) (string, error)
 }
 
 // Seating admits opens to the capacity every session shares (package

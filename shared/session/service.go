@@ -26,7 +26,7 @@ type Service struct {
 	// line.
 	Seating Seating
 	// Homes is asked before an open of a lab that keeps a home writes its
-	// row (HomeAllowed). Nil: labs that keep a home cannot be opened.
+	// row (HomeFor). Nil: labs that keep a home cannot be opened.
 	Homes Homes
 	// OpenRate bounds the opens a student makes that write a row; zero:
 	// no bound (DefaultOpenRate is the deployed default).
@@ -97,16 +97,17 @@ func (s *Service) Open(ctx context.Context, student, labName, publicKey string) 
 	return s.open(ctx, student, labName, publicKey, false)
 }
 
-// homeAllowed refuses an open of a lab that keeps a home when Homes does
-// (ErrHomeQuota), or when there is no Homes to keep it.
-func (s *Service) homeAllowed(ctx context.Context, student string, lab labs.Lab) error {
+// homeFor names the student's home for lab ("" when it keeps none), or
+// refuses the open when Homes does (ErrHomeQuota) or when there is no
+// Homes to keep it.
+func (s *Service) homeFor(ctx context.Context, student string, lab labs.Lab) (string, error) {
 	if lab.Home == nil {
-		return nil
+		return "", nil
 	}
 	if s.Homes == nil {
-		return fmt.Errorf("lab %s keeps a home, and this deployment keeps none", lab.Name)
+		return "", fmt.Errorf("lab %s keeps a home, and this deployment keeps none", lab.Name)
 	}
-	return s.Homes.HomeAllowed(ctx, student, lab)
+	return s.Homes.HomeFor(ctx, student, lab)
 }
 
 // rateAllows refuses with ErrTooManyOpens (wrapping the *rate.Exceeded)
@@ -166,13 +167,15 @@ func (s *Service) open(ctx context.Context, student, labName, publicKey string, 
 	if err := s.rateAllows(ctx, student); err != nil {
 		return Standing{}, err
 	}
-	if err := s.homeAllowed(ctx, student, lab); err != nil {
+	home, err := s.homeFor(ctx, student, lab)
+	if err != nil {
 		return Standing{}, err
 	}
 	sess, err := s.New(uuid.NewString(), student, lab, studentKey)
 	if err != nil {
 		return Standing{}, err
 	}
+	sess.Home = home
 	if err := s.Store.Create(ctx, sess); err != nil {
 		if errors.Is(err, ErrSessionExists) {
 			live, gerr := s.Store.LiveFor(ctx, student)

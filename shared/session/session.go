@@ -85,6 +85,10 @@ type Session struct {
 	// student knew before the claim (their open's row or waitlist entry);
 	// that id names this session too.
 	ClaimedFor string
+	// Home is the name of the student's home the session holds (Homes),
+	// empty for a lab that keeps none: while the session is live its home
+	// is in use, and the last such session's end is the home's last use.
+	Home string
 }
 
 // PoolState marks the rows of warm-pool instances (kept by the seating

@@ -1,0 +1,115 @@
+package reap
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"sort"
+	"time"
+)
+
+// Home: a student's home (labs.Home) unused for HomeRetention.
+const Home ItemKind = "home"
+
+// MinHomeRetention is the shortest HomeRetention accepted: a student's
+// work must outlast a weekend and a short break.
+const MinHomeRetention = 7 * 24 * time.Hour
+
+// HomeClaim is a student's home as a run sees it in the namespace: one
+// claim of this environment labelled as a home.
+type HomeClaim struct {
+	Name, UID, Env string
+	// Size is what the claim asks for (a quantity), for the report.
+	Size      string
+	CreatedAt time.Time
+	// Deleting is true if the claim already has a deletion timestamp.
+	Deleting bool
+}
+
+// HomeUse is what the sessions say of one home: whether a live session
+// holds it, and when the last session that held it finished (zero if
+// none did).
+type HomeUse struct {
+	Live      bool
+	LastEnded time.Time
+}
+
+// LastUse is when home was last used: the end of the last session that
+// held it, or its making if none has ended.
+func (u HomeUse) LastUse(h HomeClaim) time.Time {
+	if u.LastEnded.After(h.CreatedAt) {
+		return u.LastEnded
+	}
+	return h.CreatedAt
+}
+
+// DueAt is when an unused home goes: its last use plus the retention.
+// The portal and the admin console show it; PlanHomes decides by it.
+func (u HomeUse) DueAt(h HomeClaim, retention time.Duration) time.Time {
+	return u.LastUse(h).Add(retention)
+}
+
+// PlanHomes decides which homes a run deletes: those of this environment,
+// not being deleted, that no live session holds and whose last use
+// (HomeUse.LastUse; a home the sessions never mention counts from its
+// making) lies HomeRetention or longer ago. A zero HomeRetention keeps
+// every home. Items come out by name.
+func PlanHomes(now time.Time, homes []HomeClaim, use map[string]HomeUse, r Rules) []Item {
+	if r.HomeRetention <= 0 {
+		return nil
+	}
+	var items []Item
+	for _, h := range homes {
+		u := use[h.Name]
+		if h.Env != r.Env || h.Deleting || u.Live || now.Before(u.DueAt(h, r.HomeRetention)) {
+			continue
+		}
+		items = append(items, Item{Kind: Home, HomeClaim: h,
+			Reason: fmt.Sprintf("home %s (%s) unused since %s, longer than %s", h.Name, h.Size, u.LastUse(h).UTC().Format(time.RFC3339), r.HomeRetention)})
+	}
+	sort.Slice(items, func(i, j int) bool { return items[i].HomeClaim.Name < items[j].HomeClaim.Name })
+	return items
+}
+
+// planHomes is PlanHomes over the run's inventory, with the homes' use
+// read from the Store (one query).
+func (r *Reaper) planHomes(ctx context.Context, inv Inventory) ([]Item, error) {
+	if r.Config.HomeRetention <= 0 || len(inv.Homes) == 0 {
+		return nil, nil
+	}
+	names := make([]string, len(inv.Homes))
+	for i, h := range inv.Homes {
+		names[i] = h.Name
+	}
+	use, err := r.Store.HomeUse(ctx, names)
+	if err != nil {
+		return nil, fmt.Errorf("reading when homes were last used: %w", err)
+	}
+	return PlanHomes(r.Now(), inv.Homes, use, r.Config.Rules), nil
+}
+
+// deleteHome deletes an unused home after asking the sessions again: an
+// open may have taken it since the plan (its row names the home before
+// the home is mounted), and then it stays.
+func (r *Reaper) deleteHome(ctx context.Context, log *slog.Logger, it Item, dryRun bool, fail func(string, error)) bool {
+	h := it.HomeClaim
+	use, err := r.Store.HomeUse(ctx, []string{h.Name})
+	if err != nil {
+		fail(h.Name, fmt.Errorf("re-checking the home's use: %w", err))
+		return false
+	}
+	if u := use[h.Name]; u.Live || r.Now().Before(u.DueAt(h, r.Config.HomeRetention)) {
+		log.Info("home in use again; kept", "home", h.Name)
+		return false
+	}
+	if dryRun {
+		log.Info("would delete unused home", "home", h.Name, "reason", it.Reason)
+		return true
+	}
+	if err := r.Cluster.DeleteHome(ctx, h); err != nil {
+		fail(h.Name, err)
+		return false
+	}
+	log.Info("deleted unused home", "home", h.Name, "reason", it.Reason)
+	return true
+}
