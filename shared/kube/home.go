@@ -52,13 +52,13 @@ func (b builder) homeClaim() *corev1.PersistentVolumeClaim {
 	h := b.lab.Home
 	pvc := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      HomeName(b.cfg.Env, b.sess.Student, h.Group),
+			Name:      HomeName(b.cfg.Env, b.sess.Student, b.lab.HomeGroup()),
 			Namespace: b.cfg.Namespace,
 			Labels: map[string]string{
 				LabelEnv:                       b.cfg.Env,
 				LabelStudent:                   StudentHash(b.sess.Student),
 				LabelRole:                      RoleHome,
-				LabelHome:                      h.Group,
+				LabelHome:                      b.lab.HomeGroup(),
 				"app.kubernetes.io/managed-by": "labkeep",
 			},
 		},
@@ -81,7 +81,7 @@ func (b builder) homeMount(pod *corev1.Pod) {
 		return
 	}
 	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: homeVolume, VolumeSource: corev1.VolumeSource{
-		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: HomeName(b.cfg.Env, b.sess.Student, h.Group)}}})
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: HomeName(b.cfg.Env, b.sess.Student, b.lab.HomeGroup())}}})
 	w := &pod.Spec.Containers[0]
 	w.VolumeMounts = append(w.VolumeMounts, corev1.VolumeMount{Name: homeVolume, MountPath: h.MountPath})
 }
@@ -97,7 +97,7 @@ func (b builder) homeDisk(n labs.Node, spec *kubevirtv1.VirtualMachineInstanceSp
 		DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}})
 	spec.Volumes = append(spec.Volumes, kubevirtv1.Volume{Name: homeVolume, VolumeSource: kubevirtv1.VolumeSource{
 		PersistentVolumeClaim: &kubevirtv1.PersistentVolumeClaimVolumeSource{PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{
-			ClaimName: HomeName(b.cfg.Env, b.sess.Student, h.Group)}}}})
+			ClaimName: HomeName(b.cfg.Env, b.sess.Student, b.lab.HomeGroup())}}}})
 }
 
 // homeCloudConfig is the cloud-config that formats the home disk on its

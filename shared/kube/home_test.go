@@ -106,7 +106,9 @@ func TestWorkspaceMountsTheHome(t *testing.T) {
 // first use and mounts it at the lab's path.
 func TestVMGetsTheHomeDisk(t *testing.T) {
 	b := testBuilder(t, "cluster-home")
-	claim := HomeName("dev", "alice@example.org", "netsec")
+	// A vm lab's home group is vm-<group>: it holds a disk image, which a
+	// pod lab's home never shares.
+	claim := HomeName("dev", "alice@example.org", "vm-netsec")
 	anchor := b.anchor()
 	for _, n := range b.lab.Nodes {
 		spec := b.vm(n, anchor).Spec.Template.Spec

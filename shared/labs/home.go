@@ -28,7 +28,9 @@ type Home struct {
 	// pod lab, and in the VM of a vm lab (mounted by cloud-init).
 	MountPath string `json:"mountPath"`
 	// Group names a separate home for a course or lab group (a DNS label
-	// of at most 20 characters); empty is the student's default home.
+	// of at most 20 characters, 17 for a vm lab; a pod lab's may not be
+	// vm or start with vm-); empty is the student's default home. Pod
+	// labs and vm labs never share a home (HomeGroup).
 	Group string `json:"group,omitempty"`
 	// Node is the vm lab node whose VM gets the home as a second disk
 	// (a volume is attached to one VM at a time); default the first node.
@@ -36,9 +38,29 @@ type Home struct {
 	Node string `json:"node,omitempty"`
 }
 
-// MaxHomeGroup is the longest home group: it is part of the home's
-// object name and of a label value.
+// MaxHomeGroup is the longest home group (HomeGroup): it is part of the
+// home's object name and of a label value.
 const MaxHomeGroup = 20
+
+// vmHomes starts the home group of every vm lab (HomeGroup).
+const vmHomes = "vm"
+
+// HomeGroup is the group of the lab's home as the cluster knows it: a pod
+// lab's Group; for a vm lab, vm or vm-<Group>. A pod lab's home holds the
+// student's files, a vm lab's a disk image (KubeVirt's disk.img) with a
+// file system inside, so the two kinds of lab never share one. Empty for
+// a lab without a home.
+func (l Lab) HomeGroup() string {
+	switch {
+	case l.Home == nil:
+		return ""
+	case l.Kind != KindVM:
+		return l.Home.Group
+	case l.Home.Group == "":
+		return vmHomes
+	}
+	return vmHomes + "-" + l.Home.Group
+}
 
 // reservedMountPaths are the directories a home may not cover or sit
 // in: the system's own, which the lab's image or the VM's disk provide
@@ -68,8 +90,11 @@ func normaliseHome(l *Lab) error {
 		return fmt.Errorf("home.mountPath %q: %w", h.MountPath, err)
 	}
 	if h.Group != "" {
-		if errs := validation.IsDNS1123Label(h.Group); len(errs) > 0 || len(h.Group) > MaxHomeGroup {
-			return fmt.Errorf("home.group %q: must be a DNS label of at most %d characters", h.Group, MaxHomeGroup)
+		if errs := validation.IsDNS1123Label(h.Group); len(errs) > 0 || len(l.HomeGroup()) > MaxHomeGroup {
+			return fmt.Errorf("home.group %q: must be a DNS label of at most %d characters (%d on a vm lab)", h.Group, MaxHomeGroup, MaxHomeGroup-len(vmHomes)-1)
+		}
+		if l.Kind == KindPod && (h.Group == vmHomes || strings.HasPrefix(h.Group, vmHomes+"-")) {
+			return fmt.Errorf("home.group %q: %s and %s-… are the homes of vm labs, which hold disk images", h.Group, vmHomes, vmHomes)
 		}
 	}
 	switch l.Kind {

@@ -36,6 +36,16 @@ labs:
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("homes by lab (-want +got):\n%s", diff)
 	}
+	groups := map[string]string{}
+	for _, name := range c.Names() {
+		l, _ := c.Get(name)
+		groups[name] = l.HomeGroup()
+	}
+	// Pod and vm labs never share a home: a vm lab's holds a disk image.
+	wantGroups := map[string]string{"shell": "", "net": "netsec-101", "vm": "vm", "vm-worker": "vm", "plain": ""}
+	if diff := cmp.Diff(wantGroups, groups); diff != "" {
+		t.Errorf("home groups by lab (-want +got):\n%s", diff)
+	}
 }
 
 func TestParseRejectsBadHomes(t *testing.T) {
@@ -58,6 +68,9 @@ func TestParseRejectsBadHomes(t *testing.T) {
 		{"a space in the path", pod(`{size: 1Gi, mountPath: "/my home"}`), "may only hold"},
 		{"a comma in the path", pod(`{size: 1Gi, mountPath: "/a,b"}`), "may only hold"},
 		{"a group that is no DNS label", pod(`{size: 1Gi, mountPath: /root, group: Net_Sec}`), "home.group"},
+		{"a pod lab in the vm labs' homes", pod(`{size: 1Gi, mountPath: /root, group: vm}`), "the homes of vm labs"},
+		{"a pod lab in a vm lab group's home", pod(`{size: 1Gi, mountPath: /root, group: vm-netsec}`), "the homes of vm labs"},
+		{"a vm lab group too long with vm- before it", `labs: [{name: a, kind: vm, nodes: [{role: x}], disk: {containerDisk: i}, home: {size: 1Gi, mountPath: /home/s, group: eighteen-char-name}}]`, "17 on a vm lab"},
 		{"a long group", pod(`{size: 1Gi, mountPath: /root, group: a-very-long-course-name}`), "at most 20"},
 		{"a node on a pod lab", pod(`{size: 1Gi, mountPath: /root, node: x}`), "only vm labs"},
 		{"an unknown vm node", `labs: [{name: a, kind: vm, nodes: [{role: x}], disk: {containerDisk: i}, home: {size: 1Gi, mountPath: /home/s, node: other}}]`, `home.node "other": not a node`},

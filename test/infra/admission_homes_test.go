@@ -86,7 +86,7 @@ func TestAdmissionAdmitsOnlyTheStudentsOwnHome(t *testing.T) {
 	own := provisionOwn(t, cluster, studentSession(shell), shell)
 	provisionOwn(t, cluster, studentSession(grouped), grouped)
 	ownVM := provisionOwn(t, cluster, studentSession(vmLab), vmLab)
-	for _, name := range []string{kube.HomeName(env, student, ""), kube.HomeName(env, student, "netsec")} {
+	for _, name := range []string{kube.HomeName(env, student, ""), kube.HomeName(env, student, "netsec"), kube.HomeName(env, student, "vm")} {
 		c, err := admin.CoreV1().PersistentVolumeClaims(place.Sessions).Get(ctx, name, metav1.GetOptions{})
 		if err != nil {
 			t.Fatalf("labkeep's own home %s was not made: %v", name, err)
@@ -177,7 +177,7 @@ func TestAdmissionAdmitsOnlyTheStudentsOwnHome(t *testing.T) {
 			delete(p.Labels, kube.LabelStudent)
 			p.Labels[kube.LabelPool] = kube.PoolWarm
 		}), refusedVolume},
-		{"labkeep's own VM with its student's home", vmHome(ownHome), ""},
+		{"labkeep's own VM with its student's home", vmHome(kube.HomeName(env, student, "vm")), ""},
 		{"a VM with another student's home", vmHome(kube.HomeName(env, otherStudent, "")), refusedVMVolumes},
 		{"a VM with its student's home in another environment", vmHome(kube.HomeName("other-env", student, "")), refusedVMVolumes},
 	})

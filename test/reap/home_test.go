@@ -57,7 +57,7 @@ func TestUnusedHomesAreReaped(t *testing.T) {
 
 	// erin's home: used once, her session closed at once.
 	erin := h.open("erin", "vm-home")
-	if erin.Home != kube.HomeName(h.Env, "erin", "") || !exists(erin.Home) {
+	if erin.Home != kube.HomeName(h.Env, "erin", "vm") || !exists(erin.Home) {
 		t.Fatalf("erin's session holds home %q; exists: %v", erin.Home, exists(erin.Home))
 	}
 	if r := h.Close("erin"); r.Status != 200 {
