@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
 
+	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	storagev1 "k8s.io/api/storage/v1"
@@ -15,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/klog/v2"
 	"sigs.k8s.io/sig-storage-lib-external-provisioner/v11/controller"
 
 	"labkeep/localrun/controlplane"
@@ -168,8 +171,18 @@ func (n *Node) startVolumes(ctx context.Context, cp *controlplane.ControlPlane, 
 	if err := os.MkdirAll(n.path("volumes"), 0o755); err != nil {
 		return err
 	}
-	runCtx, cancel := context.WithCancel(context.WithoutCancel(ctx))
-	n.stopVolumes = cancel
+	// Its log goes to a file of the node's, as its other components' do:
+	// klog's default writes to the process's stderr, which the test
+	// framework replaces while it runs (a data race under -race).
+	logFile, err := os.OpenFile(n.path("volumes.log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return err
+	}
+	runCtx, cancel := context.WithCancel(klog.NewContext(context.WithoutCancel(ctx), logr.FromSlogHandler(slog.NewTextHandler(logFile, nil))))
+	n.stopVolumes = func() {
+		cancel()
+		logFile.Close()
+	}
 	pc := controller.NewProvisionController(runCtx, client, volumeProvisioner, volumes{n: n},
 		controller.LeaderElection(false), controller.MetricsPort(0))
 	go pc.Run(runCtx)
