@@ -35,6 +35,8 @@ var statusTable = []struct {
 	{session.ErrExtensionCap, http.StatusConflict},
 	{session.ErrNotRunning, http.StatusConflict},
 	{session.ErrNoSession, http.StatusNotFound},
+	{reap.ErrNoHome, http.StatusNotFound},
+	{reap.ErrHomeInUse, http.StatusConflict},
 	{session.ErrNoCapacity, http.StatusServiceUnavailable},
 	{session.ErrProvisioning, http.StatusBadGateway},
 	{reap.ErrBusy, http.StatusConflict},

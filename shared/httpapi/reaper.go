@@ -34,6 +34,9 @@ type ReaperOptions struct {
 	// …). If empty, reapTick refuses every call: an unauthenticated
 	// endpoint that deletes things is never the default.
 	SchedulerToken string
+	// Homes serves GET /homes and POST /adminDeleteHome (nil: no such
+	// routes).
+	Homes HomeKeeper
 	// Gatherer serves /metrics (nil: no /metrics route).
 	Gatherer prometheus.Gatherer
 	// MetricsToken authenticates GET /metrics (Authorization: Bearer …).
@@ -46,10 +49,12 @@ type ReaperOptions struct {
 
 // reaperRoutes lists the reaper's paths with their only method.
 var reaperRoutes = map[string]string{
-	"/adminReapNow": http.MethodPost,
-	"/adminStatus":  http.MethodGet,
-	"/reapTick":     http.MethodPost,
-	"/metrics":      http.MethodGet,
+	"/adminReapNow":    http.MethodPost,
+	"/adminStatus":     http.MethodGet,
+	"/reapTick":        http.MethodPost,
+	"/metrics":         http.MethodGet,
+	"/homes":           http.MethodGet,
+	"/adminDeleteHome": http.MethodPost,
 }
 
 // WithReaper returns a handler serving the reaper's endpoints —
@@ -110,6 +115,10 @@ func (a *API) WithReaper(o ReaperOptions) http.Handler {
 	})
 	if o.Gatherer != nil {
 		mux.Handle("/metrics", a.Metrics(o.Gatherer, o.MetricsToken))
+	}
+	if o.Homes != nil {
+		mux.HandleFunc("/homes", func(w http.ResponseWriter, r *http.Request) { a.homes(w, r, o.Homes) })
+		mux.HandleFunc("/adminDeleteHome", func(w http.ResponseWriter, r *http.Request) { a.adminDeleteHome(w, r, o.Homes) })
 	}
 	mux.Handle("/", a)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -162,6 +162,25 @@ func (c *Cluster) homeExists(ctx context.Context, name string) (bool, error) {
 	return false, fmt.Errorf("reading the student's home %s: %w", name, err)
 }
 
+// Homes implements reap.Cluster: this environment's homes, one list call.
+func (c *Cluster) Homes(ctx context.Context) ([]reap.HomeClaim, error) {
+	list, err := listWith(ctx, c, c.kube.CoreV1().PersistentVolumeClaims(c.cfg.Namespace).List, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{
+		LabelEnv: c.cfg.Env, LabelRole: RoleHome}).String()})
+	if err != nil {
+		return nil, fmt.Errorf("listing homes: %w", err)
+	}
+	var homes []reap.HomeClaim
+	for _, h := range list.Items {
+		if !isHome(h.ObjectMeta, c.cfg.Env) {
+			continue
+		}
+		size := h.Spec.Resources.Requests[corev1.ResourceStorage]
+		homes = append(homes, reap.HomeClaim{Name: h.Name, UID: string(h.UID), Env: h.Labels[LabelEnv], Group: h.Labels[LabelHome],
+			Size: size.String(), CreatedAt: h.CreationTimestamp.Time, Deleting: h.DeletionTimestamp != nil})
+	}
+	return homes, nil
+}
+
 // isHome reports whether m is a home of env: labelled so, with no
 // session.
 func isHome(m metav1.ObjectMeta, env string) bool {

@@ -6,7 +6,6 @@ import (
 	"strings"
 	"time"
 
-	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	kubevirtv1 "kubevirt.io/api/core/v1"
@@ -100,18 +99,8 @@ func (c *Cluster) Inventory(ctx context.Context) (reap.Inventory, error) {
 			o.Ready, o.Down = PodState("", pod).Ready, PodDown(pod)
 		}
 	}
-	homes, err := listWith(ctx, c, c.kube.CoreV1().PersistentVolumeClaims(ns).List, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{
-		LabelEnv: c.cfg.Env, LabelRole: RoleHome}).String()})
-	if err != nil {
-		return inv, fmt.Errorf("listing homes: %w", err)
-	}
-	for _, h := range homes.Items {
-		if !isHome(h.ObjectMeta, c.cfg.Env) {
-			continue
-		}
-		size := h.Spec.Resources.Requests[corev1.ResourceStorage]
-		inv.Homes = append(inv.Homes, reap.HomeClaim{Name: h.Name, UID: string(h.UID), Env: h.Labels[LabelEnv], Size: size.String(),
-			CreatedAt: h.CreationTimestamp.Time, Deleting: h.DeletionTimestamp != nil})
+	if inv.Homes, err = c.Homes(ctx); err != nil {
+		return inv, err
 	}
 	return inv, nil
 }

@@ -98,17 +98,17 @@ func (p *PG) PruneRefused(ctx context.Context, before time.Time, limit int) (int
 // HomeUse implements reap.Store: one query over the sessions that held
 // the homes named (sessions_by_home).
 func (p *PG) HomeUse(ctx context.Context, homes []string) (map[string]reap.HomeUse, error) {
-	rows, err := p.conns.Query(ctx, `SELECT home, bool_or(status IN `+liveStatuses+`), max(finished_at)
+	rows, err := p.conns.Query(ctx, `SELECT home, bool_or(status IN `+liveStatuses+`), max(finished_at), min(student)
 		FROM sessions WHERE home = ANY($1) GROUP BY home`, homes)
 	if err != nil {
 		return nil, err
 	}
 	use := map[string]reap.HomeUse{}
-	var name string
+	var name, student string
 	var live bool
 	var last *time.Time
-	_, err = pgx.ForEachRow(rows, []any{&name, &live, &last}, func() error {
-		u := reap.HomeUse{Live: live}
+	_, err = pgx.ForEachRow(rows, []any{&name, &live, &last, &student}, func() error {
+		u := reap.HomeUse{Live: live, Student: student}
 		if last != nil {
 			u.LastEnded = last.UTC()
 		}

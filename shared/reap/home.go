@@ -2,8 +2,10 @@ package reap
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"sort"
 	"time"
 )
@@ -19,6 +21,9 @@ const MinHomeRetention = 7 * 24 * time.Hour
 // claim of this environment labelled as a home.
 type HomeClaim struct {
 	Name, UID, Env string
+	// Group is the home's group (labs.Lab.HomeGroup; "" for the
+	// student's default home).
+	Group string
 	// Size is what the claim asks for (a quantity), for the report.
 	Size      string
 	CreatedAt time.Time
@@ -27,11 +32,13 @@ type HomeClaim struct {
 }
 
 // HomeUse is what the sessions say of one home: whether a live session
-// holds it, and when the last session that held it finished (zero if
-// none did).
+// holds it, when the last session that held it finished (zero if none
+// did), and whose it is.
 type HomeUse struct {
 	Live      bool
 	LastEnded time.Time
+	// Student is the student whose sessions held it.
+	Student string
 }
 
 // LastUse is when home was last used: the end of the last session that
@@ -69,6 +76,85 @@ func PlanHomes(now time.Time, homes []HomeClaim, use map[string]HomeUse, r Rules
 	}
 	sort.Slice(items, func(i, j int) bool { return items[i].HomeClaim.Name < items[j].HomeClaim.Name })
 	return items
+}
+
+// Errors of the admin's home delete.
+var (
+	// ErrNoHome: no home of that name in this environment.
+	ErrNoHome = errors.New("no_home")
+	// ErrHomeInUse: a live session holds the home.
+	ErrHomeInUse = errors.New("home_in_use")
+)
+
+// HomeStatus is a student's home as the portal and the admin console
+// show it.
+type HomeStatus struct {
+	Name  string `json:"name"`
+	Group string `json:"group"`
+	Size  string `json:"size"`
+	// Student is the student whose home it is, as the sessions know them
+	// ("" if no session ever held it).
+	Student string `json:"student,omitempty"`
+	// InUse: a live session holds it.
+	InUse   bool      `json:"inUse"`
+	LastUse time.Time `json:"lastUse"`
+	// DeleteAt is when the reaper deletes it unless a session uses it
+	// first; nil while in use or when homes are kept for ever.
+	DeleteAt *time.Time `json:"deleteAt,omitempty"`
+}
+
+// Homes lists this environment's homes, by name, with when each goes;
+// one being deleted is left out.
+func (r *Reaper) Homes(ctx context.Context) ([]HomeStatus, error) {
+	claims, err := r.Cluster.Homes(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names := make([]string, len(claims))
+	for i, h := range claims {
+		names[i] = h.Name
+	}
+	use, err := r.Store.HomeUse(ctx, names)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]HomeStatus, 0, len(claims))
+	for _, h := range claims {
+		if h.Deleting {
+			continue // on its way out: nobody's home any more
+		}
+		u := use[h.Name]
+		st := HomeStatus{Name: h.Name, Group: h.Group, Size: h.Size, Student: u.Student, InUse: u.Live, LastUse: u.LastUse(h).UTC()}
+		if !u.Live && r.Config.HomeRetention > 0 {
+			at := u.DueAt(h, r.Config.HomeRetention).UTC()
+			st.DeleteAt = &at
+		}
+		out = append(out, st)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out, nil
+}
+
+// DeleteHome is the admin's delete of a home no session holds:
+// ErrNoHome if this environment has none of that name, ErrHomeInUse while
+// a live session holds it.
+func (r *Reaper) DeleteHome(ctx context.Context, name string) error {
+	claims, err := r.Cluster.Homes(ctx)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(claims, func(h HomeClaim) bool { return h.Name == name })
+	if i < 0 {
+		return fmt.Errorf("%w: this environment has no home %q", ErrNoHome, name)
+	}
+	use, err := r.Store.HomeUse(ctx, []string{name})
+	if err != nil {
+		return err
+	}
+	if use[name].Live {
+		return fmt.Errorf("%w: a live session holds home %s; close it first", ErrHomeInUse, name)
+	}
+	return r.Cluster.DeleteHome(ctx, claims[i])
 }
 
 // planHomes is PlanHomes over the run's inventory, with the homes' use

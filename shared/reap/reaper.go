@@ -80,6 +80,8 @@ type Cluster interface {
 	Delete(ctx context.Context, r session.ObjectRef) error
 	// Teardowner deletes every object a session can own, by name.
 	session.Teardowner
+	// Homes lists this environment's homes (one list call).
+	Homes(ctx context.Context) ([]HomeClaim, error)
 	// DeleteHome deletes a student's home, the claim of that UID; already
 	// gone counts as deleted. A claim that is not a home of this
 	// environment is never deleted: that is an error.

@@ -2,6 +2,7 @@ package reap_test
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
@@ -105,5 +106,75 @@ func TestUnusedHomesAreReaped(t *testing.T) {
 		if !exists(name) {
 			t.Errorf("%s (%s) was deleted", what, name)
 		}
+	}
+}
+
+// Students see their own homes, with when each goes; an admin sees every
+// home and deletes one no session holds, on the real stack over HTTP.
+func TestHomesOverHTTP(t *testing.T) {
+	h := newBackend(t, stacktest.Options{LabsYAML: homeLab})
+	h.App.Reaper.Config.HomeRetention = 30 * 24 * time.Hour
+	erin := h.open("erin", "vm-home")
+	if r := h.Close("erin"); r.Status != 200 {
+		t.Fatalf("close: %d %s", r.Status, r.Body)
+	}
+	frank := h.open("frank", "vm-home")
+	list := func(token, query string) (int, []reap.HomeStatus) {
+		t.Helper()
+		r := h.Do("GET", "/homes"+query, token, "", "")
+		var body struct{ Homes []reap.HomeStatus }
+		if r.Status == 200 {
+			if err := json.Unmarshal(r.Body, &body); err != nil {
+				t.Fatalf("GET /homes%s: %v %s", query, err, r.Body)
+			}
+		}
+		return r.Status, body.Homes
+	}
+	admin := h.Token("ops", "admin")
+
+	code, homes := list(h.Token("erin", "student"), "")
+	if code != 200 || len(homes) != 1 || homes[0].Name != erin.Home || homes[0].InUse || homes[0].Group != "vm" || homes[0].Size != "1Gi" {
+		t.Fatalf("erin's homes: %d %+v", code, homes)
+	}
+	if due := homes[0].DeleteAt; due == nil || !due.Equal(homes[0].LastUse.Add(30*24*time.Hour)) {
+		t.Errorf("erin's home goes at %v; want its last use %v plus 30 days", due, homes[0].LastUse)
+	}
+	if code, homes := list(h.Token("frank", "student"), ""); code != 200 || len(homes) != 1 || homes[0].Name != frank.Home || !homes[0].InUse || homes[0].DeleteAt != nil {
+		t.Errorf("frank's homes: %d %+v; want his, in use, with no date to go", code, homes)
+	}
+	if code, _ := list(h.Token("erin", "student"), "?all=true"); code != 403 {
+		t.Errorf("a student listing every home: %d, want 403", code)
+	}
+	if code, _ := list(h.Token("erin", "student"), "?student=frank"); code != 403 {
+		t.Errorf("a student listing another's homes: %d, want 403", code)
+	}
+	code, homes = list(admin, "?all=true")
+	students := map[string]string{}
+	for _, x := range homes {
+		students[x.Name] = x.Student
+	}
+	if code != 200 || students[erin.Home] != "erin" || students[frank.Home] != "frank" || len(homes) != 2 {
+		t.Errorf("every home for the admin: %d %+v", code, homes)
+	}
+
+	del := func(token, name string) (int, string) {
+		t.Helper()
+		r := h.Do("POST", "/adminDeleteHome", token, `{"name":"`+name+`"}`, "")
+		return r.Status, string(r.Body)
+	}
+	if code, body := del(h.Token("erin", "student"), erin.Home); code != 403 {
+		t.Errorf("a student deleting a home: %d %s", code, body)
+	}
+	if code, body := del(admin, frank.Home); code != 409 || !strings.Contains(body, "home_in_use") {
+		t.Errorf("deleting a home in use: %d %s; want 409 home_in_use", code, body)
+	}
+	if code, body := del(admin, "home-nope"); code != 404 || !strings.Contains(body, "no_home") {
+		t.Errorf("deleting no home: %d %s; want 404 no_home", code, body)
+	}
+	if code, body := del(admin, erin.Home); code != 200 {
+		t.Fatalf("deleting erin's unused home: %d %s", code, body)
+	}
+	if _, homes := list(h.Token("erin", "student"), ""); len(homes) != 0 {
+		t.Errorf("erin's homes after the delete: %+v", homes)
 	}
 }
