@@ -184,7 +184,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	a.handler = api.WithAdmin(httpapi.AdminOptions{
 		Alerts: store, Limits: cfg.Alerts, Key: cfg.AlertKey(),
 	}, api.WithReaper(httpapi.ReaperOptions{
-		Reaper: reaper, DryRun: &preview, SchedulerToken: cfg.SchedulerToken, Gatherer: public, MetricsToken: cfg.MetricsToken, Homes: reaper,
+		Reaper: reaper, DryRun: &preview, SchedulerToken: cfg.SchedulerToken, Gatherer: public, MetricsToken: cfg.MetricsToken, Homes: reaper, Archiver: cluster,
 		Status: func(ctx context.Context) (reap.Status, error) {
 			return reaper.ReadStatus(ctx, store, cluster, cfg.AdminStatusRuns, cfg.Limits.MaxVMs)
 		},

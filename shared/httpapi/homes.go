@@ -3,10 +3,14 @@ package httpapi
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
+	"slices"
+	"strings"
 
 	"labkeep/shared/access"
 	"labkeep/shared/reap"
+	"labkeep/shared/session"
 )
 
 // HomeKeeper lists students' homes and deletes an unused one
@@ -82,4 +86,78 @@ func (a *API) adminDeleteHome(w http.ResponseWriter, r *http.Request, k HomeKeep
 		return
 	}
 	writeJSON(w, http.StatusOK, map[string]string{"deleted": body.Name})
+}
+
+// HomeArchiver streams the home a running session holds as a gzipped
+// tar (kube.Cluster).
+type HomeArchiver interface {
+	ArchiveHome(ctx context.Context, s session.Session, w io.Writer) error
+}
+
+// homeArchive serves GET /homeArchive?name=…: the caller's own home as a
+// gzipped tar, streamed from the running pod lab session that holds it
+// (409 not_running without one). Another's home, or one that does not
+// exist, is 403: whose homes exist is nobody else's business. A vm lab's
+// home holds a disk image, not files: 400.
+func (a *API) homeArchive(w http.ResponseWriter, r *http.Request, k HomeKeeper, z HomeArchiver) {
+	p, ok := a.Authenticate(w, r)
+	if !ok {
+		return
+	}
+	q := r.URL.Query()
+	for key := range q {
+		if key != "name" {
+			a.writeErrorFor(w, r, p, fmt.Errorf("%w: unknown query parameter %q (allowed: name)", access.ErrBadRequest, key), nil)
+			return
+		}
+	}
+	name := q.Get("name")
+	list, err := k.Homes(r.Context())
+	if err != nil {
+		a.writeErrorFor(w, r, p, err, nil)
+		return
+	}
+	i := slices.IndexFunc(list, func(h reap.HomeStatus) bool { return h.Name == name && h.Student == p.Subject })
+	switch {
+	case name == "":
+		a.writeErrorFor(w, r, p, fmt.Errorf("%w: name is required", access.ErrBadRequest), nil)
+		return
+	case i < 0:
+		a.writeErrorFor(w, r, p, fmt.Errorf("%w: %q is not one of your homes", access.ErrForbidden, name), nil)
+		return
+	case list[i].Group == "vm" || strings.HasPrefix(list[i].Group, "vm-"):
+		a.writeErrorFor(w, r, p, fmt.Errorf("%w: a VM lab's home holds the VM's disk; copy your files from inside the VM", access.ErrBadRequest), nil)
+		return
+	}
+	st, err := a.svc.Get(r.Context(), p.Subject, "")
+	if err != nil || st.Session == nil || st.Session.Home != name {
+		a.writeErrorFor(w, r, p, fmt.Errorf("%w: open a lab that keeps this home, then download it while it runs", session.ErrNotRunning), nil)
+		return
+	}
+	// The archive is streamed as tar writes it: once the first bytes are
+	// out the status is 200, and a failure later cuts the stream short,
+	// which the client sees as a broken archive.
+	w.Header().Set("Content-Type", "application/gzip")
+	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", name+".tar.gz"))
+	cw := &commitWriter{w: w}
+	if err := z.ArchiveHome(r.Context(), *st.Session, cw); err != nil {
+		if !cw.started {
+			w.Header().Del("Content-Disposition")
+			a.writeErrorFor(w, r, p, err, st.Session)
+			return
+		}
+		a.log.Warn("home archive cut short", "home", name, "err", err)
+	}
+}
+
+// commitWriter writes to an http.ResponseWriter, remembering whether
+// anything was written (the status is then sent).
+type commitWriter struct {
+	w       http.ResponseWriter
+	started bool
+}
+
+func (c *commitWriter) Write(b []byte) (int, error) {
+	c.started = true
+	return c.w.Write(b)
 }

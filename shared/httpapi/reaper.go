@@ -34,9 +34,10 @@ type ReaperOptions struct {
 	// …). If empty, reapTick refuses every call: an unauthenticated
 	// endpoint that deletes things is never the default.
 	SchedulerToken string
-	// Homes serves GET /homes and POST /adminDeleteHome (nil: no such
-	// routes).
-	Homes HomeKeeper
+	// Homes serves GET /homes and POST /adminDeleteHome, and with
+	// Archiver GET /homeArchive (nil: no such routes).
+	Homes    HomeKeeper
+	Archiver HomeArchiver
 	// Gatherer serves /metrics (nil: no /metrics route).
 	Gatherer prometheus.Gatherer
 	// MetricsToken authenticates GET /metrics (Authorization: Bearer …).
@@ -55,6 +56,7 @@ var reaperRoutes = map[string]string{
 	"/metrics":         http.MethodGet,
 	"/homes":           http.MethodGet,
 	"/adminDeleteHome": http.MethodPost,
+	"/homeArchive":     http.MethodGet,
 }
 
 // WithReaper returns a handler serving the reaper's endpoints —
@@ -119,6 +121,9 @@ func (a *API) WithReaper(o ReaperOptions) http.Handler {
 	if o.Homes != nil {
 		mux.HandleFunc("/homes", func(w http.ResponseWriter, r *http.Request) { a.homes(w, r, o.Homes) })
 		mux.HandleFunc("/adminDeleteHome", func(w http.ResponseWriter, r *http.Request) { a.adminDeleteHome(w, r, o.Homes) })
+		if o.Archiver != nil {
+			mux.HandleFunc("/homeArchive", func(w http.ResponseWriter, r *http.Request) { a.homeArchive(w, r, o.Homes, o.Archiver) })
+		}
 	}
 	mux.Handle("/", a)
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

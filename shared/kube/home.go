@@ -1,14 +1,17 @@
 package kube
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"io"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/client-go/tools/remotecommand"
 	kubevirtv1 "kubevirt.io/api/core/v1"
 
 	"labkeep/shared/labs"
@@ -226,6 +229,45 @@ func (c *Cluster) ensureHome(ctx context.Context, b builder) error {
 	}
 	if _, err := create(ctx, c, "the student's home", want, c.kube.CoreV1().PersistentVolumeClaims(c.cfg.Namespace).Create); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
+	}
+	return nil
+}
+
+// ArchiveHome writes the home s holds as a gzipped tar stream to w: tar
+// runs in s's workspace container (a pod lab's running session), over the
+// home's mount there, through the API server's pods/exec, so the archive
+// is streamed and never stored. ErrNotRunning when s has no running
+// workspace with a home.
+func (c *Cluster) ArchiveHome(ctx context.Context, s session.Session, w io.Writer) error {
+	if s.Kind != labs.KindPod || s.Status != session.StatusRunning || s.Home == "" || len(s.Nodes) != 1 || c.rc == nil {
+		return fmt.Errorf("%w: a home is downloaded while a running pod lab session holds it", session.ErrNotRunning)
+	}
+	name := session.NodeName(s.ID, s.Nodes[0].Name)
+	cctx, cancel := c.call(ctx)
+	pod, err := c.kube.CoreV1().Pods(c.cfg.Namespace).Get(cctx, name, metav1.GetOptions{})
+	cancel()
+	if err != nil {
+		return fmt.Errorf("reading workspace Pod %s: %w", name, err)
+	}
+	var dir string
+	for _, ctr := range pod.Spec.Containers {
+		for _, m := range ctr.VolumeMounts {
+			if ctr.Name == labs.WorkspaceContainer && m.Name == homeVolume {
+				dir = m.MountPath
+			}
+		}
+	}
+	if dir == "" {
+		return fmt.Errorf("%w: workspace Pod %s mounts no home", session.ErrNotRunning, name)
+	}
+	ex, err := WorkspaceExecutor(c.rc, c.kube, c.cfg.Namespace, name, corev1.PodExecOptions{
+		Command: []string{"tar", "-C", dir, "-czf", "-", "."}, Stdout: true, Stderr: true})
+	if err != nil {
+		return err
+	}
+	var stderr bytes.Buffer
+	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: w, Stderr: &stderr}); err != nil {
+		return fmt.Errorf("archiving home %s: %w: %s", s.Home, err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	return nil
 }

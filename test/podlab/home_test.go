@@ -1,15 +1,20 @@
 package podlab_test
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"labkeep/localrun/stacktest"
@@ -76,6 +81,21 @@ func TestHomeOutlivesSessions(t *testing.T) {
 		t.Errorf("frank's home holds %v; want it empty (the file system's lost+found only)", got)
 	}
 
+	// Download: erin's home as a streamed archive, the files as written;
+	// frank's token gets 403 for it.
+	erinHome := kube.HomeName(d.Env, "erin", "")
+	again.mustRun("mkdir -p /home/student/src && printf 'int main(){}' > /home/student/src/main.c")
+	r := d.Do("GET", "/homeArchive?name="+erinHome, d.Token("erin", "student"), "", "")
+	if r.Status != http.StatusOK {
+		t.Fatalf("erin's home archive: %d %s", r.Status, r.Body)
+	}
+	if diff := cmp.Diff(map[string]string{"notes.txt": "my notes\n", "src/main.c": "int main(){}"}, archived(t, r.Body)); diff != "" {
+		t.Errorf("erin's home archive (-written +archived):\n%s", diff)
+	}
+	if r := d.Do("GET", "/homeArchive?name="+erinHome, d.Token("frank", "student"), "", ""); r.Status != http.StatusForbidden {
+		t.Errorf("frank downloading erin's home: %d %s; want 403", r.Status, r.Body)
+	}
+
 	// A full home is the student's problem: the write fails, SSH, the
 	// workspace and guardian go on.
 	out, err := again.run("dd if=/dev/zero of=/home/student/fill bs=1M count=400 2>&1; echo rc=$?", nil)
@@ -93,11 +113,14 @@ func TestHomeOutlivesSessions(t *testing.T) {
 	}
 	again.close()
 	d.WaitGone(again.opened.ID)
+	if r := d.Do("GET", "/homeArchive?name="+erinHome, d.Token("erin", "student"), "", ""); r.Status != http.StatusConflict {
+		t.Errorf("erin's home archive with no session running: %d %s; want 409 not_running", r.Status, r.Body)
+	}
 
 	// Erin's default home (256Mi) and a new 256Mi home for the course pass
 	// the 400Mi she may keep: refused, and nothing is left of the open.
 	before := homes()
-	r := d.Do("POST", "/openSession", d.Token("erin", "student"), `{"lab":"course"}`, "")
+	r = d.Do("POST", "/openSession", d.Token("erin", "student"), `{"lab":"course"}`, "")
 	var body struct {
 		Error struct{ Code, Message string } `json:"error"`
 	}
@@ -113,4 +136,33 @@ func TestHomeOutlivesSessions(t *testing.T) {
 		t.Errorf("the refused open left %d session rows (%v)", rows, err)
 	}
 	t.Logf("home file system %d bytes; homes: %v", size, homes())
+}
+
+// archived is the regular files of a gzipped tar, by path (without its
+// leading ./), with their contents.
+func archived(t *testing.T, b []byte) map[string]string {
+	t.Helper()
+	zr, err := gzip.NewReader(bytes.NewReader(b))
+	if err != nil {
+		t.Fatalf("the archive is no gzip stream: %v", err)
+	}
+	tr := tar.NewReader(zr)
+	files := map[string]string{}
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files
+		}
+		if err != nil {
+			t.Fatalf("reading the archive: %v", err)
+		}
+		if h.Typeflag != tar.TypeReg {
+			continue
+		}
+		data, err := io.ReadAll(tr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files[strings.TrimPrefix(h.Name, "./")] = string(data)
+	}
 }
