@@ -461,12 +461,23 @@ type sessionJSON struct {
 	// Warnings are when a live session's student is warned of its end
 	// (10 and 5 minutes before expiry), each due or not at serverTime.
 	Warnings []warningJSON `json:"warnings,omitempty"`
+	// Home is the student's home the session holds: what stays when the
+	// session ends (GET /homes, /homeArchive).
+	Home *homeJSON `json:"home,omitempty"`
 	// QueuePosition (1: next), ETASeconds (likely wait) and
 	// ETALatestSeconds (the longest wait) are a queued session's place in
 	// the waitlist (line.Place, seating.QueueETAs); a session has none.
 	QueuePosition    *int   `json:"queuePosition,omitempty"`
 	ETASeconds       *int64 `json:"etaSeconds,omitempty"`
 	ETALatestSeconds *int64 `json:"etaLatestSeconds,omitempty"`
+}
+
+// homeJSON is the home a session holds: its name, and where the session
+// mounts it (the lab's mount path in the catalog in force; empty once the
+// lab is gone from it).
+type homeJSON struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
 }
 
 // NotReadyToExtend is extendRefusal while a session is provisioning.
@@ -510,6 +521,12 @@ func (a *API) view(s session.Session, p access.Principal) sessionJSON {
 		}
 		for _, wn := range lifetime.Warnings(s.Window) {
 			v.Warnings = append(v.Warnings, warningJSON{BeforeSeconds: int64(wn.Before / time.Second), At: wn.At, Due: wn.Due(s.Window, now)})
+		}
+	}
+	if s.Home != "" {
+		v.Home = &homeJSON{Name: s.Home}
+		if lab, ok := a.svc.Catalog().Get(s.Lab); ok && lab.Home != nil {
+			v.Home.Path = lab.Home.MountPath
 		}
 	}
 	if !s.ReadyAt.IsZero() {

@@ -1,13 +1,9 @@
 package podlab_test
 
 import (
-	"archive/tar"
-	"bytes"
-	"compress/gzip"
 	"context"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"strconv"
 	"strings"
@@ -89,7 +85,7 @@ func TestHomeOutlivesSessions(t *testing.T) {
 	if r.Status != http.StatusOK {
 		t.Fatalf("erin's home archive: %d %s", r.Status, r.Body)
 	}
-	if diff := cmp.Diff(map[string]string{"notes.txt": "my notes\n", "src/main.c": "int main(){}"}, archived(t, r.Body)); diff != "" {
+	if diff := cmp.Diff(map[string]string{"notes.txt": "my notes\n", "src/main.c": "int main(){}"}, stacktest.Untar(t, r.Body)); diff != "" {
 		t.Errorf("erin's home archive (-written +archived):\n%s", diff)
 	}
 	if r := d.Do("GET", "/homeArchive?name="+erinHome, d.Token("frank", "student"), "", ""); r.Status != http.StatusForbidden {
@@ -136,33 +132,4 @@ func TestHomeOutlivesSessions(t *testing.T) {
 		t.Errorf("the refused open left %d session rows (%v)", rows, err)
 	}
 	t.Logf("home file system %d bytes; homes: %v", size, homes())
-}
-
-// archived is the regular files of a gzipped tar, by path (without its
-// leading ./), with their contents.
-func archived(t *testing.T, b []byte) map[string]string {
-	t.Helper()
-	zr, err := gzip.NewReader(bytes.NewReader(b))
-	if err != nil {
-		t.Fatalf("the archive is no gzip stream: %v", err)
-	}
-	tr := tar.NewReader(zr)
-	files := map[string]string{}
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return files
-		}
-		if err != nil {
-			t.Fatalf("reading the archive: %v", err)
-		}
-		if h.Typeflag != tar.TypeReg {
-			continue
-		}
-		data, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		files[strings.TrimPrefix(h.Name, "./")] = string(data)
-	}
 }

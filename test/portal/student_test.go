@@ -168,20 +168,9 @@ func due(s stacktest.SessionView, before int64) bool {
 // after checking the key is the session's.
 func loginWith(t *testing.T, privateKey, knownHostsLine, studentKey, addr, user string) {
 	t.Helper()
-	signer, err := ssh.ParsePrivateKey([]byte(privateKey))
-	if err != nil {
-		t.Fatalf("the private key on the page does not parse: %v", err)
-	}
+	signer, hostKey := pageSSH(t, privateKey, knownHostsLine)
 	if got := strings.TrimSpace(string(ssh.MarshalAuthorizedKey(signer.PublicKey()))); got != strings.TrimSpace(studentKey) {
 		t.Fatalf("the page's key is %s, the session's %s", got, studentKey)
-	}
-	file := filepath.Join(t.TempDir(), "known_hosts")
-	if err := os.WriteFile(file, []byte(knownHostsLine+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	hostKey, err := knownhosts.New(file)
-	if err != nil {
-		t.Fatal(err)
 	}
 	cfg := &ssh.ClientConfig{User: user, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)}, HostKeyCallback: hostKey, Timeout: 10 * time.Second}
 	var out []byte
@@ -202,6 +191,25 @@ func loginWith(t *testing.T, privateKey, knownHostsLine, studentKey, addr, user 
 	if strings.TrimSpace(string(out)) != "root" {
 		t.Errorf("logged in as %q, want root", out)
 	}
+}
+
+// pageSSH is the private key and the known_hosts line the page shows, as
+// an SSH client takes them (strict host-key checking).
+func pageSSH(t *testing.T, privateKey, knownHostsLine string) (ssh.Signer, ssh.HostKeyCallback) {
+	t.Helper()
+	signer, err := ssh.ParsePrivateKey([]byte(privateKey))
+	if err != nil {
+		t.Fatalf("the private key on the page does not parse: %v", err)
+	}
+	file := filepath.Join(t.TempDir(), "known_hosts")
+	if err := os.WriteFile(file, []byte(knownHostsLine+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	hostKey, err := knownhosts.New(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return signer, hostKey
 }
 
 // copied presses the Copy button of the element id, with the clipboard

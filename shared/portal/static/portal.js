@@ -331,6 +331,9 @@
 
     show("clock", live(s));
     show("actions", live(s));
+    $("close-what").textContent = s.home && s.home.path
+      ? "Its machines and everything on them are deleted, except your home " + s.home.path + ", which stays for your next lab."
+      : "Its machines and everything on them are deleted.";
     if (live(s)) {
       setTime($("expires-at"), s.expiresAt);
       setTime($("max-expires-at"), s.maxExpiresAt);
@@ -462,9 +465,11 @@
     const warn = $("warning");
     if (due) {
       const mins = Math.round(due.beforeSeconds / 60);
+      // A home stays: saying where is what makes "save your work" doable.
+      const where = s.home && s.home.path ? " in your home " + s.home.path + ", which stays" : "";
       warn.textContent = "Less than " + mins + " minutes left. " + (s.extendable
-        ? "Extend the lab or save your work."
-        : "Save your work: the lab ends at " + fmtTime(s.expiresAt) + " and cannot be extended.");
+        ? "Extend the lab or save your work" + where + "."
+        : "Save your work" + where + ": the lab ends at " + fmtTime(s.expiresAt) + " and cannot be extended.");
       warn.dataset.before = String(due.beforeSeconds);
     } else {
       warn.dataset.before = "";
@@ -547,6 +552,8 @@
   // callback at every change of it, and the element for their buttons.
   window.labkeep = {
     call: call,
+    url: (path) => new URL(path, api).href,
+    element: (tag, props) => Object.assign(document.createElement(tag), props),
     token: () => state.token,
     session: () => state.session,
     onSession: (fn) => state.listeners.push(fn),

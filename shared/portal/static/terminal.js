@@ -9,15 +9,10 @@
 (() => {
   "use strict";
 
-  function element(tag, props) {
-    const e = document.createElement(tag);
-    Object.assign(e, props);
-    return e;
-  }
-
   document.addEventListener("DOMContentLoaded", () => {
     const lk = window.labkeep;
     if (!lk) return;
+    const element = lk.element;
     const box = element("div", { id: "terminal-actions", className: "actions", hidden: true });
     const open = element("button", { type: "button", id: "terminal-open", textContent: "Open terminal" });
     const clean = element("button", { type: "button", id: "terminal-cleanup", className: "danger", textContent: "Clean up processes" });

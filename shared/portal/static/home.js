@@ -1,0 +1,89 @@
+// The student's homes on the student page (a feature module, see
+// portal.js's window.labkeep): what stays when a lab ends. For a session
+// that holds a home it says where the home is mounted; while the session
+// runs, "Download your home" saves it as a .tar.gz (GET /homeArchive,
+// streamed by labkeep from the running workspace, never stored). Every
+// home of the student is listed with its size and, while no session holds
+// it, the day labkeep deletes it unless a lab uses it before (GET /homes).
+(() => {
+  "use strict";
+
+  function day(iso) {
+    return new Date(iso).toLocaleDateString(undefined, { year: "numeric", month: "long", day: "numeric" });
+  }
+
+  document.addEventListener("DOMContentLoaded", () => {
+    const lk = window.labkeep;
+    if (!lk) return;
+    const element = lk.element;
+    const box = element("div", { id: "home", className: "home", hidden: true });
+    const where = element("p", { id: "home-where" });
+    const download = element("button", { type: "button", id: "home-download", textContent: "Download your home" });
+    const note = element("span", { id: "home-note", className: "note" });
+    const actions = element("p", {});
+    actions.append(download, " ", note);
+    const list = element("ul", { id: "home-list" });
+    box.append(element("h3", { textContent: "Your home" }), where, actions, list);
+    lk.features().appendChild(box);
+
+    let listed = "";
+    async function listHomes() {
+      const r = await lk.call("GET", "homes");
+      if (!r.ok || !r.data) return;
+      list.replaceChildren();
+      r.data.homes.forEach((h) => {
+        const li = element("li", {});
+        li.dataset.name = h.name;
+        li.textContent = (h.group ? h.group : "your home") + ", " + h.size + ": " +
+          (h.inUse ? "in use" : h.deleteAt ? "kept until " + day(h.deleteAt) + " unless a lab uses it before" : "kept");
+        list.append(li);
+      });
+      box.hidden = box.hidden && r.data.homes.length === 0;
+    }
+
+    lk.onSession((s) => {
+      const home = s && s.home;
+      box.hidden = !home;
+      where.textContent = home && home.path
+        ? "Your files under " + home.path + " stay when this lab ends; everything else is deleted."
+        : "";
+      download.hidden = !home || s.status !== "running" || s.kind !== "pod";
+      download.dataset.name = home ? home.name : "";
+      // The list changes when a session starts or ends.
+      const key = s ? s.id + " " + s.status : "";
+      if (key !== listed) {
+        listed = key;
+        listHomes();
+      }
+    });
+
+    download.addEventListener("click", async () => {
+      const name = download.dataset.name;
+      if (!name) return;
+      download.disabled = true;
+      note.textContent = "Preparing the archive…";
+      try {
+        const u = new URL(lk.url("homeArchive"));
+        u.searchParams.set("name", name);
+        const res = await fetch(u, { headers: { Authorization: "Bearer " + lk.token() } });
+        if (!res.ok) {
+          const body = await res.json().catch(() => null);
+          note.textContent = "Download failed: " + (body && body.error ? body.error.message : "labkeep answered " + res.status);
+          return;
+        }
+        const blob = await res.blob();
+        const url = URL.createObjectURL(blob);
+        const a = element("a", { href: url, download: name + ".tar.gz" });
+        document.body.append(a);
+        a.click();
+        a.remove();
+        window.setTimeout(() => URL.revokeObjectURL(url), 10000);
+        note.textContent = "Saved " + name + ".tar.gz (" + blob.size + " bytes).";
+      } catch (e) {
+        note.textContent = "Download failed: " + e;
+      } finally {
+        download.disabled = false;
+      }
+    });
+  });
+})();
