@@ -23,6 +23,7 @@ type consoleState struct {
 	Failing   []row  `json:"failing"`
 	Runs      []row  `json:"runs"`
 	Alerts    []row  `json:"alerts"`
+	Homes     []row  `json:"homes"`
 	Result    result `json:"result"`
 	ReapReady bool   `json:"reapReady"`
 }
@@ -50,7 +51,7 @@ const readConsole = `(() => {
     signin: !$("signin").hidden, console: !$("console").hidden,
     message: $("message").hidden ? "" : $("message").textContent,
     capacity: $("capacity").textContent,
-    sessions: rows("sessions"), failing: rows("failing"), runs: rows("runs"), alerts: rows("alerts"),
+    sessions: rows("sessions"), failing: rows("failing"), runs: rows("runs"), alerts: rows("alerts"), homes: rows("homes"),
     result: { shown: !$("reap-result").hidden, dryRun: $("reap-result").dataset.dryRun || "", failures: $("reap-result").dataset.failures || "",
       counts: $("reap-counts").textContent, errors: [...$("reap-failures").children].map((li) => li.textContent) },
     reapReady: !$("reap-now").disabled,

@@ -121,9 +121,11 @@
 
   async function refresh() {
     window.clearTimeout(state.poll);
-    const [st, ss, al] = await Promise.all([call("GET", "adminStatus"), call("GET", "adminSessions"), call("GET", "adminAlerts?limit=100" + (state.alertsFor ? "&session=" + encodeURIComponent(state.alertsFor) : ""))]);
+    const [st, ss, al, hs] = await Promise.all([call("GET", "adminStatus"), call("GET", "adminSessions"),
+      call("GET", "adminAlerts?limit=100" + (state.alertsFor ? "&session=" + encodeURIComponent(state.alertsFor) : "")),
+      call("GET", "homes?all=true")]);
     if (!state.token) return false;
-    const bad = [st, ss, al].find((r) => !r.ok);
+    const bad = [st, ss, al, hs].find((r) => !r.ok);
     if (bad) {
       showMessage(errorText(bad), "error");
     } else if ($("message").className === "error") {
@@ -132,6 +134,7 @@
     if (ss.ok) renderSessions(ss.data.sessions || []);
     if (st.ok) renderStatus(st.data);
     if (al.ok) renderAlerts(al.data.alerts || []);
+    if (hs.ok) renderHomes(hs.data.homes || []);
     $("updated").textContent = "updated " + new Date().toLocaleTimeString();
     state.poll = window.setTimeout(refresh, pollMs);
     return !bad;
@@ -216,6 +219,39 @@
       tr.dataset.status = s.status;
       return tr;
     }));
+  }
+
+  // renderHomes lists every student's home: whose, its group, size, last
+  // use, the day the reaper deletes it (in use: none), and Delete for one
+  // no session holds.
+  function renderHomes(list) {
+    fill("homes", "no-homes", list.map((h) => {
+      const actions = el("td");
+      if (!h.inUse) {
+        const del = el("button", "Delete", "danger");
+        del.type = "button";
+        del.dataset.deleteHome = h.name;
+        del.addEventListener("click", () => deleteHome(h, del));
+        actions.appendChild(del);
+      }
+      const tr = row([h.student || "(unknown)", h.group || "default", h.size, when(h.lastUse),
+        h.inUse ? "in use" : h.deleteAt ? when(h.deleteAt) : "kept", actions]);
+      tr.dataset.home = h.name;
+      return tr;
+    }));
+  }
+
+  async function deleteHome(h, button) {
+    if (button.dataset.armed !== "true") {
+      button.dataset.armed = "true";
+      button.textContent = "Really delete " + (h.student || "this student") + "'s files?";
+      window.clearTimeout(state.poll); // keep the armed button on screen
+      state.poll = window.setTimeout(refresh, pollMs * 2);
+      return;
+    }
+    const r = await call("POST", "adminDeleteHome", { name: h.name }, true);
+    showMessage(r.ok ? "deleted " + (h.student || "") + "'s home " + h.name : errorText(r), r.ok ? "info" : "error");
+    await refresh();
   }
 
   function showAlerts(id) {
