@@ -54,15 +54,23 @@ func TestForkBombIsContained(t *testing.T) {
 			args := v.args()
 			start := time.Now()
 			bomb := ws.user(args[0], args[1:]...)
-			peak := 0
 			var contained time.Duration
 			// Contained: guardian has frozen and killed it, and every one of
-			// its processes is gone. (The bomb may grow and die between two
-			// samples here, so its peak is only reported.)
+			// its processes is gone. The process table is read only once
+			// guardian's log says the containment finished: reading every
+			// process's exe 20 times a second, under the race detector,
+			// competes for the CPU the bomb's quota leaves guardian on this
+			// 2-core machine, as a real node's guardian, weighted first in
+			// its Pod, never has to. (In two make test runs 161 and 289 ms
+			// passed between guardian seeing the bomb and its freeze
+			// starting, where alone it took 0.4-12 ms, and a login timed
+			// out.)
 			ok := eventually(60*time.Second, func() bool {
+				if len(g.records("containment finished")) == 0 {
+					return false
+				}
 				n, _ := bombProcs()
-				peak = max(peak, n)
-				if !bomb.alive() && len(g.records("containment finished")) > 0 && n == 0 {
+				if !bomb.alive() && n == 0 {
 					contained = time.Since(start)
 					return true
 				}
@@ -70,7 +78,7 @@ func TestForkBombIsContained(t *testing.T) {
 			})
 			if !ok {
 				n, total := bombProcs()
-				t.Fatalf("bomb not contained after 60s: %d bomb processes of %d (peak %d)", n, total, peak)
+				t.Fatalf("bomb not contained after 60s: %d bomb processes of %d; guardian's containments: %v", n, total, g.records("containment finished"))
 			}
 			// Stays contained.
 			time.Sleep(2 * time.Second)
@@ -116,8 +124,8 @@ func TestForkBombIsContained(t *testing.T) {
 				took = append(took, strconv.FormatFloat(r["took_ms"].(float64), 'f', 0, 64)+"ms/"+strconv.FormatFloat(r["killed"].(float64), 'f', 0, 64)+" killed/"+strconv.FormatFloat(r["rounds"].(float64), 'f', 0, 64)+" rounds")
 			}
 			refused := keyed(t, ws.rel, "pids", "pids.events")["max"]
-			t.Logf("fork bomb (%s): peak %d processes, bomb start → contained %v; guardian freeze-kill-thaw: %v; forks refused at pids.max: %d",
-				v.name, peak, contained.Round(time.Millisecond), took, refused)
+			t.Logf("fork bomb (%s): bomb start → contained %v; guardian freeze-kill-thaw: %v; forks refused at pids.max: %d",
+				v.name, contained.Round(time.Millisecond), took, refused)
 			t.Logf("logins during the bomb: %d ok, %d failed (latency p50 %v max %v)", len(lat), len(failures), percentile(lat, 0.5), percentile(lat, 1))
 			switch {
 			case len(failures) > 0 && emulated():
