@@ -160,7 +160,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	reg.MustRegister(liveCollector{rows})
 	usher := seating.NewUsher(seating.Config{
 		Rows: rows, Store: store, Cluster: cluster, Labs: catalog, Limits: cfg.Limits,
-		Waitlist: store, Pool: pool, Now: now, Log: log, Metrics: newSeatingMetrics(reg),
+		Waitlist: store, Pool: pool, Homes: cluster, Now: now, Log: log, Metrics: newSeatingMetrics(reg),
 	})
 	reg.MustRegister(seatsCollector{usher})
 	svc := &session.Service{Starter: rows, Labs: catalog, Seating: usher, Homes: cluster, OpenRate: cfg.OpenRate}
@@ -184,7 +184,7 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	a.handler = api.WithAdmin(httpapi.AdminOptions{
 		Alerts: store, Limits: cfg.Alerts, Key: cfg.AlertKey(),
 	}, api.WithReaper(httpapi.ReaperOptions{
-		Reaper: reaper, DryRun: &preview, SchedulerToken: cfg.SchedulerToken, Gatherer: public, MetricsToken: cfg.MetricsToken, Homes: reaper, Archiver: cluster,
+		Reaper: reaper, DryRun: &preview, SchedulerToken: cfg.SchedulerToken, Gatherer: public, MetricsToken: cfg.MetricsToken, HomeKeeper: reaper, Archiver: cluster,
 		Status: func(ctx context.Context) (reap.Status, error) {
 			return reaper.ReadStatus(ctx, store, cluster, cfg.AdminStatusRuns, cfg.Limits.MaxVMs)
 		},

@@ -32,6 +32,7 @@ var statusTable = []struct {
 	{session.ErrInvalidKey, http.StatusBadRequest},
 	{session.ErrSessionExists, http.StatusConflict},
 	{session.ErrHomeQuota, http.StatusConflict},
+	{session.ErrHomeBusy, http.StatusConflict},
 	{session.ErrExtensionCap, http.StatusConflict},
 	{session.ErrNotRunning, http.StatusConflict},
 	{session.ErrNoSession, http.StatusNotFound},

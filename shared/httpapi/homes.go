@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,8 +17,8 @@ import (
 // HomeKeeper lists students' homes and deletes an unused one
 // (reap.Reaper, which owns their retention).
 type HomeKeeper interface {
-	Homes(ctx context.Context) ([]reap.HomeStatus, error)
-	DeleteHome(ctx context.Context, name string) error
+	HomeStatuses(ctx context.Context) ([]reap.HomeStatus, error)
+	DeleteUnusedHome(ctx context.Context, name string) error
 }
 
 // homes serves GET /homes: a student's own homes (?student= for an
@@ -50,7 +51,7 @@ func (a *API) homes(w http.ResponseWriter, r *http.Request, k HomeKeeper) {
 		a.writeErrorFor(w, r, p, err, nil)
 		return
 	}
-	list, err := k.Homes(r.Context())
+	list, err := k.HomeStatuses(r.Context())
 	if err != nil {
 		a.writeErrorFor(w, r, p, err, nil)
 		return
@@ -81,7 +82,7 @@ func (a *API) adminDeleteHome(w http.ResponseWriter, r *http.Request, k HomeKeep
 		a.writeError(w, r, fmt.Errorf("%w: name is required", access.ErrBadRequest), nil)
 		return
 	}
-	if err := k.DeleteHome(r.Context(), body.Name); err != nil {
+	if err := k.DeleteUnusedHome(r.Context(), body.Name); err != nil {
 		a.writeErrorFor(w, r, access.Principal{Role: access.RoleAdmin}, err, nil)
 		return
 	}
@@ -112,16 +113,17 @@ func (a *API) homeArchive(w http.ResponseWriter, r *http.Request, k HomeKeeper, 
 		}
 	}
 	name := q.Get("name")
-	list, err := k.Homes(r.Context())
+	if name == "" {
+		a.writeErrorFor(w, r, p, fmt.Errorf("%w: name is required", access.ErrBadRequest), nil)
+		return
+	}
+	list, err := k.HomeStatuses(r.Context())
 	if err != nil {
 		a.writeErrorFor(w, r, p, err, nil)
 		return
 	}
 	i := slices.IndexFunc(list, func(h reap.HomeStatus) bool { return h.Name == name && h.Student == p.Subject })
 	switch {
-	case name == "":
-		a.writeErrorFor(w, r, p, fmt.Errorf("%w: name is required", access.ErrBadRequest), nil)
-		return
 	case i < 0:
 		a.writeErrorFor(w, r, p, fmt.Errorf("%w: %q is not one of your homes", access.ErrForbidden, name), nil)
 		return
@@ -130,7 +132,11 @@ func (a *API) homeArchive(w http.ResponseWriter, r *http.Request, k HomeKeeper, 
 		return
 	}
 	st, err := a.svc.Get(r.Context(), p.Subject, "")
-	if err != nil || st.Session == nil || st.Session.Home != name {
+	if err != nil && !errors.Is(err, session.ErrNoSession) {
+		a.writeErrorFor(w, r, p, err, nil)
+		return
+	}
+	if st.Session == nil || st.Session.Home != name {
 		a.writeErrorFor(w, r, p, fmt.Errorf("%w: open a lab that keeps this home, then download it while it runs", session.ErrNotRunning), nil)
 		return
 	}

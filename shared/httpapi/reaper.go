@@ -34,10 +34,10 @@ type ReaperOptions struct {
 	// …). If empty, reapTick refuses every call: an unauthenticated
 	// endpoint that deletes things is never the default.
 	SchedulerToken string
-	// Homes serves GET /homes and POST /adminDeleteHome, and with
+	// HomeKeeper serves GET /homes and POST /adminDeleteHome, and with
 	// Archiver GET /homeArchive (nil: no such routes).
-	Homes    HomeKeeper
-	Archiver HomeArchiver
+	HomeKeeper HomeKeeper
+	Archiver   HomeArchiver
 	// Gatherer serves /metrics (nil: no /metrics route).
 	Gatherer prometheus.Gatherer
 	// MetricsToken authenticates GET /metrics (Authorization: Bearer …).
@@ -118,11 +118,11 @@ func (a *API) WithReaper(o ReaperOptions) http.Handler {
 	if o.Gatherer != nil {
 		mux.Handle("/metrics", a.Metrics(o.Gatherer, o.MetricsToken))
 	}
-	if o.Homes != nil {
-		mux.HandleFunc("/homes", func(w http.ResponseWriter, r *http.Request) { a.homes(w, r, o.Homes) })
-		mux.HandleFunc("/adminDeleteHome", func(w http.ResponseWriter, r *http.Request) { a.adminDeleteHome(w, r, o.Homes) })
+	if o.HomeKeeper != nil {
+		mux.HandleFunc("/homes", func(w http.ResponseWriter, r *http.Request) { a.homes(w, r, o.HomeKeeper) })
+		mux.HandleFunc("/adminDeleteHome", func(w http.ResponseWriter, r *http.Request) { a.adminDeleteHome(w, r, o.HomeKeeper) })
 		if o.Archiver != nil {
-			mux.HandleFunc("/homeArchive", func(w http.ResponseWriter, r *http.Request) { a.homeArchive(w, r, o.Homes, o.Archiver) })
+			mux.HandleFunc("/homeArchive", func(w http.ResponseWriter, r *http.Request) { a.homeArchive(w, r, o.HomeKeeper, o.Archiver) })
 		}
 	}
 	mux.Handle("/", a)

@@ -3,6 +3,7 @@ package kube
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 
@@ -120,17 +121,21 @@ func (b builder) homeCloudConfig(n labs.Node) string {
 // HomeFor implements session.Homes: the student's home for the lab, when
 // it exists (it is used as it is) or a new one of the lab's size keeps
 // the student's homes in this environment within HomeTotal;
-// session.ErrHomeQuota, saying by how much, when it would not.
+// session.ErrHomeQuota, saying by how much, when it would not;
+// session.ErrHomeBusy while the home is being deleted (a session would
+// wait for a claim that is going).
 func (c *Cluster) HomeFor(ctx context.Context, student string, lab labs.Lab) (string, error) {
 	if lab.Home == nil {
 		return "", nil
 	}
 	b := builder{cfg: c.cfg, sess: session.Session{Student: student}, lab: lab}
 	want := b.homeClaim()
-	switch exists, err := c.homeExists(ctx, want.Name); {
+	switch state, err := c.homeState(ctx, want.Name); {
 	case err != nil:
 		return "", err
-	case exists:
+	case state == homeDeleting:
+		return "", fmt.Errorf("%w: your home %s is being deleted (an admin or the reaper removed it); open the lab again in a minute for a new, empty one", session.ErrHomeBusy, want.Name)
+	case state == homePresent:
 		return want.Name, nil
 	}
 	cctx, cancel := c.call(ctx)
@@ -142,7 +147,9 @@ func (c *Cluster) HomeFor(ctx context.Context, student string, lab labs.Lab) (st
 	}
 	total := want.Spec.Resources.Requests[corev1.ResourceStorage]
 	for _, h := range homes.Items {
-		total.Add(h.Spec.Resources.Requests[corev1.ResourceStorage])
+		if h.DeletionTimestamp == nil { // one being deleted holds nothing for long
+			total.Add(h.Spec.Resources.Requests[corev1.ResourceStorage])
+		}
 	}
 	if total.Cmp(c.cfg.HomeTotal) > 0 {
 		return "", fmt.Errorf("%w: lab %s keeps a home of %s, which would bring your homes to %s, over the %s a student may keep; ask an admin to delete a home you no longer need",
@@ -151,22 +158,34 @@ func (c *Cluster) HomeFor(ctx context.Context, student string, lab labs.Lab) (st
 	return want.Name, nil
 }
 
-// homeExists reports whether the home claim name exists.
-func (c *Cluster) homeExists(ctx context.Context, name string) (bool, error) {
+// homeState is whether a home claim exists.
+type homeState int
+
+const (
+	homeAbsent homeState = iota
+	homePresent
+	homeDeleting // it exists with a deletion timestamp
+)
+
+// homeState reads whether the home claim name exists.
+func (c *Cluster) homeState(ctx context.Context, name string) (homeState, error) {
 	cctx, cancel := c.call(ctx)
 	defer cancel()
-	_, err := c.kube.CoreV1().PersistentVolumeClaims(c.cfg.Namespace).Get(cctx, name, metav1.GetOptions{})
+	pvc, err := c.kube.CoreV1().PersistentVolumeClaims(c.cfg.Namespace).Get(cctx, name, metav1.GetOptions{})
 	switch {
-	case err == nil:
-		return true, nil
 	case apierrors.IsNotFound(err):
-		return false, nil
+		return homeAbsent, nil
+	case err != nil:
+		return homeAbsent, fmt.Errorf("reading the student's home %s: %w", name, err)
+	case pvc.DeletionTimestamp != nil:
+		return homeDeleting, nil
 	}
-	return false, fmt.Errorf("reading the student's home %s: %w", name, err)
+	return homePresent, nil
 }
 
-// Homes implements reap.Cluster: this environment's homes, one list call.
-func (c *Cluster) Homes(ctx context.Context) ([]reap.HomeClaim, error) {
+// ListHomes implements reap.Cluster: this environment's homes, one list
+// call.
+func (c *Cluster) ListHomes(ctx context.Context) ([]reap.HomeClaim, error) {
 	list, err := listWith(ctx, c, c.kube.CoreV1().PersistentVolumeClaims(c.cfg.Namespace).List, metav1.ListOptions{LabelSelector: labels.SelectorFromSet(labels.Set{
 		LabelEnv: c.cfg.Env, LabelRole: RoleHome}).String()})
 	if err != nil {
@@ -220,12 +239,18 @@ func (c *Cluster) DeleteHome(ctx context.Context, h reap.HomeClaim) error {
 }
 
 // ensureHome makes the student's home for the lab unless it exists. The
-// open checked HomeAllowed before it wrote the session's row.
+// open asked HomeFor before it wrote the session's row; a home deleted
+// since (the reaper's delete racing this open) fails the open rather than
+// leave its Pod waiting for a claim that is going.
 func (c *Cluster) ensureHome(ctx context.Context, b builder) error {
 	want := b.homeClaim()
-	exists, err := c.homeExists(ctx, want.Name)
-	if err != nil || exists {
+	switch state, err := c.homeState(ctx, want.Name); {
+	case err != nil:
 		return err
+	case state == homeDeleting:
+		return fmt.Errorf("the student's home %s is being deleted; open the lab again for a new one", want.Name)
+	case state == homePresent:
+		return nil
 	}
 	if _, err := create(ctx, c, "the student's home", want, c.kube.CoreV1().PersistentVolumeClaims(c.cfg.Namespace).Create); err != nil && !apierrors.IsAlreadyExists(err) {
 		return err
@@ -239,7 +264,10 @@ func (c *Cluster) ensureHome(ctx context.Context, b builder) error {
 // is streamed and never stored. ErrNotRunning when s has no running
 // workspace with a home.
 func (c *Cluster) ArchiveHome(ctx context.Context, s session.Session, w io.Writer) error {
-	if s.Kind != labs.KindPod || s.Status != session.StatusRunning || s.Home == "" || len(s.Nodes) != 1 || c.rc == nil {
+	if c.rc == nil {
+		return errors.New("this cluster adapter was made without a REST config (NewForConfig): it cannot exec")
+	}
+	if s.Kind != labs.KindPod || s.Status != session.StatusRunning || s.Home == "" || len(s.Nodes) != 1 {
 		return fmt.Errorf("%w: a home is downloaded while a running pod lab session holds it", session.ErrNotRunning)
 	}
 	name := session.NodeName(s.ID, s.Nodes[0].Name)

@@ -99,9 +99,6 @@ func (c *Cluster) Inventory(ctx context.Context) (reap.Inventory, error) {
 			o.Ready, o.Down = PodState("", pod).Ready, PodDown(pod)
 		}
 	}
-	if inv.Homes, err = c.Homes(ctx); err != nil {
-		return inv, err
-	}
 	return inv, nil
 }
 

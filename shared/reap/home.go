@@ -103,10 +103,10 @@ type HomeStatus struct {
 	DeleteAt *time.Time `json:"deleteAt,omitempty"`
 }
 
-// Homes lists this environment's homes, by name, with when each goes;
-// one being deleted is left out.
-func (r *Reaper) Homes(ctx context.Context) ([]HomeStatus, error) {
-	claims, err := r.Cluster.Homes(ctx)
+// HomeStatuses lists this environment's homes, by name, with when each
+// goes; one being deleted is left out.
+func (r *Reaper) HomeStatuses(ctx context.Context) ([]HomeStatus, error) {
+	claims, err := r.Cluster.ListHomes(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -135,11 +135,11 @@ func (r *Reaper) Homes(ctx context.Context) ([]HomeStatus, error) {
 	return out, nil
 }
 
-// DeleteHome is the admin's delete of a home no session holds:
+// DeleteUnusedHome is the admin's delete of a home no session holds:
 // ErrNoHome if this environment has none of that name, ErrHomeInUse while
 // a live session holds it.
-func (r *Reaper) DeleteHome(ctx context.Context, name string) error {
-	claims, err := r.Cluster.Homes(ctx)
+func (r *Reaper) DeleteUnusedHome(ctx context.Context, name string) error {
+	claims, err := r.Cluster.ListHomes(ctx)
 	if err != nil {
 		return err
 	}
@@ -157,26 +157,32 @@ func (r *Reaper) DeleteHome(ctx context.Context, name string) error {
 	return r.Cluster.DeleteHome(ctx, claims[i])
 }
 
-// planHomes is PlanHomes over the run's inventory, with the homes' use
-// read from the Store (one query).
-func (r *Reaper) planHomes(ctx context.Context, inv Inventory) ([]Item, error) {
-	if r.Config.HomeRetention <= 0 || len(inv.Homes) == 0 {
+// planHomes is PlanHomes over this environment's homes (one list call),
+// with their use read from the Store (one query).
+func (r *Reaper) planHomes(ctx context.Context) ([]Item, error) {
+	if r.Config.HomeRetention <= 0 {
 		return nil, nil
 	}
-	names := make([]string, len(inv.Homes))
-	for i, h := range inv.Homes {
+	homes, err := r.Cluster.ListHomes(ctx)
+	if err != nil || len(homes) == 0 {
+		return nil, err
+	}
+	names := make([]string, len(homes))
+	for i, h := range homes {
 		names[i] = h.Name
 	}
 	use, err := r.Store.HomeUse(ctx, names)
 	if err != nil {
 		return nil, fmt.Errorf("reading when homes were last used: %w", err)
 	}
-	return PlanHomes(r.Now(), inv.Homes, use, r.Config.Rules), nil
+	return PlanHomes(r.Now(), homes, use, r.Config.Rules), nil
 }
 
 // deleteHome deletes an unused home after asking the sessions again: an
-// open may have taken it since the plan (its row names the home before
-// the home is mounted), and then it stays.
+// open that took it since the plan (its row names the home before the
+// home is mounted) keeps it. An open whose row lands between that
+// question and the delete finds its home being deleted and is refused
+// (session.ErrHomeBusy); its next open makes a new one.
 func (r *Reaper) deleteHome(ctx context.Context, log *slog.Logger, it Item, dryRun bool, fail func(string, error)) bool {
 	h := it.HomeClaim
 	use, err := r.Store.HomeUse(ctx, []string{h.Name})

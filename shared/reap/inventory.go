@@ -49,8 +49,6 @@ type Inventory struct {
 	// not on their way to running (stopped, crash-looping, unschedulable,
 	// image or volume errors), by name, with what it reports.
 	VMDown map[string]string
-	// Homes are this environment's students' homes.
-	Homes []HomeClaim
 	// ListedAt is when the first list started; anything created later may
 	// be missing from the snapshot.
 	ListedAt time.Time

@@ -80,8 +80,8 @@ type Cluster interface {
 	Delete(ctx context.Context, r session.ObjectRef) error
 	// Teardowner deletes every object a session can own, by name.
 	session.Teardowner
-	// Homes lists this environment's homes (one list call).
-	Homes(ctx context.Context) ([]HomeClaim, error)
+	// ListHomes lists this environment's homes (one list call).
+	ListHomes(ctx context.Context) ([]HomeClaim, error)
 	// DeleteHome deletes a student's home, the claim of that UID; already
 	// gone counts as deleted. A claim that is not a home of this
 	// environment is never deleted: that is an error.
@@ -258,14 +258,14 @@ func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (Report, error) {
 		report.Failures = append(report.Failures, Failure{Kind: FailedSuspects, Error: err.Error()})
 	}
 	items, suspects := Plan(r.Now(), live, invp, prev, cfg.Rules)
-	if invp != nil {
-		homes, err := r.planHomes(runCtx, inv)
-		if err != nil {
-			log.Warn("cannot plan unused homes; none deleted this run", "err", err)
-			report.Failures = append(report.Failures, Failure{Kind: Home, Error: err.Error()})
-		}
-		items = append(items, homes...)
+	// Homes have a list of their own: failing to read them skips them
+	// alone, never the sessions' sweep.
+	homes, err := r.planHomes(runCtx)
+	if err != nil {
+		log.Warn("cannot plan unused homes; none deleted this run", "err", err)
+		report.Failures = append(report.Failures, Failure{Kind: FailedHomes, Error: err.Error()})
 	}
+	items = append(items, homes...)
 	if invp != nil && err == nil {
 		if err := r.Store.SaveSuspects(runCtx, suspects); err != nil {
 			log.Warn("cannot hand this run's suspects on", "err", err)

@@ -60,4 +60,7 @@ const (
 	// this run's stored; no missing VMI or Pod is confirmed until a run
 	// can do both.
 	FailedSuspects ItemKind = "suspects"
+	// FailedHomes: the homes or their use could not be read; no home is
+	// deleted this run.
+	FailedHomes ItemKind = "homes"
 )

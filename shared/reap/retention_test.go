@@ -48,6 +48,8 @@ type emptyCluster struct{ Cluster }
 
 func (emptyCluster) Inventory(context.Context) (Inventory, error) { return Inventory{}, nil }
 
+func (emptyCluster) ListHomes(context.Context) ([]HomeClaim, error) { return nil, nil }
+
 // A run deletes the refused opens that finished more than RefusedRetention
 // before it started, at most RetentionBatch of them, and counts them in its
 // report; a dry run deletes none; a failure to delete them is a retention

@@ -108,6 +108,10 @@ type Config struct {
 	Waitlist Waitlist
 	// Pool is the warm pool; nil: every open provisions cold.
 	Pool *WarmPool
+	// Homes names the home a served entry's session holds (an entry keeps
+	// only the open's student, lab and key); nil: a lab that keeps a home
+	// is never served from the line.
+	Homes session.Homes
 	// Now is the clock; time.Now in production.
 	Now func() time.Time
 	Log *slog.Logger
@@ -127,6 +131,7 @@ type Usher struct {
 	limits   Limits
 	waitlist Waitlist
 	pool     *WarmPool
+	homes    session.Homes
 	clock    func() time.Time
 	log      *slog.Logger
 	metrics  Metrics
@@ -137,7 +142,7 @@ var _ session.Seating = (*Usher)(nil)
 // NewUsher builds an Usher from c.
 func NewUsher(c Config) *Usher {
 	u := &Usher{rows: c.Rows, store: c.Store, cluster: c.Cluster, labs: c.Labs, limits: c.Limits,
-		waitlist: c.Waitlist, pool: c.Pool, clock: c.Now, log: c.Log, metrics: c.Metrics}
+		waitlist: c.Waitlist, pool: c.Pool, homes: c.Homes, clock: c.Now, log: c.Log, metrics: c.Metrics}
 	if u.metrics == nil {
 		u.metrics = noMetrics{}
 	}

@@ -343,7 +343,7 @@ func (u *Usher) serveRound(ctx context.Context) (served int, again bool, err err
 func (u *Usher) serveEntry(ctx context.Context, head Entry, lab labs.Lab, c Capacity) (ok bool, err error) {
 	// The head waits for nobody: a ready warm instance serves it without
 	// new capacity, else it needs room in its bucket.
-	in := Input{Lab: lab.Name, Capacity: c, Warm: u.pool != nil, Wait: true}
+	in := Input{Lab: lab.Name, Capacity: c, Warm: u.pool != nil && lab.Home == nil, Wait: true}
 	if Decide(in).Verdict == Claim {
 		if claimed, ok := u.claim(ctx, session.Session{ID: head.ID, Student: head.Student, StudentKey: head.StudentKey}, lab); ok {
 			u.metrics.QueueEvent(lab.Name, QueueServed)
@@ -361,6 +361,16 @@ func (u *Usher) serveEntry(ctx context.Context, head Entry, lab labs.Lab, c Capa
 	sess, err := u.rows.New(head.ID, head.Student, lab, head.StudentKey)
 	if err != nil {
 		return false, err
+	}
+	if lab.Home != nil {
+		// The row names the home it holds, as an open's does: it is in
+		// use from now on, and it is the student's.
+		if u.homes == nil {
+			return false, fmt.Errorf("lab %s keeps a home, and this usher keeps none", lab.Name)
+		}
+		if sess.Home, err = u.homes.HomeFor(ctx, head.Student, lab); err != nil {
+			return false, err
+		}
 	}
 	switch err := u.waitlist.Promote(ctx, sess); {
 	case errors.Is(err, session.ErrNoSession):

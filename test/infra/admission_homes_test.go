@@ -112,6 +112,7 @@ func TestAdmissionAdmitsOnlyTheStudentsOwnHome(t *testing.T) {
 		}), refusedHome},
 		{"a home of a session", claim(func(c *corev1.PersistentVolumeClaim) { c.Labels[kube.LabelSession] = own.ID }), refusedHome},
 		{"a claim of another role", claim(func(c *corev1.PersistentVolumeClaim) { c.Labels[kube.LabelRole] = "workspace" }), refusedHome},
+		{"a claim with no role", claim(func(c *corev1.PersistentVolumeClaim) { delete(c.Labels, kube.LabelRole) }), refusedLabels},
 		{"a home binding a chosen volume", claim(func(c *corev1.PersistentVolumeClaim) { c.Spec.VolumeName = "pv-of-someone" }), refusedHome},
 		{"a home selecting volumes", claim(func(c *corev1.PersistentVolumeClaim) {
 			c.Spec.Selector = &metav1.LabelSelector{MatchLabels: map[string]string{"owner": "someone"}}
@@ -172,13 +173,17 @@ func TestAdmissionAdmitsOnlyTheStudentsOwnHome(t *testing.T) {
 		{"another student's group home", pod(homeClaimed(kube.HomeName(env, otherStudent, "netsec"))), refusedVolume},
 		{"its student's home in another environment", pod(homeClaimed(kube.HomeName("other-env", student, ""))), refusedVolume},
 		{"a claim whose name only starts like its student's home", pod(homeClaimed(ownHome + "0")), refusedVolume},
+		{"its student's VM home (a disk image)", pod(homeClaimed(kube.HomeName(env, student, "vm"))), refusedVolume},
+		{"its student's VM group home", pod(homeClaimed(kube.HomeName(env, student, "vm-netsec"))), refusedVolume},
 		{"its student's home in a pool instance", pod(func(p *corev1.Pod, ws, g *corev1.Container) {
 			p.Labels = maps.Clone(p.Labels)
 			delete(p.Labels, kube.LabelStudent)
 			p.Labels[kube.LabelPool] = kube.PoolWarm
 		}), refusedVolume},
 		{"labkeep's own VM with its student's home", vmHome(kube.HomeName(env, student, "vm")), ""},
-		{"a VM with another student's home", vmHome(kube.HomeName(env, otherStudent, "")), refusedVMVolumes},
-		{"a VM with its student's home in another environment", vmHome(kube.HomeName("other-env", student, "")), refusedVMVolumes},
+		{"a VM with its student's VM group home", vmHome(kube.HomeName(env, student, "vm-netsec")), ""},
+		{"a VM with its student's Pod home (files, no disk image)", vmHome(ownHome), refusedVMVolumes},
+		{"a VM with another student's home", vmHome(kube.HomeName(env, otherStudent, "vm")), refusedVMVolumes},
+		{"a VM with its student's home in another environment", vmHome(kube.HomeName("other-env", student, "vm")), refusedVMVolumes},
 	})
 }

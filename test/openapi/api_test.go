@@ -22,7 +22,9 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"labkeep/infra"
 	"labkeep/localrun/stacktest"
+	"labkeep/shared/kube"
 	"labkeep/shared/reap"
 )
 
@@ -103,7 +105,18 @@ func TestEveryRouteMatchesTheDescription(t *testing.T) {
 	// Three VMs: a, the stuck student's and b's; c finds none. A session
 	// may be extended by at most a minute, so a minute on the clock
 	// reaches the cap.
-	d := stacktest.Deploy(t, st, stacktest.Options{MaxVMs: 3, Lifetime: 10 * time.Minute, MaxLifetime: 11 * time.Minute})
+	// The shipped labs, and one keeping a home.
+	sample, err := infra.File("labs.yaml")
+	if err != nil {
+		t.Fatal(err)
+	}
+	labsYAML := string(sample) + `  - name: shell-home
+    kind: pod
+    image: ghcr.io/labkeep/workspace:debian12
+    nodes: [{role: workspace, cpu: 500m, memory: 512Mi}]
+    home: {size: 64Mi, mountPath: /home/student}
+`
+	d := stacktest.Deploy(t, st, stacktest.Options{MaxVMs: 3, Lifetime: 10 * time.Minute, MaxLifetime: 11 * time.Minute, LabsYAML: labsYAML})
 	cl := newClient(d.Server.URL, chk)
 	tok := func(sub string) string { return bearer(d.Token(sub, "student")) }
 	admin := bearer(d.Token("ops", "admin"))
@@ -375,6 +388,39 @@ func TestEveryRouteMatchesTheDescription(t *testing.T) {
 		cl.do(t, call{method: "POST", path: "/closeSession", auth: tok("w"), status: 200})
 	})
 
+	// Two students' homes on the real node: h's is archived and, once
+	// unused, deleted; k's stays for the database-down answers below.
+	homeOf := func(student string) string { return kube.HomeName(d.Env, student, "") }
+	t.Run("homes", func(t *testing.T) {
+		for _, s := range []string{"h", "k"} {
+			cl.do(t, call{method: "POST", path: "/openSession", auth: tok(s), body: `{"lab":"shell-home"}`, status: 201})
+			d.WaitRunning(s, 3*time.Minute)
+		}
+		h, named := homeOf("h"), func(h string) string { return `{"name":"` + h + `"}` }
+		cl.run(t, []call{
+			{name: "homes", method: "GET", path: "/homes", auth: tok("h"), status: 200},
+			{name: "every home", method: "GET", path: "/homes?all=true", auth: admin, status: 200},
+			{name: "homes with an unknown query", method: "GET", path: "/homes?x=1", auth: tok("h"), status: 400, code: "bad_request"},
+			{name: "homes without a token", method: "GET", path: "/homes", status: 401, code: "unauthorized", invalid: true},
+			{name: "every home as a student", method: "GET", path: "/homes?all=true", auth: tok("h"), status: 403, code: "forbidden"},
+			{name: "archive", method: "GET", path: "/homeArchive?name=" + h, auth: tok("h"), status: 200},
+			{name: "archive without a name", method: "GET", path: "/homeArchive", auth: tok("h"), status: 400, code: "bad_request", invalid: true},
+			{name: "archive without a token", method: "GET", path: "/homeArchive?name=" + h, status: 401, code: "unauthorized", invalid: true},
+			{name: "archive of another's home", method: "GET", path: "/homeArchive?name=" + h, auth: tok("k"), status: 403, code: "forbidden"},
+			{name: "delete a home in use", method: "POST", path: "/adminDeleteHome", auth: admin, body: named(h), status: 409, code: "home_in_use"},
+			{name: "delete no home", method: "POST", path: "/adminDeleteHome", auth: admin, body: named("home-nope"), status: 404, code: "no_home"},
+			{name: "delete without a name", method: "POST", path: "/adminDeleteHome", auth: admin, body: `{}`, status: 400, code: "bad_request", invalid: true},
+			{name: "delete, not JSON", method: "POST", path: "/adminDeleteHome", auth: admin, ctype: "text/plain", body: h, status: 415, code: "unsupported_media_type", invalid: true},
+			{name: "delete, too large", method: "POST", path: "/adminDeleteHome", auth: admin, body: padded(`"name":"` + h + `"`), status: 413, code: "too_large"},
+			{name: "delete without a token", method: "POST", path: "/adminDeleteHome", body: named(h), status: 401, code: "unauthorized", invalid: true},
+			{name: "delete as a student", method: "POST", path: "/adminDeleteHome", auth: tok("h"), body: named(h), status: 403, code: "forbidden"},
+			{name: "close h", method: "POST", path: "/closeSession", auth: tok("h"), status: 200},
+			{name: "close k", method: "POST", path: "/closeSession", auth: tok("k"), status: 200},
+			{name: "archive with no session running", method: "GET", path: "/homeArchive?name=" + h, auth: tok("h"), status: 409, code: "not_running"},
+			{name: "delete the unused home", method: "POST", path: "/adminDeleteHome", auth: admin, body: named(h), status: 200},
+		})
+	})
+
 	t.Run("provisioning refused", func(t *testing.T) {
 		refuseNetworkPolicies(t, d)
 		cl.do(t, call{method: "POST", path: "/openSession", auth: tok("e"), body: `{"lab":"linux-vm"}`, status: 502, code: "provisioning_failed"})
@@ -396,6 +442,9 @@ func TestEveryRouteMatchesTheDescription(t *testing.T) {
 			{name: "tick", method: "POST", path: "/reapTick", auth: scheduler, status: 500, code: "internal"},
 			{name: "terminal", method: "GET", path: "/terminal/connect?session=" + aID, auth: tok("a"), header: wsUpgrade, status: 500, code: "internal"},
 			{name: "cleanup", method: "POST", path: "/terminal/cleanup", auth: tok("a"), body: `{"session":"` + aID + `"}`, status: 500, code: "internal"},
+			{name: "homes", method: "GET", path: "/homes", auth: tok("k"), status: 500, code: "internal"},
+			{name: "archive", method: "GET", path: "/homeArchive?name=" + homeOf("k"), auth: tok("k"), status: 500, code: "internal"},
+			{name: "delete a home", method: "POST", path: "/adminDeleteHome", auth: admin, body: `{"name":"` + homeOf("k") + `"}`, status: 500, code: "internal"},
 		})
 	})
 

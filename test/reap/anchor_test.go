@@ -247,8 +247,8 @@ func TestInventoryIgnoresVirtLauncherPods(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if n := b.Faults.Lists() - lists; n != 7 {
-		t.Errorf("inventory made %d list calls, want 7 (six kinds of session object, no Secrets, and the students' homes)", n)
+	if n := b.Faults.Lists() - lists; n != 6 {
+		t.Errorf("inventory made %d list calls, want 6 (no Secrets)", n)
 	}
 	var kinds []string
 	for _, o := range inv.Objects {

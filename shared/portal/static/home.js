@@ -1,8 +1,9 @@
 // The student's homes on the student page (a feature module, see
 // portal.js's window.labkeep): what stays when a lab ends. For a session
 // that holds a home it says where the home is mounted; while the session
-// runs, "Download your home" saves it as a .tar.gz (GET /homeArchive,
-// streamed by labkeep from the running workspace, never stored). Every
+// runs, "Download your home" saves it as a .tar.gz (GET /homeArchive:
+// labkeep streams it from the running workspace and stores it nowhere;
+// the page holds it in memory until it is saved). Every
 // home of the student is listed with its size and, while no session holds
 // it, the day labkeep deletes it unless a lab uses it before (GET /homes).
 (() => {
@@ -27,9 +28,12 @@
     lk.features().appendChild(box);
 
     let listed = "";
+    let homes = 0; // how many homes the last list showed
     async function listHomes() {
       const r = await lk.call("GET", "homes");
       if (!r.ok || !r.data) return;
+      homes = r.data.homes.length;
+      box.hidden = box.hidden && homes === 0;
       list.replaceChildren();
       r.data.homes.forEach((h) => {
         const li = element("li", {});
@@ -38,12 +42,11 @@
           (h.inUse ? "in use" : h.deleteAt ? "kept until " + day(h.deleteAt) + " unless a lab uses it before" : "kept");
         list.append(li);
       });
-      box.hidden = box.hidden && r.data.homes.length === 0;
     }
 
     lk.onSession((s) => {
       const home = s && s.home;
-      box.hidden = !home;
+      box.hidden = !home && homes === 0;
       where.textContent = home && home.path
         ? "Your files under " + home.path + " stay when this lab ends; everything else is deleted."
         : "";
