@@ -100,7 +100,7 @@ func TestGuardianKeepsTheV2WorkspaceUsable(t *testing.T) {
 		// count once timed out after a minute, after a bomb. The final
 		// "." shows the walk completed; the counting shell is dash too
 		// and leaves itself out.
-		out := strings.TrimSpace(execWorkspace(t, pod.Name, fmt.Sprintf(`find /proc -mindepth 2 -maxdepth 2 -name exe ! -path "/proc/$$/exe" -lname %q -printf x 2>/dev/null; echo .`, exe)))
+		out := strings.TrimSpace(execWorkspaceWithin(t, pod.Name, fmt.Sprintf(`find /proc -mindepth 2 -maxdepth 2 -name exe ! -path "/proc/$$/exe" -lname %q -printf x 2>/dev/null; echo .`, exe), emulatedCountWithin))
 		if strings.Trim(out, "x") != "." {
 			t.Fatalf("counting %s processes: unexpected output %q", exe, out)
 		}
@@ -226,6 +226,14 @@ func TestGuardianKeepsTheV2WorkspaceUsable(t *testing.T) {
 // stacktest.LoginTimeout. A login sshd never answers, frozen or starved,
 // still fails.
 const emulatedLoginTimeout = 3 * stacktest.LoginTimeout
+
+// emulatedCountWithin bounds the exec that counts a bomb's processes
+// after its containment: on 7 Dec 2026 that exec, through the emulated
+// node's kubelet, timed out after a minute while the node worked off the
+// bomb's aftermath (a 20.7 s containment of 901 processes, 46 sshd
+// connections protected), in one make test run of two. What it asserts,
+// no bomb process left, is unchanged.
+const emulatedCountWithin = 3 * time.Minute
 
 // emulatedPollEvery paces the test's own looks at the workspace on this
 // node: each reads guardian's whole log or execs into the workspace

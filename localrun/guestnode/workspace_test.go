@@ -182,12 +182,18 @@ func guardedRecords(t *testing.T, pod string) []time.Time {
 // is then not the test's.
 func execWorkspace(t *testing.T, pod, script string) string {
 	t.Helper()
+	return execWorkspaceWithin(t, pod, script, time.Minute)
+}
+
+// execWorkspaceWithin is execWorkspace bounded by within.
+func execWorkspaceWithin(t *testing.T, pod, script string, within time.Duration) string {
+	t.Helper()
 	ex, err := kube.WorkspaceExecutor(cp.Admin, clientset, "default", pod, corev1.PodExecOptions{Command: []string{"sh", "-c", script}, Stdout: true, Stderr: true})
 	if err != nil {
 		t.Fatal(err)
 	}
 	var out, errb syncBuffer
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), within)
 	defer cancel()
 	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &out, Stderr: &errb}); err != nil && !strings.HasPrefix(script, "kill ") {
 		t.Fatalf("exec %q: %v; stderr: %s", script, err, errb.String())
