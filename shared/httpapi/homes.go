@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"labkeep/shared/access"
+	"labkeep/shared/labs"
 	"labkeep/shared/reap"
 	"labkeep/shared/session"
 )
@@ -117,27 +118,35 @@ func (a *API) homeArchive(w http.ResponseWriter, r *http.Request, k HomeKeeper, 
 		a.writeErrorFor(w, r, p, fmt.Errorf("%w: name is required", access.ErrBadRequest), nil)
 		return
 	}
-	list, err := k.HomeStatuses(r.Context())
-	if err != nil {
-		a.writeErrorFor(w, r, p, err, nil)
-		return
-	}
-	i := slices.IndexFunc(list, func(h reap.HomeStatus) bool { return h.Name == name && h.Student == p.Subject })
-	switch {
-	case i < 0:
-		a.writeErrorFor(w, r, p, fmt.Errorf("%w: %q is not one of your homes", access.ErrForbidden, name), nil)
-		return
-	case list[i].Group == "vm" || strings.HasPrefix(list[i].Group, "vm-"):
-		a.writeErrorFor(w, r, p, fmt.Errorf("%w: a VM lab's home holds the VM's disk; copy your files from inside the VM", access.ErrBadRequest), nil)
-		return
-	}
+	// The caller's own running session holding the home is all a
+	// download needs to know; only without one are the homes listed, to
+	// say why not.
 	st, err := a.svc.Get(r.Context(), p.Subject, "")
 	if err != nil && !errors.Is(err, session.ErrNoSession) {
 		a.writeErrorFor(w, r, p, err, nil)
 		return
 	}
+	vmHome := fmt.Errorf("%w: a VM lab's home holds the VM's disk; copy your files from inside the VM", access.ErrBadRequest)
 	if st.Session == nil || st.Session.Home != name {
-		a.writeErrorFor(w, r, p, fmt.Errorf("%w: open a lab that keeps this home, then download it while it runs", session.ErrNotRunning), nil)
+		list, err := k.HomeStatuses(r.Context())
+		if err != nil {
+			a.writeErrorFor(w, r, p, err, nil)
+			return
+		}
+		i := slices.IndexFunc(list, func(h reap.HomeStatus) bool { return h.Name == name && h.Student == p.Subject })
+		switch {
+		case i < 0:
+			err = fmt.Errorf("%w: %q is not one of your homes", access.ErrForbidden, name)
+		case list[i].Group == "vm" || strings.HasPrefix(list[i].Group, "vm-"):
+			err = vmHome
+		default:
+			err = fmt.Errorf("%w: open a lab that keeps this home, then download it while it runs", session.ErrNotRunning)
+		}
+		a.writeErrorFor(w, r, p, err, nil)
+		return
+	}
+	if st.Session.Kind == labs.KindVM {
+		a.writeErrorFor(w, r, p, vmHome, nil)
 		return
 	}
 	// The archive is streamed as tar writes it: once the first bytes are

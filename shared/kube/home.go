@@ -49,6 +49,9 @@ func HomeName(env, student, group string) string {
 	return name
 }
 
+// homeName is the name of the session's student's home for the lab.
+func (b builder) homeName() string { return HomeName(b.cfg.Env, b.sess.Student, b.lab.HomeGroup()) }
+
 // homeClaim is the student's home claim for the lab's home: ReadWriteOnce
 // (one session holds it at a time; a student has one live session), of
 // the lab's size, on HomeStorageClass.
@@ -56,7 +59,7 @@ func (b builder) homeClaim() *corev1.PersistentVolumeClaim {
 	h := b.lab.Home
 	pvc := &corev1.PersistentVolumeClaim{
 		ObjectMeta: metav1.ObjectMeta{
-			Name:      HomeName(b.cfg.Env, b.sess.Student, b.lab.HomeGroup()),
+			Name:      b.homeName(),
 			Namespace: b.cfg.Namespace,
 			Labels: map[string]string{
 				LabelEnv:                       b.cfg.Env,
@@ -85,7 +88,7 @@ func (b builder) homeMount(pod *corev1.Pod) {
 		return
 	}
 	pod.Spec.Volumes = append(pod.Spec.Volumes, corev1.Volume{Name: homeVolume, VolumeSource: corev1.VolumeSource{
-		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: HomeName(b.cfg.Env, b.sess.Student, b.lab.HomeGroup())}}})
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: b.homeName()}}})
 	w := &pod.Spec.Containers[0]
 	w.VolumeMounts = append(w.VolumeMounts, corev1.VolumeMount{Name: homeVolume, MountPath: h.MountPath})
 }
@@ -101,7 +104,7 @@ func (b builder) homeDisk(n labs.Node, spec *kubevirtv1.VirtualMachineInstanceSp
 		DiskDevice: kubevirtv1.DiskDevice{Disk: &kubevirtv1.DiskTarget{Bus: kubevirtv1.DiskBusVirtio}}})
 	spec.Volumes = append(spec.Volumes, kubevirtv1.Volume{Name: homeVolume, VolumeSource: kubevirtv1.VolumeSource{
 		PersistentVolumeClaim: &kubevirtv1.PersistentVolumeClaimVolumeSource{PersistentVolumeClaimVolumeSource: corev1.PersistentVolumeClaimVolumeSource{
-			ClaimName: HomeName(b.cfg.Env, b.sess.Student, b.lab.HomeGroup())}}}})
+			ClaimName: b.homeName()}}}})
 }
 
 // homeCloudConfig is the cloud-config that formats the home disk on its
