@@ -85,15 +85,16 @@ func (f *apiForward) close() {
 
 // listenIn opens a TCP listener in the network namespace of process pid.
 func listenIn(pid int, addr string) (net.Listener, error) {
-	return openIn(pid, func() (net.Listener, error) { return net.Listen("tcp", addr) })
+	return openIn(netnsPath(pid), func() (net.Listener, error) { return net.Listen("tcp", addr) })
 }
 
-// openIn runs open (which makes a socket) in the network namespace of
-// process pid. A socket belongs to the namespace of the thread that made
+// openIn runs open (which makes a socket) in the network namespace whose
+// file is nsFile (a process's /proc/<pid>/ns/net, or a bind mount of one).
+// A socket belongs to the namespace of the thread that made
 // it, so a locked OS thread enters the namespace, opens and returns; if it
 // cannot return, the thread is left locked and dies with its goroutine, so
 // no other goroutine ever runs in the node's namespace.
-func openIn[T io.Closer](pid int, open func() (T, error)) (T, error) {
+func openIn[T io.Closer](nsFile string, open func() (T, error)) (T, error) {
 	type result struct {
 		s   T
 		err error
@@ -109,7 +110,7 @@ func openIn[T io.Closer](pid int, open func() (T, error)) (T, error) {
 			return
 		}
 		defer self.Close()
-		target, err := os.Open(netnsPath(pid))
+		target, err := os.Open(nsFile)
 		if err != nil {
 			runtime.UnlockOSThread()
 			ch <- result{zero, err}

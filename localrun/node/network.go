@@ -283,7 +283,7 @@ func (n *Node) Listen(addr string) (net.Listener, error) { return listenIn(n.net
 // ListenPacket opens a UDP socket at addr in the node's network namespace,
 // as Listen does for TCP.
 func (n *Node) ListenPacket(addr string) (net.PacketConn, error) {
-	return openIn(n.netPid, func() (net.PacketConn, error) { return net.ListenPacket("udp", addr) })
+	return openIn(netnsPath(n.netPid), func() (net.PacketConn, error) { return net.ListenPacket("udp", addr) })
 }
 
 // AddLocalAddress gives the node one more address of its own (a /32 or

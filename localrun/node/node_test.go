@@ -4,18 +4,20 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+	"golang.org/x/sys/unix"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -37,30 +39,51 @@ func footprintOf(n *Node) footprint {
 	return footprint{Dir: n.Dir, Link: n.Link, CgroupRoot: n.CgroupRoot, Pids: n.Pids()}
 }
 
-// netnsOnMachine lists the network namespaces the machine still has: those
-// of every process, and those kept alive by a bind mount (an nsfs mount
-// whose root reads "net:[inode]") in this mount namespace.
-func netnsOnMachine() []string {
-	seen := map[string]bool{}
+// netnsOnMachine lists the network namespaces the machine still has, by
+// inode, each with a file of it and what holds it: a process, or a bind
+// mount (an nsfs mount whose root reads "net:[inode]") in this mount
+// namespace. An inode names a namespace only while it lives: the kernel
+// gives it to the next namespace made (netnsCookie tells them apart).
+func netnsOnMachine() map[string]nsHolder {
+	held := map[string]nsHolder{}
 	procs, _ := filepath.Glob("/proc/[0-9]*/ns/net")
 	for _, p := range procs {
 		if l, err := os.Readlink(p); err == nil {
-			seen[l] = true
+			dir := filepath.Dir(filepath.Dir(p))
+			cmd, _ := os.ReadFile(filepath.Join(dir, "cmdline"))
+			held[l] = nsHolder{File: p, By: fmt.Sprintf("process %s (%s)", filepath.Base(dir), strings.TrimSpace(strings.ReplaceAll(string(cmd), "\x00", " ")))}
 		}
 	}
 	if b, err := os.ReadFile("/proc/self/mountinfo"); err == nil {
 		for _, line := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(line); len(f) > 3 && strings.HasPrefix(f[3], "net:[") {
-				seen[f[3]] = true
+			if f := strings.Fields(line); len(f) > 4 && strings.HasPrefix(f[3], "net:[") {
+				held[f[3]] = nsHolder{File: f[4], By: "a mount at " + f[4]}
 			}
 		}
 	}
-	var ns []string
-	for l := range seen {
-		ns = append(ns, l)
+	return held
+}
+
+// nsHolder is a file of a namespace and what keeps it.
+type nsHolder struct{ File, By string }
+
+// netnsCookie returns the cookie of the network namespace whose file is
+// nsFile: unlike its inode, the kernel never gives a cookie to another
+// namespace. This package's tests run beside others that make namespaces
+// all the time, so a Pod's namespace's inode is soon another's.
+func netnsCookie(nsFile string) (uint64, error) {
+	s, err := openIn(nsFile, func() (*os.File, error) {
+		fd, err := unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+		if err != nil {
+			return nil, err
+		}
+		return os.NewFile(uintptr(fd), "socket"), nil
+	})
+	if err != nil {
+		return 0, err
 	}
-	sort.Strings(ns)
-	return ns
+	defer s.Close()
+	return unix.GetsockoptUint64(int(s.Fd()), unix.SOL_SOCKET, unix.SO_NETNS_COOKIE)
 }
 
 // assertGone fails unless nothing of fp is left: no process of its process
@@ -272,15 +295,24 @@ func TestNodeRunsPodsAndLeavesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	podNetNS := map[string]bool{}
+	podNetNS := map[string]uint64{} // inode: cookie
 	hostNetNS, _ := os.Readlink("/proc/self/ns/net")
 	nodeNetNS, _ := os.Readlink(netnsPath(n.netPid))
 	if nodeNetNS == "" || nodeNetNS == hostNetNS {
 		t.Fatalf("the node's network namespace %q is not its own (the host's is %s)", nodeNetNS, hostNetNS)
 	}
+	nodeCookie, err := netnsCookie(netnsPath(n.netPid))
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, pid := range cgroupProcs(n.CgroupRoot) {
-		if l, err := os.Readlink("/proc/" + pid + "/ns/net"); err == nil && l != hostNetNS && l != nodeNetNS {
-			podNetNS[l] = true
+		p := "/proc/" + pid + "/ns/net"
+		if l, err := os.Readlink(p); err == nil && l != hostNetNS && l != nodeNetNS {
+			c, err := netnsCookie(p)
+			if err != nil {
+				t.Fatal(err)
+			}
+			podNetNS[l] = c
 		}
 	}
 	if len(veths) != len(all.Items) || len(podNetNS) != len(all.Items) {
@@ -294,12 +326,19 @@ func TestNodeRunsPodsAndLeavesNothing(t *testing.T) {
 	stopped = true
 	t.Logf("node stopped in %s", time.Since(stopStart).Round(10*time.Millisecond))
 	assertGone(t, fp)
-	for _, ns := range netnsOnMachine() {
-		if podNetNS[ns] {
-			t.Errorf("a Pod's network namespace %s still exists", ns)
+	for ns, h := range netnsOnMachine() {
+		if _, pod := podNetNS[ns]; !pod && ns != nodeNetNS {
+			continue
 		}
-		if ns == nodeNetNS {
-			t.Errorf("the node's network namespace %s (with its bridge and the Pods' veths) still exists", ns)
+		c, err := netnsCookie(h.File)
+		switch {
+		case errors.Is(err, fs.ErrNotExist): // gone since the listing
+		case err != nil:
+			t.Errorf("network namespace %s, held by %s: %v", ns, h.By, err)
+		case ns == nodeNetNS && c == nodeCookie:
+			t.Errorf("the node's network namespace %s (with its bridge and the Pods' veths) still exists, held by %s", ns, h.By)
+		case ns != nodeNetNS && c == podNetNS[ns]:
+			t.Errorf("a Pod's network namespace %s still exists, held by %s", ns, h.By)
 		}
 	}
 }
