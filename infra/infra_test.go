@@ -239,11 +239,12 @@ func TestAdmissionObjectsArePlaced(t *testing.T) {
 		}
 	}
 	want := map[string]string{
-		"binding labkeep-functions-vms":      "vms vms",
-		"binding labkeep-functions-exec-vms": "vms ",
-		"env.fn":                             "dev",
-		"last image":                         "local.example/disks/",
-		"ConfigMap namespace":                "vms",
+		"binding labkeep-functions-vms":        "vms vms",
+		"binding labkeep-functions-exec-vms":   "vms ",
+		"binding labkeep-functions-delete-vms": "vms vms",
+		"env.fn":                               "dev",
+		"last image":                           "local.example/disks/",
+		"ConfigMap namespace":                  "vms",
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("placed admission objects (-want +got):\n%s", diff)

@@ -2,7 +2,9 @@ package infra_test
 
 import (
 	"context"
+	"fmt"
 	"maps"
+	"strings"
 	"testing"
 	"time"
 
@@ -13,15 +15,22 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
+	"labkeep/localrun/stacktest"
 	"labkeep/shared/kube"
 	"labkeep/shared/labs"
 	"labkeep/shared/session"
 	"labkeep/shared/workspacekey"
 )
 
-// refusedHome is the policy's sentence for a claim that is no student's
-// home (admission-policy.yaml, its start).
-const refusedHome = "a PersistentVolumeClaim must be a student's home"
+// The policy's sentences for a claim that is no student's home
+// (admission-policy.yaml, its start), for a home past the parameters'
+// size or classes, and for a delete of a claim that is not one of the
+// functions' environment's homes.
+const (
+	refusedHome       = "a PersistentVolumeClaim must be a student's home"
+	refusedHomeBounds = "a student's home asks for at most homeMaxSize"
+	refusedDelete     = "the functions delete only their own environment's homes"
+)
 
 var pvcGVR = schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
 
@@ -32,10 +41,13 @@ var pvcGVR = schema.GroupVersionResource{Version: "v1", Resource: "persistentvol
 // not a student's home as labkeep makes it, and a Pod or VM naming
 // another student's home (or its own student's in another environment,
 // or a pool instance naming any), are refused with the policy's
-// sentence. Crafted objects are created with dryRun=All.
+// sentence; so is a home past the parameters' homeMaxSize (10Gi) or of a
+// StorageClass they do not name, and a delete of a claim that is not a
+// home of the functions' own environment. Crafted objects are created
+// (and claims deleted) with dryRun=All.
 func TestAdmissionAdmitsOnlyTheStudentsOwnHome(t *testing.T) {
 	ctx := context.Background()
-	place, env, admin, fnRC := underAdmissionPolicy(t, "home")
+	place, env, admin, fnRC := underAdmissionParams(t, "home", map[string]string{"homeStorageClasses": "fast-local"})
 	fnDyn := dynamic.NewForConfigOrDie(fnRC)
 	cfg := kube.DefaultConfig()
 	cfg.Namespace, cfg.Env, cfg.MaxLifetime = place.Sessions, env, time.Hour
@@ -127,7 +139,43 @@ func TestAdmissionAdmitsOnlyTheStudentsOwnHome(t *testing.T) {
 			block := corev1.PersistentVolumeBlock
 			c.Spec.VolumeMode = &block
 		}), refusedHome},
+		{"a home of homeMaxSize", claim(func(c *corev1.PersistentVolumeClaim) {
+			c.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("10Gi")
+		}), ""},
+		{"a home past homeMaxSize", claim(func(c *corev1.PersistentVolumeClaim) {
+			c.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("10241Mi")
+		}), refusedHomeBounds},
+		{"a home of a StorageClass of homeStorageClasses", claim(func(c *corev1.PersistentVolumeClaim) { c.Spec.StorageClassName = ptr("fast-local") }), ""},
+		{"a home of another StorageClass", claim(func(c *corev1.PersistentVolumeClaim) { c.Spec.StorageClassName = ptr("premium") }), refusedHomeBounds},
+		{"a home of no class (any classless volume)", claim(func(c *corev1.PersistentVolumeClaim) { c.Spec.StorageClassName = ptr("") }), refusedHomeBounds},
 	})
+
+	// Deletes: the claims exist (labkeep's own homes, made above; the
+	// others made by the admin, whom the policy does not bind).
+	foreign := home("other-env", student, "")
+	foreign.Labels[kube.LabelEnv] = "other-env"
+	scratch := home(env, student, "")
+	scratch.Name, scratch.Labels[kube.LabelRole] = "scratch-"+env, "scratch"
+	for _, c := range []*corev1.PersistentVolumeClaim{foreign, scratch} {
+		if _, err := admin.CoreV1().PersistentVolumeClaims(place.Sessions).Create(ctx, c, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deleteClaim := func(name string) error {
+		return fnDyn.Resource(pvcGVR).Namespace(place.Sessions).Delete(ctx, name, metav1.DeleteOptions{DryRun: []string{metav1.DryRunAll}})
+	}
+	stacktest.Eventually(t, time.Minute, func() (bool, string) {
+		err := deleteClaim(foreign.Name)
+		return err != nil && strings.Contains(err.Error(), refusedDelete), "the delete policy does not refuse yet: " + fmt.Sprint(err)
+	})
+	for _, tc := range []struct{ name, claim, refused string }{
+		{"its own environment's home", kube.HomeName(env, student, ""), ""},
+		{"its own environment's group home", kube.HomeName(env, student, "netsec"), ""},
+		{"another environment's home", foreign.Name, refusedDelete},
+		{"a claim of its environment that is no home", scratch.Name, refusedDelete},
+	} {
+		t.Run("delete "+tc.name, func(t *testing.T) { wantAdmission(t, deleteClaim(tc.claim), tc.refused) })
+	}
 
 	// Crafted Pods and VMs keep the real ones' names (the policy ties a
 	// name to its session's Secrets), so the real ones go.
