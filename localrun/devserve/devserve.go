@@ -223,16 +223,17 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 // functions of environment env: admission-policy.yaml's own, with the
 // local guest disk's repository allowed where real KubeVirt boots the VM
 // labs from it (stack.LocalVMLabs), as an operator lists each lab image,
-// and guardian's webhook rule pinned to webhook (the functions'
+// guardian's webhook rule pinned to webhook (the functions'
 // LABKEEP_GUARDIAN_WEBHOOK_URL: the host's alert listener), as an
-// operator pins theirs.
+// operator pins theirs, and students' homes of the node's default
+// StorageClass, as an operator lists theirs.
 func Admission(env string, kubevirt bool, webhook string) (infra.Admission, error) {
 	a := infra.Admission{Env: env}
 	pin, err := infra.WebhookPin(webhook)
 	if err != nil {
 		return a, err
 	}
-	a.Data = map[string]string{"guardianWebhooks": pin}
+	a.Data = map[string]string{"guardianWebhooks": pin, "homeStorageClasses": node.StorageClassName}
 	if kubevirt {
 		repo, _, _ := strings.Cut(images.GuestDebian, "@")
 		if i := strings.LastIndex(repo, ":"); i > strings.LastIndex(repo, "/") {

@@ -108,16 +108,19 @@ func (b builder) homeDisk(n labs.Node, spec *kubevirtv1.VirtualMachineInstanceSp
 }
 
 // homeCloudConfig is the cloud-config that formats the home disk on its
-// first use (ext4, labelled; a disk with a file system is never formatted
-// again) and mounts it at the lab's mount path at every boot; "" for a
-// node without the home.
+// first use (ext4, labelled) and mounts it at the lab's mount path at
+// every boot; "" for a node without the home. Every session's guest is a
+// new instance to cloud-init, so fs_setup runs at each: partition auto
+// looks at the disk first and leaves one holding ext4 labelled
+// labkeep-home (or any file system) as it is, where partition none would
+// format the raw disk whatever it holds.
 func (b builder) homeCloudConfig(n labs.Node) string {
 	h := b.lab.Home
 	if h == nil || h.Node != n.Name {
 		return ""
 	}
 	dev := "/dev/disk/by-id/virtio-" + HomeDiskSerial
-	return fmt.Sprintf("fs_setup:\n  - {label: %s, filesystem: ext4, device: %q, partition: none, overwrite: false}\n"+
+	return fmt.Sprintf("fs_setup:\n  - {label: %s, filesystem: ext4, device: %q, partition: auto, overwrite: false}\n"+
 		"mounts:\n  - [%q, %q, ext4, \"defaults,nofail\", \"0\", \"2\"]\n", HomeDiskSerial, dev, "LABEL="+HomeDiskSerial, h.MountPath)
 }
 

@@ -143,7 +143,7 @@ func TestVMGetsTheHomeDisk(t *testing.T) {
 		if diff := cmp.Diff([]string{"home=" + claim}, claims); diff != "" {
 			t.Errorf("claims (-want +got):\n%s", diff)
 		}
-		wantFS := []map[string]any{{"label": HomeDiskSerial, "filesystem": "ext4", "device": "/dev/disk/by-id/virtio-" + HomeDiskSerial, "partition": "none", "overwrite": false}}
+		wantFS := []map[string]any{{"label": HomeDiskSerial, "filesystem": "ext4", "device": "/dev/disk/by-id/virtio-" + HomeDiskSerial, "partition": "auto", "overwrite": false}}
 		if diff := cmp.Diff(wantFS, ud.FSSetup); diff != "" {
 			t.Errorf("fs_setup (-want +got):\n%s", diff)
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -34,6 +35,9 @@ const (
 
 var pvcGVR = schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
 
+// defaultClass is the default StorageClass the homes test makes.
+const defaultClass = "homes-default"
+
 // Students' homes under admission-policy.yaml on the real API server
 // (rbac.yaml, the functions impersonated): labkeep's own sessions of a
 // Pod lab and a VM lab that keep a home, and of one that keeps a group's
@@ -47,7 +51,19 @@ var pvcGVR = schema.GroupVersionResource{Version: "v1", Resource: "persistentvol
 // (and claims deleted) with dryRun=All.
 func TestAdmissionAdmitsOnlyTheStudentsOwnHome(t *testing.T) {
 	ctx := context.Background()
-	place, env, admin, fnRC := underAdmissionParams(t, "home", map[string]string{"homeStorageClasses": "fast-local"})
+	place, env, admin, fnRC := underAdmissionParams(t, "home", map[string]string{"homeStorageClasses": "fast-local " + defaultClass})
+	// The cluster's default class, which the API server writes into a
+	// claim that names none (labkeep's own, without
+	// LABKEEP_HOME_STORAGE_CLASS), before the policy sees it.
+	if _, err := admin.StorageV1().StorageClasses().Create(ctx, &storagev1.StorageClass{
+		ObjectMeta:  metav1.ObjectMeta{Name: defaultClass, Annotations: map[string]string{"storageclass.kubernetes.io/is-default-class": "true"}},
+		Provisioner: "example.org/none",
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = admin.StorageV1().StorageClasses().Delete(context.Background(), defaultClass, metav1.DeleteOptions{})
+	})
 	fnDyn := dynamic.NewForConfigOrDie(fnRC)
 	cfg := kube.DefaultConfig()
 	cfg.Namespace, cfg.Env, cfg.MaxLifetime = place.Sessions, env, time.Hour
@@ -146,6 +162,7 @@ func TestAdmissionAdmitsOnlyTheStudentsOwnHome(t *testing.T) {
 			c.Spec.Resources.Requests[corev1.ResourceStorage] = resource.MustParse("10241Mi")
 		}), refusedHomeBounds},
 		{"a home of a StorageClass of homeStorageClasses", claim(func(c *corev1.PersistentVolumeClaim) { c.Spec.StorageClassName = ptr("fast-local") }), ""},
+		{"a home of the default class homeStorageClasses lists", claim(func(c *corev1.PersistentVolumeClaim) { c.Spec.StorageClassName = nil }), ""},
 		{"a home of another StorageClass", claim(func(c *corev1.PersistentVolumeClaim) { c.Spec.StorageClassName = ptr("premium") }), refusedHomeBounds},
 		{"a home of no class (any classless volume)", claim(func(c *corev1.PersistentVolumeClaim) { c.Spec.StorageClassName = ptr("") }), refusedHomeBounds},
 	})

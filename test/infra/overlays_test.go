@@ -83,6 +83,7 @@ type envFacts struct {
 	MaxPods         string   // LABKEEP_MAX_CONCURRENT_PODS
 	QuotaPods       string   // the labkeep-workspaces quota's pods
 	SubjectNS       []string // the RoleBindings' subjects' namespaces
+	BindingNS       []string // each admission binding's selected and parameters' namespaces
 	ForwarderTarget bool     // the forwarder proxies to the functions' own namespace
 }
 
@@ -133,6 +134,12 @@ func factsOf(t *testing.T, objs []*unstructured.Unstructured) envFacts {
 					f.SecretRefs = append(f.SecretRefs, o.GetNamespace()+"/"+name)
 				}
 			}
+		case o.GetKind() == "ValidatingAdmissionPolicyBinding":
+			sel, _, _ := unstructured.NestedString(o.Object, "spec", "matchResources", "namespaceSelector", "matchLabels", "kubernetes.io/metadata.name")
+			f.BindingNS = append(f.BindingNS, o.GetName()+" selects "+sel)
+			if param, ok, _ := unstructured.NestedString(o.Object, "spec", "paramRef", "namespace"); ok {
+				f.BindingNS = append(f.BindingNS, o.GetName()+" reads parameters in "+param)
+			}
 		case o.GetKind() == "ResourceQuota" && o.GetName() == infra.VMQuota:
 			f.QuotaVMs, _, _ = unstructured.NestedString(o.Object, "spec", "hard", "count/virtualmachines.kubevirt.io")
 		case o.GetKind() == "ResourceQuota" && o.GetName() == infra.PodQuota:
@@ -182,6 +189,14 @@ func (f envFacts) consistency() []string {
 	for _, ns := range f.SubjectNS {
 		if ns != f.Functions {
 			bad = append(bad, "RoleBinding subject in "+ns)
+		}
+	}
+	if len(f.BindingNS) == 0 {
+		bad = append(bad, "no admission binding")
+	}
+	for _, b := range f.BindingNS {
+		if !strings.HasSuffix(b, " "+f.Sessions) {
+			bad = append(bad, "admission binding "+b+", sessions in "+f.Sessions)
 		}
 	}
 	if !f.ForwarderTarget {
