@@ -78,11 +78,20 @@ type SessionView struct {
 	PrivateKey       string        `json:"privateKey"`
 	ExtendRefusal    string        `json:"extendRefusal"`
 	Warnings         []WarningView `json:"warnings"`
+	// Home is the student's home the session holds, nil without one.
+	Home *HomeView `json:"home"`
 	// QueuePosition, ETASeconds and ETALatestSeconds are set only while
 	// the session waits in line.
 	QueuePosition    *int   `json:"queuePosition"`
 	ETASeconds       *int64 `json:"etaSeconds"`
 	ETALatestSeconds *int64 `json:"etaLatestSeconds"`
+}
+
+// HomeView is the home of a SessionView: its claim and where the lab
+// mounts it.
+type HomeView struct {
+	Name string `json:"name"`
+	Path string `json:"path"`
 }
 
 // WarningView is one end-of-session warning of a SessionView.

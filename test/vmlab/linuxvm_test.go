@@ -18,8 +18,15 @@ import (
 )
 
 // deploy deploys the functions with o, the sample labs made local
-// (stack.LocalVMLabs) and the shipped ResourceQuotas applied.
+// (localLabs) and the shipped ResourceQuotas applied.
 func deploy(t *testing.T, o stacktest.Options) *stacktest.Deployment {
+	t.Helper()
+	o.LabsYAML, o.Quota = string(localLabs(t)), true
+	return stacktest.Deploy(t, st, o)
+}
+
+// localLabs is the sample catalog made local (stack.LocalVMLabs).
+func localLabs(t *testing.T) []byte {
 	t.Helper()
 	catalog, err := infra.File("labs.yaml")
 	if err != nil {
@@ -29,8 +36,7 @@ func deploy(t *testing.T, o stacktest.Options) *stacktest.Deployment {
 	if err != nil {
 		t.Fatal(err)
 	}
-	o.LabsYAML, o.Quota = string(local), true
-	return stacktest.Deploy(t, st, o)
+	return local
 }
 
 // signer parses the private key an open returned.
