@@ -188,6 +188,7 @@ func (c *Config) Settings() setting.Table {
 		setting.Quantity("HOME_TOTAL", "the most one student's homes (labs that keep a `home`) may hold together in this environment: "+
 			"an open that would make a new home past it is refused with 409 `home_quota`", &k.HomeTotal),
 		setting.String("HOME_STORAGE_CLASS", "StorageClass of students' homes ; empty: the cluster's default (the admission policy admits a home only of a class its `homeStorageClasses` lists)", &k.HomeStorageClass),
+		setting.String("HOME_READER_IMAGE", "image of the Pod that reads a home no session holds for its download (sleep and tar with gzip; in the admission policy's `images`)", &k.HomeReaderImage),
 		setting.Duration("KUBE_TIMEOUT", "bound of every single Kubernetes API call", &k.CallTimeout),
 		setting.Float32("KUBE_QPS", "client-side rate limit towards the API server, requests per second", &k.QPS),
 		setting.Int("KUBE_BURST", "client-side burst towards the API server", &k.Burst),

@@ -90,17 +90,22 @@ func (a *API) adminDeleteHome(w http.ResponseWriter, r *http.Request, k HomeKeep
 	writeJSON(w, http.StatusOK, map[string]string{"deleted": body.Name})
 }
 
-// HomeArchiver streams the home a running session holds as a gzipped
-// tar (kube.Cluster).
+// HomeArchiver streams a student's home as a gzipped tar (kube.Cluster):
+// from the running session that holds it, or, while no session holds it,
+// through a reader of its own.
 type HomeArchiver interface {
 	ArchiveHome(ctx context.Context, s session.Session, w io.Writer) error
+	ArchiveIdleHome(ctx context.Context, student, name string, w io.Writer) error
 }
 
 // homeArchive serves GET /homeArchive?name=…: the caller's own home as a
-// gzipped tar, streamed from the running pod lab session that holds it
-// (409 not_running without one). Another's home, or one that does not
-// exist, is 403: whose homes exist is nobody else's business. A vm lab's
-// home holds a disk image, not files: 400.
+// gzipped tar, streamed from the running pod lab session that holds it,
+// or, while no session holds it, read by a Pod of its own for the
+// download. Another's home, or one that does not exist, is 403: whose
+// homes exist is nobody else's business. A vm lab's home holds a disk
+// image, not files: 400. A session of the caller that holds it but is not
+// running yet is 409 not_running; a home being deleted, or already being
+// downloaded through a reader, 409 home_busy.
 func (a *API) homeArchive(w http.ResponseWriter, r *http.Request, k HomeKeeper, z HomeArchiver) {
 	p, ok := a.Authenticate(w, r)
 	if !ok {
@@ -118,19 +123,28 @@ func (a *API) homeArchive(w http.ResponseWriter, r *http.Request, k HomeKeeper, 
 		a.writeErrorFor(w, r, p, fmt.Errorf("%w: name is required", access.ErrBadRequest), nil)
 		return
 	}
-	// The caller's own running session holding the home is all a
-	// download needs to know; only without one are the homes listed, to
-	// say why not.
+	// The caller's own live session holding the home is all a download
+	// from a running lab needs to know; only without one are the homes
+	// listed.
 	st, err := a.svc.Get(r.Context(), p.Subject, "")
 	if err != nil && !errors.Is(err, session.ErrNoSession) {
 		a.writeErrorFor(w, r, p, err, nil)
 		return
 	}
+	holds := st.Session != nil && st.Session.Status.Live() && st.Session.Home == name
 	vmHome := fmt.Errorf("%w: a VM lab's home holds the VM's disk; copy your files from inside the VM", access.ErrBadRequest)
-	if st.Session == nil || st.Session.Home != name {
-		list, err := k.HomeStatuses(r.Context())
-		if err != nil {
-			a.writeErrorFor(w, r, p, err, nil)
+	var archive func(io.Writer) error
+	var holder *session.Session // the session archived from, for the error
+	switch {
+	case holds && st.Session.Kind == labs.KindVM:
+		err = vmHome
+	case holds:
+		holder = st.Session
+		archive = func(w io.Writer) error { return z.ArchiveHome(r.Context(), *holder, w) }
+	default:
+		list, lerr := k.HomeStatuses(r.Context())
+		if lerr != nil {
+			a.writeErrorFor(w, r, p, lerr, nil)
 			return
 		}
 		i := slices.IndexFunc(list, func(h reap.HomeStatus) bool { return h.Name == name && h.Student == p.Subject })
@@ -139,14 +153,16 @@ func (a *API) homeArchive(w http.ResponseWriter, r *http.Request, k HomeKeeper, 
 			err = fmt.Errorf("%w: %q is not one of your homes", access.ErrForbidden, name)
 		case list[i].Group == "vm" || strings.HasPrefix(list[i].Group, "vm-"):
 			err = vmHome
+		case list[i].InUse:
+			// A session of the caller's that is ending, between the
+			// session read above and the list.
+			err = fmt.Errorf("%w: a session still holds this home; try again in a moment", session.ErrHomeBusy)
 		default:
-			err = fmt.Errorf("%w: open a lab that keeps this home, then download it while it runs", session.ErrNotRunning)
+			archive = func(w io.Writer) error { return z.ArchiveIdleHome(r.Context(), p.Subject, name, w) }
 		}
-		a.writeErrorFor(w, r, p, err, nil)
-		return
 	}
-	if st.Session.Kind == labs.KindVM {
-		a.writeErrorFor(w, r, p, vmHome, nil)
+	if err != nil {
+		a.writeErrorFor(w, r, p, err, nil)
 		return
 	}
 	// The archive is streamed as tar writes it: once the first bytes are
@@ -155,10 +171,10 @@ func (a *API) homeArchive(w http.ResponseWriter, r *http.Request, k HomeKeeper, 
 	w.Header().Set("Content-Type", "application/gzip")
 	w.Header().Set("Content-Disposition", fmt.Sprintf("attachment; filename=%q", name+".tar.gz"))
 	cw := &commitWriter{w: w}
-	if err := z.ArchiveHome(r.Context(), *st.Session, cw); err != nil {
+	if err := archive(cw); err != nil {
 		if !cw.started {
 			w.Header().Del("Content-Disposition")
-			a.writeErrorFor(w, r, p, err, st.Session)
+			a.writeErrorFor(w, r, p, err, holder)
 			return
 		}
 		a.log.Warn("home archive cut short", "home", name, "err", err)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -43,10 +44,11 @@ func (c *Cluster) Teardown(ctx context.Context, s session.Session) error {
 	return errors.Join(errs...)
 }
 
-// Delete implements reap.Cluster for the reaper's orphans: it removes one
-// object only if it carries this environment's labkeep.io/env and a
-// labkeep.io/session whose objects its name is one of; otherwise it
-// refuses with session.ErrNotOurs. An object already gone (or, with a UID, one
+// Delete implements reap.Cluster for the reaper's orphans and home
+// readers: it removes one object only if it carries this environment's
+// labkeep.io/env and a labkeep.io/session whose objects its name is one
+// of, or is a home reader Pod of this environment named as one; otherwise
+// it refuses with session.ErrNotOurs. An object already gone (or, with a UID, one
 // replaced by a newer object of the same name) counts as deleted. The
 // anchor is deleted with background propagation so the garbage collector
 // removes what it owns.
@@ -102,6 +104,12 @@ func (c *Cluster) owns(r session.ObjectRef, m metav1.Object, sessionID string) e
 			session.ErrNotOurs, r, env, LabelEnv, c.cfg.Env)
 	}
 	got := l[LabelSession]
+	if sessionID == "" && r.Kind == session.KindPod && strings.HasPrefix(r.Name, HomeReaderName("home-")) {
+		if !isHomeReader(l, c.cfg.Env) {
+			return fmt.Errorf("%w %s: it is not a home reader of environment %q", session.ErrNotOurs, r, c.cfg.Env)
+		}
+		return nil
+	}
 	if sessionID == "" {
 		if got == "" || !namedFor(r.Name, got) {
 			return fmt.Errorf("%w %s: its %s %q is not the session its name belongs to", session.ErrNotOurs, r, LabelSession, got)

@@ -18,7 +18,12 @@ import (
 // proxy on the way cannot upgrade to WebSocket, as kubectl does. opts
 // names the command and which streams it has; its Container is set here.
 func WorkspaceExecutor(rc *rest.Config, client kubernetes.Interface, namespace, pod string, opts corev1.PodExecOptions) (remotecommand.Executor, error) {
-	opts.Container = labs.WorkspaceContainer
+	return containerExecutor(rc, client, namespace, pod, labs.WorkspaceContainer, opts)
+}
+
+// containerExecutor is WorkspaceExecutor into container.
+func containerExecutor(rc *rest.Config, client kubernetes.Interface, namespace, pod, container string, opts corev1.PodExecOptions) (remotecommand.Executor, error) {
+	opts.Container = container
 	u := client.CoreV1().RESTClient().Post().Namespace(namespace).Resource("pods").Name(pod).SubResource("exec").
 		VersionedParams(&opts, scheme.ParameterCodec).URL()
 	ws, err := remotecommand.NewWebSocketExecutor(rc, "GET", u.String())

@@ -294,14 +294,20 @@ func (c *Cluster) ArchiveHome(ctx context.Context, s session.Session, w io.Write
 	if dir == "" {
 		return fmt.Errorf("%w: workspace Pod %s mounts no home", session.ErrNotRunning, name)
 	}
-	ex, err := WorkspaceExecutor(c.rc, c.kube, c.cfg.Namespace, name, corev1.PodExecOptions{
+	return c.streamTar(ctx, name, labs.WorkspaceContainer, dir, s.Home, w)
+}
+
+// streamTar runs tar over dir in container of Pod pod, through the API
+// server's pods/exec, and copies its gzipped output to w as it comes.
+func (c *Cluster) streamTar(ctx context.Context, pod, container, dir, home string, w io.Writer) error {
+	ex, err := containerExecutor(c.rc, c.kube, c.cfg.Namespace, pod, container, corev1.PodExecOptions{
 		Command: []string{"tar", "-C", dir, "-czf", "-", "."}, Stdout: true, Stderr: true})
 	if err != nil {
 		return err
 	}
 	var stderr bytes.Buffer
 	if err := ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: w, Stderr: &stderr}); err != nil {
-		return fmt.Errorf("archiving home %s: %w: %s", s.Home, err, bytes.TrimSpace(stderr.Bytes()))
+		return fmt.Errorf("archiving home %s: %w: %s", home, err, bytes.TrimSpace(stderr.Bytes()))
 	}
 	return nil
 }

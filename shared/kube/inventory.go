@@ -97,6 +97,7 @@ func (c *Cluster) Inventory(ctx context.Context) (reap.Inventory, error) {
 		}
 		if o := add(session.KindPod, pod.ObjectMeta); o != nil {
 			o.Ready, o.Down = PodState("", pod).Ready, PodDown(pod)
+			o.HomeReader = isHomeReader(pod.Labels, c.cfg.Env)
 		}
 	}
 	return inv, nil

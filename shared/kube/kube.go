@@ -122,6 +122,11 @@ type Config struct {
 	// may hold together (their claims' sizes): an open that would make a
 	// new home past it is refused with session.ErrHomeQuota.
 	HomeTotal resource.Quantity
+	// HomeReaderImage is the image of a home reader (homereader.go), the
+	// Pod that reads a home no session holds for its download: any image
+	// of the admission policy's allowlist with sleep and a tar that writes
+	// gzip (GNU tar or busybox); labkeep's workspace image by default.
+	HomeReaderImage string
 	// CallTimeout bounds every single API call.
 	CallTimeout time.Duration
 	// QPS and Burst are the client-side rate limits towards the API server
@@ -147,6 +152,7 @@ func DefaultConfig() Config {
 		EgressBlockedCIDRs: []string{"10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "fc00::/7"},
 		PlatformNamespace:  infra.FunctionsNamespace,
 		HomeTotal:          resource.MustParse("10Gi"),
+		HomeReaderImage:    "ghcr.io/labkeep/workspace:debian12",
 		ClusterDNS:         "kube-system/k8s-app=kube-dns",
 		CallTimeout:        10 * time.Second,
 		QPS:                50,
@@ -196,6 +202,7 @@ func (c Config) validate() (*corev1.Pod, error) {
 		setting.AtLeast("AnchorCompletions", c.AnchorCompletions, 1),
 		setting.Required("AnchorImage", c.AnchorImage),
 		setting.Required("GuardianImage", c.GuardianImage),
+		setting.Required("HomeReaderImage", c.HomeReaderImage),
 		guardianWebhook(c.GuardianWebhookURL, c.WorkspaceKey),
 		setting.Positive("CallTimeout", c.CallTimeout),
 		setting.AtLeast("Burst", c.Burst, 1))

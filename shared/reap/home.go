@@ -13,6 +13,23 @@ import (
 // Home: a student's home (labs.Home) unused for HomeRetention.
 const Home ItemKind = "home"
 
+// HomeReader: a home reader left behind (kube's homereader.go: the Pod
+// that reads a home no session holds for its download), which the
+// function that made it did not delete (it crashed, or lost the API
+// server).
+const HomeReader ItemKind = "reader"
+
+// HomeReaderLifetime is the longest a home reader lives: its one
+// container sleeps this long from its start and then ends, so a download
+// of a home no session holds lasts at most this long. HomeReaderStart is
+// the longest a function waits for a reader to start. A run deletes a
+// reader that has ended, and one made longer than both ago (one that never
+// started, say), whatever its function does.
+const (
+	HomeReaderLifetime = time.Hour
+	HomeReaderStart    = 2 * time.Minute
+)
+
 // MinHomeRetention is the shortest HomeRetention accepted: a student's
 // work must outlast a weekend and a short break.
 const MinHomeRetention = 7 * 24 * time.Hour

@@ -18,9 +18,12 @@ type Object struct {
 	// Ready is, for a workspace Pod, whether it is Running with condition
 	// Ready=True (false for every other kind).
 	Ready bool
-	// Down is, for a workspace Pod, why it will never run again (it has
-	// ended: phase Failed or Succeeded), or empty.
+	// Down is, for a Pod, why it will never run again (it has ended:
+	// phase Failed or Succeeded), or empty.
 	Down string
+	// HomeReader is true for a home reader Pod (HomeReader items), which
+	// belongs to no session.
+	HomeReader bool
 }
 
 // VMIInfo is one VirtualMachineInstance (any labels).

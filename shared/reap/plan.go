@@ -16,6 +16,7 @@ package reap
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"time"
 
@@ -40,7 +41,8 @@ const (
 )
 
 // Item is one unit of work with its own failure scope: a session (expired
-// or ghost), the objects of one orphaned session id, or an unused home.
+// or ghost), the objects of one orphaned session id, an unused home, or a
+// home reader left behind.
 type Item struct {
 	Kind ItemKind
 	// SessionID is the session row (expired, ghost) or the
@@ -49,7 +51,7 @@ type Item struct {
 	// Session is the live row, for expired and ghost items.
 	Session session.Session
 	// Objects are the orphaned objects, in the delete order (anchor last),
-	// for orphan items.
+	// for orphan items; the reader Pod for a HomeReader item.
 	Objects []session.ObjectRef
 	// Reason says why, in words for the run report and the row.
 	Reason string
@@ -137,12 +139,14 @@ func (s Suspect) key() string { return s.Session + "\x00" + s.Object + "\x00" + 
 //   - Objects labelled with this environment and a session id that has no
 //     live row are an Orphan, one item per session id; objects already
 //     being deleted are left to finish. Objects without a session label are
-//     never touched: nothing is guessed.
+//     never touched: nothing is guessed, but for home readers.
+//   - A home reader of this environment that has ended, or was made longer
+//     than HomeReaderStart + HomeReaderLifetime ago, is a HomeReader item.
 //
 // Items come out in a stable order: expired, ghosts, orphans, each by
-// session id.
+// session id, then home readers by name.
 func Plan(now time.Time, live []session.Session, inv *Inventory, prev []Suspect, r Rules) ([]Item, []Suspect) {
-	var expired, ghosts, orphans []Item
+	var expired, ghosts, orphans, readers []Item
 	var suspects []Suspect
 	seen := make(map[string]Suspect, len(prev))
 	for _, s := range prev {
@@ -170,6 +174,12 @@ func Plan(now time.Time, live []session.Session, inv *Inventory, prev []Suspect,
 	if inv != nil {
 		bySession := map[string][]session.ObjectRef{}
 		for _, o := range inv.Objects {
+			if o.HomeReader && o.Env == r.Env && o.Session == "" && !o.Deleting {
+				if reason := readerReason(now, o); reason != "" {
+					readers = append(readers, Item{Kind: HomeReader, Objects: []session.ObjectRef{o.ObjectRef}, Reason: reason})
+				}
+				continue
+			}
 			if o.Env != r.Env || o.Session == "" || liveIDs[o.Session] || o.Deleting {
 				continue
 			}
@@ -184,8 +194,22 @@ func Plan(now time.Time, live []session.Session, inv *Inventory, prev []Suspect,
 	for _, list := range [][]Item{expired, ghosts, orphans} {
 		sort.Slice(list, func(i, j int) bool { return list[i].SessionID < list[j].SessionID })
 	}
+	sort.Slice(readers, func(i, j int) bool { return readers[i].Objects[0].Name < readers[j].Objects[0].Name })
 	sort.Slice(suspects, func(i, j int) bool { return suspects[i].key() < suspects[j].key() })
-	return append(append(expired, ghosts...), orphans...), suspects
+	return slices.Concat(expired, ghosts, orphans, readers), suspects
+}
+
+// readerReason says why the home reader o is deleted ("" while it may
+// still serve a download).
+func readerReason(now time.Time, o Object) string {
+	switch {
+	case o.Down != "":
+		return fmt.Sprintf("home reader %s %s", o.Name, o.Down)
+	case now.Sub(o.CreatedAt) > HomeReaderStart+HomeReaderLifetime:
+		return fmt.Sprintf("home reader %s made at %s, longer ago than a download may last (%s)",
+			o.Name, o.CreatedAt.UTC().Format(time.RFC3339), HomeReaderStart+HomeReaderLifetime)
+	}
+	return ""
 }
 
 // ghostReason says why s is a ghost ("" if it is not) and lists the

@@ -116,6 +116,11 @@ func TestPlan(t *testing.T) {
 		o.Down = "ended (phase Failed)"
 		return o
 	}
+	reader := func(name string, age time.Duration, down string) Object {
+		o := obj(session.KindPod, name, "")
+		o.HomeReader, o.CreatedAt, o.Down = true, now.Add(-age), down
+		return o
+	}
 	tests := []struct {
 		name         string
 		live         []session.Session
@@ -308,6 +313,25 @@ func TestPlan(t *testing.T) {
 			inv: inventory(nil, nil,
 				obj(session.KindVirtualMachine, "mystery", ""),
 				Object{ObjectRef: session.ObjectRef{Kind: session.KindSecret, Name: "going"}, Session: "y", Deleting: true},
+			),
+		},
+		{
+			name: "home readers: one ended and one that outlived any download are deleted, a young one is left to its download",
+			inv: inventory(nil, nil,
+				reader("reader-home-prod-b", HomeReaderLifetime, ""),
+				reader("reader-home-prod-a", time.Minute, "ended (phase Succeeded)"),
+				reader("reader-home-prod-c", HomeReaderStart+HomeReaderLifetime+time.Second, ""),
+			),
+			want: []planned{
+				{Kind: HomeReader, Objects: []string{"Pod/reader-home-prod-a"}},
+				{Kind: HomeReader, Objects: []string{"Pod/reader-home-prod-c"}},
+			},
+		},
+		{
+			name: "home readers of another environment or already being deleted: never touched",
+			inv: inventory(nil, nil,
+				func() Object { o := reader("reader-home-dev-a", 3*time.Hour, "ended"); o.Env = "dev"; return o }(),
+				func() Object { o := reader("reader-home-prod-d", 3*time.Hour, "ended"); o.Deleting = true; return o }(),
 			),
 		},
 		{

@@ -76,7 +76,8 @@ type Cluster interface {
 	Inventory(ctx context.Context) (Inventory, error)
 	// Delete removes one object; already gone counts as deleted. One not
 	// labelled with this environment and the session its name belongs to
-	// is never deleted: that is an error.
+	// (or, for a home reader, as a home reader of this environment) is
+	// never deleted: that is an error.
 	Delete(ctx context.Context, r session.ObjectRef) error
 	// Teardowner deletes every object a session can own, by name.
 	session.Teardowner
@@ -346,7 +347,7 @@ func (r *Reaper) RunOnce(ctx context.Context, trigger Trigger) (Report, error) {
 	}
 	r.metrics().Ran(report, len(live), liveVMs)
 	log.Info("reap run done", "expired", report.Counts[Expired], "orphan", report.Counts[Orphan],
-		"ghost", report.Counts[Ghost], "home", report.Counts[Home], "failures", len(report.Failures),
+		"ghost", report.Counts[Ghost], "home", report.Counts[Home], "reader", report.Counts[HomeReader], "failures", len(report.Failures),
 		"took", report.FinishedAt.Sub(report.StartedAt).String())
 	return report, nil
 }
@@ -373,6 +374,8 @@ func (r *Reaper) handle(ctx context.Context, log *slog.Logger, it Item, dryRun b
 		return r.sweepOrphan(ctx, log, it, dryRun, fail), failures
 	case Home:
 		return r.deleteHome(ctx, log, it, dryRun, fail), failures
+	case HomeReader:
+		return r.deleteReader(ctx, log, it, dryRun, fail), failures
 	}
 	return false, failures
 }
@@ -464,6 +467,23 @@ func (r *Reaper) sweepOrphan(ctx context.Context, log *slog.Logger, it Item, dry
 		log.Info("reaped orphan", "objects", len(it.Objects))
 	}
 	return ok
+}
+
+// deleteReader deletes a home reader left behind. Cluster.Delete reads it
+// again and deletes it only as that same Pod, still a home reader of this
+// environment.
+func (r *Reaper) deleteReader(ctx context.Context, log *slog.Logger, it Item, dryRun bool, fail func(string, error)) bool {
+	o := it.Objects[0]
+	if dryRun {
+		log.Info("would delete home reader", "reason", it.Reason)
+		return true
+	}
+	if err := r.Cluster.Delete(ctx, o); err != nil {
+		fail(o.String(), err)
+		return false
+	}
+	log.Info("deleted home reader", "reason", it.Reason)
+	return true
 }
 
 func (it Item) record() Reaped {

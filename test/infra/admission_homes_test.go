@@ -2,7 +2,9 @@ package infra_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"maps"
 	"strings"
 	"testing"
@@ -10,9 +12,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 
@@ -31,6 +35,7 @@ const (
 	refusedHome       = "a PersistentVolumeClaim must be a student's home"
 	refusedHomeBounds = "a student's home asks for at most homeMaxSize"
 	refusedDelete     = "the functions delete only their own environment's homes"
+	refusedReader     = "a home reader (labkeep.io/role home-reader) must be labkeep's"
 )
 
 var pvcGVR = schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}
@@ -251,4 +256,92 @@ func TestAdmissionAdmitsOnlyTheStudentsOwnHome(t *testing.T) {
 		{"a VM with another student's home", vmHome(kube.HomeName(env, otherStudent, "vm")), refusedVMVolumes},
 		{"a VM with its student's home in another environment", vmHome(kube.HomeName("other-env", student, "vm")), refusedVMVolumes},
 	})
+
+	// The home's reader, as labkeep makes it for a download while no
+	// session holds the home: admitted (this cluster has no node, so the
+	// download then waits for it to start until the request ends, and
+	// deletes it), and copies of it changed each one way refused.
+	reader := ownReader(t, cluster, place.Sessions, student, ownHome)
+	readerOf := func(edit func(p *corev1.Pod, c *corev1.Container)) crafted {
+		p := restampPod(reader, reader.Name)
+		if edit != nil {
+			edit(p, &p.Spec.Containers[0])
+		}
+		return crafted{podsGVR, p}
+	}
+	otherHome := kube.HomeName(env, otherStudent, "")
+	testAdmission(t, fnDyn, place.Sessions, []admissionCase{
+		{"labkeep's own home reader", readerOf(nil), ""},
+		{"a reader of its student's group home", readerOf(func(p *corev1.Pod, _ *corev1.Container) {
+			p.Name, p.Spec.Volumes[0].PersistentVolumeClaim.ClaimName = kube.HomeReaderName(kube.HomeName(env, student, "netsec")), kube.HomeName(env, student, "netsec")
+		}), ""},
+		{"a reader of another student's home", readerOf(func(p *corev1.Pod, _ *corev1.Container) {
+			p.Name, p.Spec.Volumes[0].PersistentVolumeClaim.ClaimName = kube.HomeReaderName(otherHome), otherHome
+		}), refusedVolume},
+		{"a reader named for another home than it mounts", readerOf(func(p *corev1.Pod, _ *corev1.Container) {
+			p.Name = kube.HomeReaderName(kube.HomeName(env, student, "netsec"))
+		}), refusedReader},
+		{"a reader of a session", readerOf(func(p *corev1.Pod, _ *corev1.Container) {
+			p.Labels = maps.Clone(p.Labels)
+			p.Labels[kube.LabelSession] = own.ID
+		}), refusedReader},
+		{"a reader whose claim is writable", readerOf(func(p *corev1.Pod, _ *corev1.Container) {
+			p.Spec.Volumes[0].PersistentVolumeClaim.ReadOnly = false
+		}), refusedReader},
+		{"a reader whose mount is writable", readerOf(func(_ *corev1.Pod, c *corev1.Container) { c.VolumeMounts[0].ReadOnly = false }), refusedReader},
+		{"a reader with a writable root", readerOf(func(_ *corev1.Pod, c *corev1.Container) { c.SecurityContext.ReadOnlyRootFilesystem = ptr(false) }), refusedReader},
+		{"a reader running another command", readerOf(func(_ *corev1.Pod, c *corev1.Container) { c.Command = []string{"sh", "-c", "tar czf - /home-archive"} }), refusedReader},
+		{"a reader adding a workspace capability but DAC_OVERRIDE", readerOf(func(_ *corev1.Pod, c *corev1.Container) {
+			c.SecurityContext.Capabilities.Add = append(c.SecurityContext.Capabilities.Add, "CHOWN")
+		}), refusedReader},
+		{"a reader with an environment", readerOf(func(_ *corev1.Pod, c *corev1.Container) { c.Env = []corev1.EnvVar{{Name: "X", Value: "1"}} }), refusedReader},
+		{"a reader with a second container", readerOf(func(p *corev1.Pod, c *corev1.Container) {
+			second := c.DeepCopy()
+			second.Name = "second"
+			p.Spec.Containers = append(p.Spec.Containers, *second)
+		}), refusedReader},
+		{"a workspace Pod with a container named reader", pod(func(p *corev1.Pod, ws, _ *corev1.Container) {
+			extra := ws.DeepCopy()
+			extra.Name, extra.Ports = kube.ReaderContainer, nil
+			p.Spec.Containers = append(p.Spec.Containers, *extra)
+		}), refusedReader},
+	})
+}
+
+// ownReader makes the home reader of student's home through the
+// functions' own code (kube.Cluster.ArchiveIdleHome) and returns it as the
+// API server stored it. With no node in this cluster the download waits
+// for the reader to start until its request ends, and then deletes it.
+func ownReader(t *testing.T, cluster *kube.Cluster, ns, student, home string) *corev1.Pod {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	found := make(chan *corev1.Pod, 1)
+	go func() {
+		defer cancel()
+		for ctx.Err() == nil {
+			u, err := api.dyn.Resource(podsGVR).Namespace(ns).Get(ctx, kube.HomeReaderName(home), metav1.GetOptions{})
+			if err == nil {
+				var p corev1.Pod
+				if err := runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p); err == nil {
+					found <- &p
+					return
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		close(found)
+	}()
+	err := cluster.ArchiveIdleHome(ctx, student, home, io.Discard)
+	if err == nil || !errors.Is(err, context.Canceled) {
+		t.Fatalf("the download ended with %v; want it cancelled while it waited for its reader to start", err)
+	}
+	p, ok := <-found
+	if !ok {
+		t.Fatalf("the download's reader was never stored: %v", err)
+	}
+	if _, err := api.dyn.Resource(podsGVR).Namespace(ns).Get(context.Background(), p.Name, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+		t.Errorf("the download left its reader %s behind (get: %v)", p.Name, err)
+	}
+	return p
 }

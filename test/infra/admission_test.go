@@ -374,6 +374,7 @@ func testExec(t *testing.T, admin kubernetes.Interface, from, ns, pod string) {
 		name, subresource, container, refused string
 	}{
 		{"exec into the workspace container", "exec", labs.WorkspaceContainer, ""},
+		{"exec into a home reader's reader container", "exec", kube.ReaderContainer, ""},
 		{"exec into guardian", "exec", "guardian", refusedExec},
 		{"exec without naming a container", "exec", "", refusedExec},
 		{"attach to the workspace container", "attach", labs.WorkspaceContainer, refusedExec},

@@ -115,6 +115,11 @@ func TestEveryRouteMatchesTheDescription(t *testing.T) {
     image: ghcr.io/labkeep/workspace:debian12
     nodes: [{role: workspace, cpu: 500m, memory: 512Mi}]
     home: {size: 64Mi, mountPath: /home/student}
+  - name: shell-home-unpulled
+    kind: pod
+    image: ghcr.io/labkeep/workspace:never-imported
+    nodes: [{role: workspace, cpu: 500m, memory: 512Mi}]
+    home: {size: 64Mi, mountPath: /home/student}
 `
 	d := stacktest.Deploy(t, st, stacktest.Options{MaxVMs: 3, Lifetime: 10 * time.Minute, MaxLifetime: 11 * time.Minute, LabsYAML: labsYAML})
 	cl := newClient(d.Server.URL, chk)
@@ -388,8 +393,10 @@ func TestEveryRouteMatchesTheDescription(t *testing.T) {
 		cl.do(t, call{method: "POST", path: "/closeSession", auth: tok("w"), status: 200})
 	})
 
-	// Two students' homes on the real node: h's is archived and, once
-	// unused, deleted; k's stays for the database-down answers below.
+	// Students' homes on the real node: h's is archived while its lab runs
+	// and while none does and, once unused, deleted; q's is held by a lab
+	// whose workspace never starts (its image is nowhere); k's stays for
+	// the database-down answers below.
 	homeOf := func(student string) string { return kube.HomeName(d.Env, student, "") }
 	t.Run("homes", func(t *testing.T) {
 		for _, s := range []string{"h", "k"} {
@@ -416,7 +423,10 @@ func TestEveryRouteMatchesTheDescription(t *testing.T) {
 			{name: "delete as a student", method: "POST", path: "/adminDeleteHome", auth: tok("h"), body: named(h), status: 403, code: "forbidden"},
 			{name: "close h", method: "POST", path: "/closeSession", auth: tok("h"), status: 200},
 			{name: "close k", method: "POST", path: "/closeSession", auth: tok("k"), status: 200},
-			{name: "archive with no session running", method: "GET", path: "/homeArchive?name=" + h, auth: tok("h"), status: 409, code: "not_running"},
+			{name: "archive with no session holding it", method: "GET", path: "/homeArchive?name=" + h, auth: tok("h"), status: 200},
+			{name: "open a lab whose image the node never gets", method: "POST", path: "/openSession", auth: tok("q"), body: `{"lab":"shell-home-unpulled"}`, status: 201},
+			{name: "archive while the session holding it starts", method: "GET", path: "/homeArchive?name=" + homeOf("q"), auth: tok("q"), status: 409, code: "not_running"},
+			{name: "close q", method: "POST", path: "/closeSession", auth: tok("q"), status: 200},
 			{name: "delete the unused home", method: "POST", path: "/adminDeleteHome", auth: admin, body: named(h), status: 200},
 		})
 	})

@@ -1,0 +1,193 @@
+package kube
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"labkeep/shared/reap"
+	"labkeep/shared/session"
+)
+
+// A home reader is a short-lived Pod that mounts one student's home
+// read-only so that the home can be downloaded while no session holds it:
+// tar runs in it through pods/exec, as in a running workspace, and the
+// archive is streamed, never stored. It belongs to no session: it carries
+// LabelEnv, LabelStudent, LabelHome and RoleHomeReader, no LabelSession,
+// no owner and no deadline (a Pod with activeDeadlineSeconds counts as a
+// workspace: CountWorkspacePods, the labkeep-workspaces quota). Its one
+// container sleeps reap.HomeReaderLifetime and ends. The function that
+// made it deletes it when the download ends; the reaper deletes one left
+// behind (reap.HomeReader). There is one reader per home at a time (its
+// name is the home's), so a student cannot pile readers up.
+const (
+	RoleHomeReader = "home-reader"
+	// ReaderContainer is the reader's container: besides a workspace's
+	// own, the only container the functions may exec into.
+	ReaderContainer = "reader"
+	// readerMountPath is where the reader mounts the home.
+	readerMountPath = "/home-archive"
+)
+
+// HomeReaderName is the name of home's reader Pod.
+func HomeReaderName(home string) string { return "reader-" + home }
+
+// isHomeReader reports whether an object labelled l is a home reader of
+// env.
+func isHomeReader(l map[string]string, env string) bool {
+	return l[LabelEnv] == env && l[LabelRole] == RoleHomeReader && l[LabelSession] == ""
+}
+
+// homeReader is the reader Pod of home. It runs as the image's user (root
+// in labkeep's images) with DAC_OVERRIDE alone, so it reads every file
+// the student left, whatever its owner and mode, and writes none: the
+// claim and its mount are read-only and so is its root file system.
+func (c *Cluster) homeReader(home *corev1.PersistentVolumeClaim) *corev1.Pod {
+	limits := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("256Mi")}
+	return &corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:      HomeReaderName(home.Name),
+			Namespace: c.cfg.Namespace,
+			Labels: map[string]string{
+				LabelEnv:                       c.cfg.Env,
+				LabelStudent:                   home.Labels[LabelStudent],
+				LabelRole:                      RoleHomeReader,
+				LabelHome:                      home.Labels[LabelHome],
+				"app.kubernetes.io/managed-by": "labkeep",
+			},
+		},
+		Spec: corev1.PodSpec{
+			RestartPolicy:                 corev1.RestartPolicyNever,
+			AutomountServiceAccountToken:  ptr(false),
+			EnableServiceLinks:            ptr(false),
+			TerminationGracePeriodSeconds: ptr(int64(0)),
+			Containers: []corev1.Container{{
+				Name:         ReaderContainer,
+				Image:        c.cfg.HomeReaderImage,
+				Command:      []string{"sleep", strconv.Itoa(int(reap.HomeReaderLifetime / time.Second))},
+				VolumeMounts: []corev1.VolumeMount{{Name: homeVolume, MountPath: readerMountPath, ReadOnly: true}},
+				Resources: corev1.ResourceRequirements{Limits: limits, Requests: corev1.ResourceList{
+					corev1.ResourceCPU: resource.MustParse("50m"), corev1.ResourceMemory: resource.MustParse("32Mi")}},
+				SecurityContext: &corev1.SecurityContext{
+					AllowPrivilegeEscalation: ptr(false),
+					ReadOnlyRootFilesystem:   ptr(true),
+					Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}, Add: []corev1.Capability{"DAC_OVERRIDE"}},
+					SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+				},
+			}},
+			Volumes: []corev1.Volume{{Name: homeVolume, VolumeSource: corev1.VolumeSource{
+				PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: home.Name, ReadOnly: true}}}},
+		},
+	}
+}
+
+// ArchiveIdleHome writes student's home name, which no session holds, as a
+// gzipped tar stream to w: it makes the home's reader, waits for it to run
+// (at most reap.HomeReaderStart), runs tar in it and deletes it, whatever
+// happened. A claim that is not a home of this environment and student
+// is session.ErrNotOurs; one being deleted, or whose reader already
+// exists (another download of it is under way), session.ErrHomeBusy.
+//
+// The caller checks that no session holds the home; a session that opens
+// while the download runs mounts the home beside the reader (both on the
+// node the home's volume is on; a volume that attaches to one node at a
+// time keeps the session's Pod waiting until the reader is gone).
+func (c *Cluster) ArchiveIdleHome(ctx context.Context, student, name string, w io.Writer) error {
+	if c.rc == nil {
+		return errors.New("this cluster adapter was made without a REST config (NewForConfig): it cannot exec")
+	}
+	cctx, cancel := c.call(ctx)
+	home, err := c.kube.CoreV1().PersistentVolumeClaims(c.cfg.Namespace).Get(cctx, name, metav1.GetOptions{})
+	cancel()
+	switch {
+	case apierrors.IsNotFound(err):
+		return fmt.Errorf("%w: no home %s in this environment", session.ErrNotOurs, name)
+	case err != nil:
+		return fmt.Errorf("reading home %s: %w", name, err)
+	case !isHome(home.ObjectMeta, c.cfg.Env) || home.Labels[LabelStudent] != StudentHash(student):
+		return fmt.Errorf("%w: claim %s is not a home of this student in environment %q", session.ErrNotOurs, name, c.cfg.Env)
+	case home.DeletionTimestamp != nil:
+		return fmt.Errorf("%w: home %s is being deleted", session.ErrHomeBusy, name)
+	}
+	pods := c.kube.CoreV1().Pods(c.cfg.Namespace)
+	reader, err := create(ctx, c, "the home's reader", c.homeReader(home), pods.Create)
+	if apierrors.IsAlreadyExists(err) {
+		return fmt.Errorf("%w: another download of home %s is under way; try again when it has ended", session.ErrHomeBusy, name)
+	}
+	if err != nil {
+		return err
+	}
+	defer func() {
+		// The reader goes even when the request was cancelled. One this
+		// cannot delete ends by itself and is the reaper's (reap.Plan):
+		// the download has its answer already.
+		dctx, cancel := c.call(context.WithoutCancel(ctx))
+		defer cancel()
+		uid := reader.UID
+		_ = pods.Delete(dctx, reader.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0)),
+			Preconditions: &metav1.Preconditions{UID: &uid}})
+	}()
+	if err := c.awaitRunning(ctx, reader.Name, reap.HomeReaderStart); err != nil {
+		return fmt.Errorf("reading home %s: %w", name, err)
+	}
+	return c.streamTar(ctx, reader.Name, ReaderContainer, readerMountPath, name, w)
+}
+
+// awaitRunning polls Pod name until it runs, for at most limit; an ended
+// Pod, or one still waiting at the limit, is an error saying what it
+// waits for.
+func (c *Cluster) awaitRunning(ctx context.Context, name string, limit time.Duration) error {
+	deadline := time.NewTimer(limit)
+	defer deadline.Stop()
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	waiting := "to be scheduled"
+	for {
+		cctx, ccancel := c.call(ctx)
+		pod, err := c.kube.CoreV1().Pods(c.cfg.Namespace).Get(cctx, name, metav1.GetOptions{})
+		ccancel()
+		if err == nil {
+			switch pod.Status.Phase {
+			case corev1.PodRunning:
+				return nil
+			case corev1.PodSucceeded, corev1.PodFailed:
+				return fmt.Errorf("Pod %s %s", name, PodDown(pod))
+			}
+			waiting = podWaiting(pod)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for Pod %s to start (it was waiting %s): %w", name, waiting, ctx.Err())
+		case <-deadline.C:
+			return fmt.Errorf("Pod %s did not start within %s (waiting %s)", name, limit, waiting)
+		case <-tick.C:
+		}
+	}
+}
+
+// podWaiting says what a Pod that is not running waits for, in the words
+// the cluster reports.
+func podWaiting(pod *corev1.Pod) string {
+	for _, s := range pod.Status.ContainerStatuses {
+		if s.State.Waiting != nil && s.State.Waiting.Reason != "" {
+			return "for its container: " + s.State.Waiting.Reason + " " + s.State.Waiting.Message
+		}
+	}
+	for _, cond := range pod.Status.Conditions {
+		if cond.Status != corev1.ConditionTrue && cond.Message != "" {
+			return "for " + string(cond.Type) + ": " + cond.Message
+		}
+	}
+	if pod.Spec.NodeName == "" {
+		return "to be scheduled"
+	}
+	return "to start on node " + pod.Spec.NodeName
+}
