@@ -31,7 +31,8 @@ const homeLabs = `labs:
 // A student whose lab keeps a home sees, in headless Chromium, where it
 // is and that it stays (the close confirmation says so too), and saves it
 // with "Download your home": the archive's files are what they wrote.
-// Another student's token gets 403 for it.
+// Once the lab is closed the homes list saves it too, with no lab
+// running. Another student's token gets 403 for it.
 func TestStudentDownloadsTheirHome(t *testing.T) {
 	d := stacktest.Deploy(t, st, stacktest.Options{LabsYAML: homeLabs})
 	s := visit(t, browser.Start(t, browser.Isolated), d, "ann")
@@ -58,12 +59,42 @@ func TestStudentDownloadsTheirHome(t *testing.T) {
 	s.click("#close-no")
 	s.tab.Screenshot("home")
 
+	if diff := cmp.Diff(written, stacktest.Untar(t, savedArchive(t, s, "#home-download"))); diff != "" {
+		t.Errorf("the downloaded home (-written +downloaded):\n%s", diff)
+	}
+	s.tab.Screenshot("home-downloaded")
+
+	// With the lab closed no session holds the home: the list offers a
+	// download of its own, which labkeep reads without a lab.
+	s.click("#close")
+	s.click("#close-yes")
+	s.waitPage("the lab closed", time.Minute, func(p pageState) bool { return p.Status == "closed" })
+	stacktest.Eventually(t, time.Minute, func() (bool, string) {
+		return evaluate[int](s, `document.querySelectorAll("#home-list button.home-save").length`) == 1,
+			"the homes list reads " + evaluate[string](s, `document.getElementById("home-list").textContent`)
+	})
+	s.tab.Screenshot("home-unused")
+	if diff := cmp.Diff(written, stacktest.Untar(t, savedArchive(t, s, "#home-list button.home-save"))); diff != "" {
+		t.Errorf("the home downloaded with no lab (-written +downloaded):\n%s", diff)
+	}
+	home := kube.HomeName(d.Env, "ann", "")
+	if r := d.Do("GET", "/homeArchive?name="+home, d.Token("bob", "student"), "", ""); r.Status != 403 {
+		t.Errorf("bob downloading ann's home: %d %s; want 403", r.Status, r.Body)
+	}
+}
+
+// savedArchive clicks the button button, waits for the page to say it
+// saved an archive and returns the file Chromium saved, read from a
+// download directory of its own.
+func savedArchive(t *testing.T, s *student, button string) []byte {
+	t.Helper()
 	dir := t.TempDir()
 	if _, err := chromedp.CallBrowser(s.tab.Ctx, cdpbrowser.SetDownloadBehavior, cdpbrowser.SetDownloadBehaviorParams{
 		Behavior: cdpbrowser.SetDownloadBehaviorBehaviorAllowAndName, DownloadPath: dir}); err != nil {
 		t.Fatal(err)
 	}
-	s.click("#home-download")
+	evaluate[string](s, `document.getElementById("home-note").textContent = ""`)
+	s.click(button)
 	var saved string
 	stacktest.Eventually(t, time.Minute, func() (bool, string) {
 		note := evaluate[string](s, `document.getElementById("home-note").textContent`)
@@ -81,18 +112,11 @@ func TestStudentDownloadsTheirHome(t *testing.T) {
 		}
 		return false, fmt.Sprintf("the page says %q; the download directory holds %d files", note, len(entries))
 	})
-	s.tab.Screenshot("home-downloaded")
 	b, err := os.ReadFile(saved)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(written, stacktest.Untar(t, b)); diff != "" {
-		t.Errorf("the downloaded home (-written +downloaded):\n%s", diff)
-	}
-	home := kube.HomeName(d.Env, "ann", "")
-	if r := d.Do("GET", "/homeArchive?name="+home, d.Token("bob", "student"), "", ""); r.Status != 403 {
-		t.Errorf("bob downloading ann's home: %d %s; want 403", r.Status, r.Body)
-	}
+	return b
 }
 
 // run runs cmd over SSH as the page's key and known_hosts line allow.

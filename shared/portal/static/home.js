@@ -3,9 +3,11 @@
 // that holds a home it says where the home is mounted; while the session
 // runs, "Download your home" saves it as a .tar.gz (GET /homeArchive:
 // labkeep streams it from the running workspace and stores it nowhere;
-// the page holds it in memory until it is saved). Every
-// home of the student is listed with its size and, while no session holds
-// it, the day labkeep deletes it unless a lab uses it before (GET /homes).
+// the page holds it in memory until it is saved). Every home of the
+// student is listed with its size and, while no session holds it, the day
+// labkeep deletes it unless a lab uses it before (GET /homes) and a
+// "Download" of its own (labkeep reads it with a short-lived Pod); a VM
+// lab's home holds the VM's disk, and has none.
 (() => {
   "use strict";
 
@@ -40,6 +42,12 @@
         li.dataset.name = h.name;
         li.textContent = (h.group ? h.group : "your home") + ", " + h.size + ": " +
           (h.inUse ? "in use" : h.deleteAt ? "kept until " + day(h.deleteAt) + " unless a lab uses it before" : "kept");
+        const vmHome = h.group === "vm" || (h.group || "").startsWith("vm-");
+        if (!h.inUse && !vmHome) {
+          const b = element("button", { type: "button", className: "home-save", textContent: "Download" });
+          b.addEventListener("click", () => save(h.name, b));
+          li.append(" ", b);
+        }
         list.append(li);
       });
     }
@@ -60,10 +68,10 @@
       }
     });
 
-    download.addEventListener("click", async () => {
-      const name = download.dataset.name;
+    // save downloads home name as a .tar.gz, button disabled meanwhile.
+    async function save(name, button) {
       if (!name) return;
-      download.disabled = true;
+      button.disabled = true;
       note.textContent = "Preparing the archive…";
       try {
         const u = new URL(lk.url("homeArchive"));
@@ -85,8 +93,10 @@
       } catch (e) {
         note.textContent = "Download failed: " + e;
       } finally {
-        download.disabled = false;
+        button.disabled = false;
       }
-    });
+    }
+
+    download.addEventListener("click", () => save(download.dataset.name, download));
   });
 })();
