@@ -58,7 +58,7 @@ func under(path string, prefixes ...string) bool {
 
 func TestImportsRunOneWay(t *testing.T) {
 	const m = "labkeep/"
-	domain := []string{m + "shared/session", m + "shared/reap", m + "shared/lifetime", m + "shared/labs", m + "shared/setting", m + "shared/alerts", m + "shared/warmpool", m + "shared/access", m + "shared/seating", m + "shared/line", m + "shared/termlimit", m + "shared/workspacekey", m + "shared/rate"}
+	domain := []string{m + "shared/session", m + "shared/reap", m + "shared/lifetime", m + "shared/labs", m + "shared/setting", m + "shared/alerts", m + "shared/warmpool", m + "shared/access", m + "shared/seating", m + "shared/reservation", m + "shared/line", m + "shared/termlimit", m + "shared/workspacekey", m + "shared/rate"}
 	adapters := []string{m + "shared/pgstore", m + "shared/kube", m + "shared/httpapi", m + "functions", m + "localrun", m + "test"}
 	production := []string{m + "shared", m + "functions", m + "guardian", m + "infra"}
 	// The edges: each serves or reaches one outside system (PostgreSQL,

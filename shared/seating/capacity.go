@@ -71,6 +71,13 @@ type Input struct {
 	Warm bool
 	// Wait: the student joins the line rather than be refused.
 	Wait bool
+	// Reserved is how much of the bucket reservations hold for their
+	// courses and nobody has taken yet (reservation.Held), the seat the
+	// student takes included.
+	Reserved int
+	// Seat: the student takes a seat a reservation holds for their course
+	// (reservation.SeatFor).
+	Seat bool
 }
 
 // Decision is Decide's answer; Reason says why there is no room.
@@ -80,27 +87,39 @@ type Decision struct {
 }
 
 // Decide is the admission rule, in one place: a lab that needs nothing
-// from a bucket is created at once; nobody waiting and a warm instance
+// from a bucket is created at once. A student taking a seat their course
+// reserved is let in ahead of the line: their seat is among Reserved, so
+// there is room while Used and Reserved fit the limit, and a ready warm
+// instance is claimed. Anyone else: nobody waiting and a warm instance
 // ready means claim it (it holds its capacity already, and nobody is
-// passed over); otherwise there is room only if the bucket has it and
-// nobody waits in its line (an open must never jump the line), and
-// without room the student queues if they wait, or is refused. Used is
-// only read when no claim is decided, so the caller counts after a claim
-// failed.
+// passed over); otherwise there is room only if the bucket has it beside
+// the reserved seats and nobody waits in its line (an open must never
+// jump the line). Without room the student queues if they wait, or is
+// refused. Used is only read when no claim is decided, so the caller
+// counts after a claim failed.
 func Decide(in Input) Decision {
 	if in.Need <= 0 {
 		return Decision{Verdict: Cold}
 	}
-	if in.Waiting == 0 && in.Warm {
-		return Decision{Verdict: Claim}
-	}
 	var reason string
 	switch {
+	case in.Seat && in.Warm:
+		return Decision{Verdict: Claim}
+	case in.Seat:
+		if !in.CountFailed && in.Used+in.Reserved > in.Limit {
+			reason = fmt.Sprintf("%d of %d %s in use and %d held for reserved classes, your seat among them: it is free once a lab that started before your class ends",
+				in.Used, in.Limit, Label(in.Kind), in.Reserved)
+		}
+	case in.Waiting == 0 && in.Warm:
+		return Decision{Verdict: Claim}
 	case in.CountFailed:
+	case in.Used+in.Need+in.Reserved > in.Limit && in.Reserved > 0:
+		reason = fmt.Sprintf("%d of %d %s in use and %d held for reserved classes, lab %s needs %d",
+			in.Used, in.Limit, Label(in.Kind), in.Reserved, in.Lab, in.Need)
 	case in.Used+in.Need > in.Limit:
 		reason = fmt.Sprintf("%d of %d %s in use, lab %s needs %d", in.Used, in.Limit, Label(in.Kind), in.Lab, in.Need)
 	}
-	if reason == "" && in.Waiting > 0 {
+	if reason == "" && !in.Seat && in.Waiting > 0 {
 		reason = fmt.Sprintf("%d students wait for capacity", in.Waiting)
 	}
 	switch {

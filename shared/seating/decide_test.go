@@ -33,6 +33,20 @@ func TestDecide(t *testing.T) {
 			Input{Lab: "three", Capacity: vm3, Used: 99, CountFailed: true}, Decision{Verdict: Cold}},
 		"the count failed and someone waits: still no jumping": {
 			Input{Lab: "three", Capacity: vm3, CountFailed: true, Waiting: 1}, Decision{Verdict: Refuse, Reason: "1 students wait for capacity"}},
+		"reserved seats held: room only beside them": {
+			Input{Lab: "shell", Capacity: Capacity{Kind: labs.KindPod, Need: 1, Limit: 8}, Used: 3, Reserved: 5},
+			Decision{Verdict: Refuse, Reason: "3 of 8 workspace Pods in use and 5 held for reserved classes, lab shell needs 1"}},
+		"reserved seats held, room beside them: provision cold": {
+			Input{Lab: "shell", Capacity: Capacity{Kind: labs.KindPod, Need: 1, Limit: 8}, Used: 2, Reserved: 5}, Decision{Verdict: Cold}},
+		"a reserved seat: its capacity is among the held, so in while they fit": {
+			Input{Lab: "shell", Capacity: Capacity{Kind: labs.KindPod, Need: 1, Limit: 8}, Used: 3, Reserved: 5, Seat: true}, Decision{Verdict: Cold}},
+		"a reserved seat goes ahead of the line": {
+			Input{Lab: "shell", Capacity: Capacity{Kind: labs.KindPod, Need: 1, Limit: 8}, Used: 3, Reserved: 5, Seat: true, Waiting: 12}, Decision{Verdict: Cold}},
+		"a reserved seat while labs started before the window fill the capacity: waits for one to end": {
+			Input{Lab: "shell", Capacity: Capacity{Kind: labs.KindPod, Need: 1, Limit: 8}, Used: 6, Reserved: 5, Seat: true, Wait: true},
+			Decision{Verdict: Queue, Reason: "6 of 8 workspace Pods in use and 5 held for reserved classes, your seat among them: it is free once a lab that started before your class ends"}},
+		"a reserved seat and a warm instance ready: claim it, ahead of the line": {
+			Input{Lab: "shell", Capacity: Capacity{Kind: labs.KindPod, Need: 1, Limit: 8}, Used: 8, Reserved: 5, Seat: true, Waiting: 3, Warm: true}, Decision{Verdict: Claim}},
 		"a lab needing nothing from a bucket: provision cold": {
 			Input{Lab: "none", Capacity: Capacity{Kind: labs.KindVM, Limit: 8}, Used: 9, Waiting: 3}, Decision{Verdict: Cold}},
 	}

@@ -1,0 +1,198 @@
+// Package reservation is a course's seats for a time slot: the pure rules
+// for booking them (never more reserved than the capacity, at any
+// moment), for holding their unused seats for the course while the slot
+// comes and runs, and for releasing the seats nobody took once its
+// grace has passed. Admission (seating.Decide) and the warm pool read
+// what these rules say; nothing here reads a clock, a database or the
+// cluster.
+package reservation
+
+import (
+	"errors"
+	"fmt"
+	"regexp"
+	"sort"
+	"time"
+
+	"labkeep/shared/labs"
+)
+
+// Reservation is Seats of lab Lab held for the members of Course from
+// Start to End.
+type Reservation struct {
+	ID     int64
+	Course string
+	Lab    string
+	Seats  int
+	Start  time.Time
+	End    time.Time
+}
+
+// Hold is a reservation with what it takes from the capacity: each seat
+// takes PerSeat of bucket Kind (seating.CapacityOf its lab).
+type Hold struct {
+	Reservation
+	Kind    labs.Kind
+	PerSeat int
+}
+
+// units is what all of h's seats take.
+func (h Hold) units() int { return h.Seats * h.PerSeat }
+
+// Rules are the timings every reservation follows.
+type Rules struct {
+	// Lead: a reservation's seats are held this long before its start,
+	// so that the labs of students who open just before do not take the
+	// class's capacity (and the warm pool prepares them then).
+	Lead time.Duration
+	// Release: seats nobody took this long after the start are released
+	// to everyone.
+	Release time.Duration
+	// MaxLength is the longest window a reservation may have.
+	MaxLength time.Duration
+	// MaxAhead is how far ahead a reservation may start.
+	MaxAhead time.Duration
+}
+
+// DefaultRules are the timings unless a platform says otherwise.
+func DefaultRules() Rules {
+	return Rules{Lead: 10 * time.Minute, Release: 15 * time.Minute, MaxLength: 12 * time.Hour, MaxAhead: 180 * 24 * time.Hour}
+}
+
+// The errors of a reservation that cannot be made; each says why in its
+// message.
+var (
+	// ErrInvalid: the reservation itself is wrong (its course, seats or
+	// window).
+	ErrInvalid = errors.New("bad_reservation")
+	// ErrOverbooked: with it, more than the capacity would be reserved at
+	// some moment of its window.
+	ErrOverbooked = errors.New("overbooked")
+)
+
+// courseName is what a course may be called: the value of the JWT claim
+// that lists a student's courses.
+var courseName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,127}$`)
+
+// Check says what is wrong with r as a new reservation at now (nil if
+// nothing): a course name, at least one seat, an end after its start, no
+// longer than MaxLength, starting no earlier than now (a minute's slack
+// for the clocks of the one who books) and no later than MaxAhead. The
+// lab is the catalog's to check.
+func Check(r Reservation, now time.Time, rules Rules) error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: %s", ErrInvalid, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case !courseName.MatchString(r.Course):
+		return bad("course %q must be 1 to 128 letters, digits and . _ : / @ -, starting with a letter or digit", r.Course)
+	case r.Seats < 1:
+		return bad("seats must be at least 1, got %d", r.Seats)
+	case !r.End.After(r.Start):
+		return bad("the window must end after it starts (%s to %s)", stamp(r.Start), stamp(r.End))
+	case r.End.Sub(r.Start) > rules.MaxLength:
+		return bad("the window lasts %s, longer than the %s a reservation may", r.End.Sub(r.Start), rules.MaxLength)
+	case r.Start.Before(now.Add(-time.Minute)):
+		return bad("the window starts at %s, in the past (now is %s)", stamp(r.Start), stamp(now))
+	case r.Start.After(now.Add(rules.MaxAhead)):
+		return bad("the window starts at %s, more than %s ahead", stamp(r.Start), rules.MaxAhead)
+	}
+	return nil
+}
+
+// Book says whether h fits beside the reservations already made: at no
+// moment of h's window may the seats reserved in its bucket, h's
+// included, take more than limit. ErrOverbooked says how many seats of
+// h's lab are free over the whole window.
+func Book(h Hold, existing []Hold, limit int) error {
+	peak := Peak(existing, h.Kind, h.Start, h.End)
+	if peak+h.units() <= limit {
+		return nil
+	}
+	free := 0
+	if h.PerSeat > 0 && limit > peak {
+		free = (limit - peak) / h.PerSeat
+	}
+	return fmt.Errorf("%w: %d seats of lab %s asked for, %d free from %s to %s (the capacity is %d, %d of it reserved at the busiest moment)",
+		ErrOverbooked, h.Seats, h.Lab, free, stamp(h.Start), stamp(h.End), limit, peak)
+}
+
+// Peak is the most that holds of bucket kind reserve together at any
+// moment from from to to.
+func Peak(holds []Hold, kind labs.Kind, from, to time.Time) int {
+	// The sum only changes where a window starts or ends: look at from
+	// and at every start inside.
+	moments := []time.Time{from}
+	for _, h := range holds {
+		if h.Kind == kind && h.Start.After(from) && h.Start.Before(to) {
+			moments = append(moments, h.Start)
+		}
+	}
+	peak := 0
+	for _, t := range moments {
+		sum := 0
+		for _, h := range holds {
+			if h.Kind == kind && !t.Before(h.Start) && t.Before(h.End) {
+				sum += h.units()
+			}
+		}
+		peak = max(peak, sum)
+	}
+	return peak
+}
+
+// holding reports whether h holds its unused seats at now: from Lead
+// before its start until its end, or until Release after its start when
+// that comes first.
+func (r Rules) holding(h Hold, now time.Time) bool {
+	until := h.End
+	if released := h.Start.Add(r.Release); released.Before(until) {
+		until = released
+	}
+	return !now.Before(h.Start.Add(-r.Lead)) && now.Before(until)
+}
+
+// Held is what the reservations of bucket kind hold at now and nobody
+// has taken yet: the capacity only their courses' members may use.
+// taken counts each reservation's seats in use, by ID.
+func Held(now time.Time, holds []Hold, taken map[int64]int, kind labs.Kind, rules Rules) int {
+	held := 0
+	for _, h := range holds {
+		if h.Kind == kind && rules.holding(h, now) {
+			held += max(0, h.Seats-taken[h.ID]) * h.PerSeat
+		}
+	}
+	return held
+}
+
+// SeatFor is the reservation whose seat a student of courses opening lab
+// takes at now: one of the lab, for one of their courses, started (its
+// members are let in from its start, not during the lead) and not
+// released, with a seat nobody has taken. Of several, the one that ends
+// first. ok is false when there is none: the student is in the general
+// line.
+func SeatFor(now time.Time, holds []Hold, taken map[int64]int, courses []string, lab string, rules Rules) (Hold, bool) {
+	member := make(map[string]bool, len(courses))
+	for _, c := range courses {
+		member[c] = true
+	}
+	var open []Hold
+	for _, h := range holds {
+		if h.Lab == lab && member[h.Course] && !now.Before(h.Start) && rules.holding(h, now) && taken[h.ID] < h.Seats {
+			open = append(open, h)
+		}
+	}
+	if len(open) == 0 {
+		return Hold{}, false
+	}
+	sort.Slice(open, func(i, j int) bool {
+		if !open[i].End.Equal(open[j].End) {
+			return open[i].End.Before(open[j].End)
+		}
+		return open[i].ID < open[j].ID
+	})
+	return open[0], true
+}
+
+// stamp is a moment as messages show it.
+func stamp(t time.Time) string { return t.UTC().Format(time.RFC3339) }
