@@ -120,6 +120,7 @@ func (c *Config) Settings() setting.Table {
 			"invalidates those of live workspaces", &c.WorkspaceSecret).Feeds(&k.WorkspaceKey),
 		setting.String("JWT_AUDIENCE", "when set, every token must carry this `aud` (one of its values)", &c.Tokens.Audience),
 		setting.String("JWT_ISSUER", "when set, every token must carry this `iss`", &c.Tokens.Issuer),
+		setting.String("JWT_COURSES_CLAIM", "the claim listing the courses a student is a member of (a list of strings, or one string); empty reads none", &c.Tokens.CoursesClaim),
 		setting.Duration("JWT_MAX_LIFETIME", "longest a token may be valid: `exp − iat` (the life its issuer gave it, the same at "+
 			"every check), or for a token without `iat` `exp − now` (no issue time to measure from, so what it has left is bounded)",
 			&c.Tokens.MaxLifetime),

@@ -9,9 +9,11 @@
 package access
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -47,6 +49,9 @@ type Principal struct {
 	// Subject is the token's sub: the student id (or the admin's id).
 	Subject string
 	Role    string
+	// Courses are the courses the caller is a member of, from the claim
+	// TokenRules.CoursesClaim names: a course's reserved seats are theirs.
+	Courses []string
 }
 
 // Admin reports whether the caller may act on any student's session.
@@ -61,10 +66,76 @@ func (p Principal) Actor() session.Actor {
 }
 
 // Claims are the JWT claims the portal signs: sub, role and exp; iat, and
-// iss and aud where the deployment requires them.
+// iss and aud where the deployment requires them; the student's courses
+// under the claim the deployment names (TokenRules.CoursesClaim).
 type Claims struct {
 	Role string `json:"role"`
 	jwt.RegisteredClaims
+	// Extra are the token's other claims by name, the courses claim among
+	// them.
+	Extra map[string]any `json:"-"`
+}
+
+// MarshalJSON writes the claims with Extra beside the named ones (a name
+// of both keeps the named claim).
+func (c Claims) MarshalJSON() ([]byte, error) {
+	type plain Claims
+	b, err := json.Marshal(plain(c))
+	if err != nil || len(c.Extra) == 0 {
+		return b, err
+	}
+	all := map[string]any{}
+	if err := json.Unmarshal(b, &all); err != nil {
+		return nil, err
+	}
+	for k, v := range c.Extra {
+		if _, named := all[k]; !named {
+			all[k] = v
+		}
+	}
+	return json.Marshal(all)
+}
+
+// UnmarshalJSON reads the named claims and keeps every claim in Extra.
+func (c *Claims) UnmarshalJSON(b []byte) error {
+	type plain Claims
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	var all map[string]any
+	if err := json.Unmarshal(b, &all); err != nil {
+		return err
+	}
+	*c = Claims(p)
+	c.Extra = all
+	return nil
+}
+
+// courses reads the courses claim name of c: a list of strings, or one
+// string (some identity providers write a single group so); absent is no
+// course. Empty names are dropped.
+func (c Claims) courses(name string) ([]string, error) {
+	v, ok := c.Extra[name]
+	if name == "" || !ok || v == nil {
+		return nil, nil
+	}
+	var out []string
+	switch v := v.(type) {
+	case string:
+		out = []string{v}
+	case []any:
+		for _, e := range v {
+			s, ok := e.(string)
+			if !ok {
+				return nil, fmt.Errorf("claim %s must be a list of strings, and holds %T", name, e)
+			}
+			out = append(out, s)
+		}
+	default:
+		return nil, fmt.Errorf("claim %s must be a list of strings, and is %T", name, v)
+	}
+	return slices.DeleteFunc(out, func(s string) bool { return s == "" }), nil
 }
 
 // Defaults of TokenRules.
@@ -102,12 +173,20 @@ type TokenRules struct {
 	// Leeway is the clock skew tolerated in every time check: exp, nbf
 	// and iat (an iat in the future beyond it is refused), and exp − now.
 	Leeway time.Duration
+	// CoursesClaim names the claim that lists the courses a student is a
+	// member of (a list of strings; groups by default, as identity
+	// providers commonly write it); empty reads none.
+	CoursesClaim string
 }
 
+// registered are the claims whose meaning is fixed: none of them lists
+// courses.
+var registered = []string{"iss", "sub", "aud", "exp", "nbf", "iat", "jti", "role"}
+
 // DefaultTokenRules are the rules with every default: no audience or
-// issuer required.
+// issuer required, courses in groups.
 func DefaultTokenRules() TokenRules {
-	return TokenRules{MaxLifetime: DefaultTokenMaxLifetime, Leeway: DefaultTokenLeeway}
+	return TokenRules{MaxLifetime: DefaultTokenMaxLifetime, Leeway: DefaultTokenLeeway, CoursesClaim: "groups"}
 }
 
 // Validate reports every invalid rule as a *setting.Error naming its field.
@@ -117,6 +196,9 @@ func (r TokenRules) Validate() error {
 		if strings.TrimSpace(f.value) != f.value {
 			errs = append(errs, setting.Invalid(f.field, "%q has leading or trailing white space, which no token's claim would match", f.value))
 		}
+	}
+	if slices.Contains(registered, r.CoursesClaim) {
+		errs = append(errs, setting.Invalid("CoursesClaim", "%q is a claim of its own meaning, not a list of courses", r.CoursesClaim))
 	}
 	errs = append(errs, setting.Positive("MaxLifetime", r.MaxLifetime))
 	switch {
@@ -129,12 +211,16 @@ func (r TokenRules) Validate() error {
 }
 
 // Issue makes a token as a portal following r would: iss and aud as r
-// requires, iat now and exp now + MaxLifetime. Used by `make run` and tests.
-func (r TokenRules) Issue(secret []byte, subject, role string, now time.Time) (string, error) {
+// requires, iat now and exp now + MaxLifetime, and courses, if any, under
+// CoursesClaim. Used by `make run` and tests.
+func (r TokenRules) Issue(secret []byte, subject, role string, now time.Time, courses ...string) (string, error) {
 	c := Claims{Role: role, RegisteredClaims: jwt.RegisteredClaims{
 		Subject: subject, Issuer: r.Issuer,
 		IssuedAt: jwt.NewNumericDate(now), ExpiresAt: jwt.NewNumericDate(now.Add(r.MaxLifetime)),
 	}}
+	if len(courses) > 0 && r.CoursesClaim != "" {
+		c.Extra = map[string]any{r.CoursesClaim: courses}
+	}
 	if r.Audience != "" {
 		c.Audience = jwt.ClaimStrings{r.Audience}
 	}
@@ -217,7 +303,11 @@ func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
 	if err := a.checkLifetime(c, now); err != nil {
 		return Principal{}, err
 	}
-	return Principal{Subject: c.Subject, Role: c.Role}, nil
+	courses, err := c.courses(a.rules.CoursesClaim)
+	if err != nil {
+		return Principal{}, fmt.Errorf("%w: %v", ErrUnauthorized, err)
+	}
+	return Principal{Subject: c.Subject, Role: c.Role, Courses: courses}, nil
 }
 
 // checkLifetime applies MaxLifetime (see TokenRules) to a token whose exp

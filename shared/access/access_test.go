@@ -104,6 +104,23 @@ func TestAuthenticate(t *testing.T) {
 		{"alg none", defaults, 0, "Bearer " + mint(t, jwt.SigningMethodNone, jwt.UnsafeAllowNoneSignatureType, claims(jwt.MapClaims{"exp": at(time.Hour)})),
 			outcome{Refused: "invalid token"}},
 
+		// Courses.
+		{"courses as a list", defaults, 0, "Bearer " + hs256(t, claims(jwt.MapClaims{"exp": at(time.Hour), "groups": []string{"cs-101", "", "math"}})),
+			outcome{Principal: Principal{Subject: "alice", Role: RoleStudent, Courses: []string{"cs-101", "math"}}}},
+		{"one course as a string", defaults, 0, "Bearer " + hs256(t, claims(jwt.MapClaims{"exp": at(time.Hour), "groups": "cs-101"})),
+			outcome{Principal: Principal{Subject: "alice", Role: RoleStudent, Courses: []string{"cs-101"}}}},
+		{"courses under another claim than the rules name", defaults, 0, "Bearer " + hs256(t, claims(jwt.MapClaims{"exp": at(time.Hour), "courses": []string{"cs-101"}})),
+			outcome{Principal: student}},
+		{"courses of the wrong type", defaults, 0, "Bearer " + hs256(t, claims(jwt.MapClaims{"exp": at(time.Hour), "groups": []any{"cs-101", 7}})),
+			outcome{Refused: "unauthorized: claim groups must be a list of strings"}},
+		{"courses issued as a portal does", defaults, 0, "Bearer " + func() string {
+			tok, err := defaults.Issue(authSecret, "alice", RoleStudent, authT0, "cs-101")
+			if err != nil {
+				t.Fatal(err)
+			}
+			return tok
+		}(), outcome{Principal: Principal{Subject: "alice", Role: RoleStudent, Courses: []string{"cs-101"}}}},
+
 		// sub and role.
 		{"admin", defaults, 0, "Bearer " + hs256(t, jwt.MapClaims{"sub": "ops", "role": RoleAdmin, "exp": at(time.Hour)}), outcome{Principal: Principal{Subject: "ops", Role: RoleAdmin}}},
 		{"no sub", defaults, 0, "Bearer " + hs256(t, jwt.MapClaims{"role": RoleStudent, "exp": at(time.Hour)}), outcome{Refused: "unauthorized: token has no sub"}},
@@ -208,6 +225,8 @@ func TestTokenRulesValidate(t *testing.T) {
 		{"negative leeway", TokenRules{MaxLifetime: time.Hour, Leeway: -time.Second}, "Leeway: must not be negative, got -1s"},
 		{"leeway over its bound", TokenRules{MaxLifetime: time.Hour, Leeway: MaxTokenLeeway + time.Second},
 			"Leeway: 5m1s exceeds 5m0s: a leeway that long is not clock skew but extra token lifetime"},
+		{"courses in a claim of their own", TokenRules{MaxLifetime: time.Hour, CoursesClaim: "courses"}, ""},
+		{"courses read from sub", TokenRules{MaxLifetime: time.Hour, CoursesClaim: "sub"}, `CoursesClaim: "sub" is a claim of its own meaning, not a list of courses`},
 		{"zero maximum lifetime", TokenRules{}, "MaxLifetime: must be positive, got 0s"},
 		{"negative maximum lifetime", TokenRules{MaxLifetime: -time.Hour}, "MaxLifetime: must be positive, got -1h0m0s"},
 		{"audience with a trailing space", TokenRules{Audience: "labkeep ", MaxLifetime: time.Hour},
