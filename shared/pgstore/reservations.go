@@ -1,0 +1,95 @@
+package pgstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"labkeep/shared/labs"
+	"labkeep/shared/reservation"
+)
+
+var _ reservation.Store = (*PG)(nil)
+
+// reservationLockSpace is the first key of the booking lock (a
+// transaction lock in the two-key space, apart from lockKey's).
+const reservationLockSpace = 7008
+
+const reservationColumns = `id, course, lab, seats, kind, per_seat, starts_at, ends_at, booked_by, booked_at, cancelled_at`
+
+// Reserve implements reservation.Store: the overlapping reservations are
+// read, decide runs and the new one is inserted in one transaction under
+// the environment's booking lock, so bookings never interleave.
+func (p *PG) Reserve(ctx context.Context, h reservation.Booked, decide func(overlapping []reservation.Hold) error) (reservation.Booked, error) {
+	var out reservation.Booked
+	err := pgx.BeginFunc(ctx, p.conns, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, reservationLockSpace, p.env); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT `+reservationColumns+` FROM reservations
+			WHERE cancelled_at IS NULL AND ends_at > $1 AND starts_at < $2 ORDER BY starts_at, id`, h.Start, h.End)
+		if err != nil {
+			return err
+		}
+		overlapping, err := pgx.CollectRows(rows, scanBooked)
+		if err != nil {
+			return err
+		}
+		holds := make([]reservation.Hold, len(overlapping))
+		for i, b := range overlapping {
+			holds[i] = b.Hold
+		}
+		if err := decide(holds); err != nil {
+			return err
+		}
+		rows, err = tx.Query(ctx, `INSERT INTO reservations (course, lab, seats, kind, per_seat, starts_at, ends_at, booked_by, booked_at)
+			VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) RETURNING `+reservationColumns,
+			h.Course, h.Lab, h.Seats, string(h.Kind), h.PerSeat, h.Start, h.End, h.BookedBy, h.BookedAt)
+		if err != nil {
+			return err
+		}
+		out, err = pgx.CollectExactlyOneRow(rows, scanBooked)
+		return err
+	})
+	return out, err
+}
+
+// Reservations implements reservation.Store.
+func (p *PG) Reservations(ctx context.Context, from, to time.Time) ([]reservation.Booked, error) {
+	rows, err := p.conns.Query(ctx, `SELECT `+reservationColumns+` FROM reservations
+		WHERE cancelled_at IS NULL AND ends_at > $1 AND starts_at < $2 ORDER BY starts_at, id`, from, to)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, scanBooked)
+}
+
+// Cancel implements reservation.Store.
+func (p *PG) Cancel(ctx context.Context, id int64, at time.Time) (reservation.Booked, error) {
+	rows, err := p.conns.Query(ctx, `UPDATE reservations SET cancelled_at = $2
+		WHERE id = $1 AND cancelled_at IS NULL RETURNING `+reservationColumns, id, at)
+	if err != nil {
+		return reservation.Booked{}, err
+	}
+	b, err := pgx.CollectExactlyOneRow(rows, scanBooked)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return b, fmt.Errorf("%w: no reservation %d (or it was cancelled already)", reservation.ErrNoReservation, id)
+	}
+	return b, err
+}
+
+func scanBooked(row pgx.CollectableRow) (reservation.Booked, error) {
+	var b reservation.Booked
+	var kind string
+	var cancelled *time.Time
+	err := row.Scan(&b.ID, &b.Course, &b.Lab, &b.Seats, &kind, &b.PerSeat, &b.Start, &b.End, &b.BookedBy, &b.BookedAt, &cancelled)
+	b.Kind = labs.Kind(kind)
+	b.Start, b.End, b.BookedAt = b.Start.UTC(), b.End.UTC(), b.BookedAt.UTC()
+	if cancelled != nil {
+		b.CancelledAt = cancelled.UTC()
+	}
+	return b, err
+}

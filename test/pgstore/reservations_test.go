@@ -1,0 +1,123 @@
+package pgstore_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+
+	"labkeep/shared/labs"
+	"labkeep/shared/reservation"
+	"labkeep/shared/session"
+)
+
+// deskLabs is the catalog the desk books from: shell (one workspace Pod a
+// seat) and a two-VM lab.
+type deskLabs map[string]labs.Lab
+
+func (c deskLabs) Get(name string) (labs.Lab, bool) { l, ok := c[name]; return l, ok }
+func (c deskLabs) Names() []string                  { return []string{"net", "shell"} }
+
+// Bookings on the real database: twenty instructors booking 3 seats of
+// an 8-seat capacity for overlapping windows at once get exactly two
+// bookings (24 seats would be promised without the lock), the others
+// ErrOverbooked naming the 2 seats left; a cancelled reservation frees
+// its seats at once; a refused or bad booking stores nothing; another
+// bucket's capacity is its own.
+func TestBookingsNeverPassTheCapacity(t *testing.T) {
+	ctx := context.Background()
+	pg := openStore(t)
+	catalog := deskLabs{
+		"shell": {Name: "shell", Kind: labs.KindPod, Nodes: []labs.Node{{Name: "w"}}},
+		"net":   {Name: "net", Kind: labs.KindVM, Nodes: []labs.Node{{Name: "a"}, {Name: "b"}}},
+	}
+	capacity := func(l labs.Lab) (labs.Kind, int, int) { return l.Kind, len(l.Nodes), 8 }
+	now := t0
+	desk := reservation.NewDesk(pg, catalog, capacity, reservation.DefaultRules(), func() time.Time { return now })
+	start := t0.Add(24 * time.Hour)
+
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var booked []int64
+	var refusals []string
+	for i := range 20 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			b, err := desk.Book(ctx, reservation.Reservation{Course: fmt.Sprintf("c-%d", i), Lab: "shell", Seats: 3,
+				Start: start.Add(time.Duration(i) * time.Minute), End: start.Add(time.Hour)}, "instructor")
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				booked = append(booked, b.ID)
+			case errors.Is(err, reservation.ErrOverbooked):
+				refusals = append(refusals, err.Error())
+			default:
+				t.Errorf("Book: %v", err)
+			}
+		}()
+	}
+	wg.Wait()
+	if len(booked) != 2 || len(refusals) != 18 {
+		t.Fatalf("%d booked, %d overbooked; want 2 and 18", len(booked), len(refusals))
+	}
+	for _, r := range refusals {
+		if !strings.Contains(r, "3 seats of lab shell asked for, 2 free") {
+			t.Errorf("a refusal says %q; want it to name the 2 seats free", r)
+		}
+	}
+	list := func() []int64 {
+		t.Helper()
+		all, err := desk.List(ctx, start, start.Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		var ids []int64
+		for _, b := range all {
+			ids = append(ids, b.ID)
+		}
+		return ids
+	}
+	if got := list(); len(got) != 2 {
+		t.Errorf("standing reservations: %v; want the two booked", got)
+	}
+
+	// Another bucket: 4 seats of the two-VM lab take all 8 VMs.
+	if _, err := desk.Book(ctx, reservation.Reservation{Course: "net-201", Lab: "net", Seats: 4, Start: start, End: start.Add(time.Hour)}, "instructor"); err != nil {
+		t.Errorf("booking the VM lab beside full Pod seats: %v", err)
+	}
+	before := list()
+	for name, r := range map[string]reservation.Reservation{
+		"unknown lab":  {Course: "c", Lab: "nope", Seats: 1, Start: start, End: start.Add(time.Hour)},
+		"no seats":     {Course: "c", Lab: "shell", Seats: 0, Start: start, End: start.Add(time.Hour)},
+		"end first":    {Course: "c", Lab: "shell", Seats: 1, Start: start, End: start.Add(-time.Hour)},
+		"in the past":  {Course: "c", Lab: "shell", Seats: 1, Start: t0.Add(-2 * time.Hour), End: t0.Add(-time.Hour)},
+		"one too many": {Course: "c", Lab: "shell", Seats: 3, Start: start, End: start.Add(time.Hour)},
+		"one more VM":  {Course: "c", Lab: "net", Seats: 1, Start: start.Add(30 * time.Minute), End: start.Add(2 * time.Hour)},
+	} {
+		_, err := desk.Book(ctx, r, "instructor")
+		if !errors.Is(err, session.ErrUnknownLab) && !errors.Is(err, reservation.ErrInvalid) && !errors.Is(err, reservation.ErrOverbooked) {
+			t.Errorf("%s: %v; want a named refusal", name, err)
+		}
+	}
+	if diff := cmp.Diff(before, list()); diff != "" {
+		t.Errorf("refused bookings changed the reservations (-before +after):\n%s", diff)
+	}
+
+	// A cancel frees its seats at once; a second cancel finds none.
+	if _, err := desk.Cancel(ctx, booked[0]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := desk.Cancel(ctx, booked[0]); !errors.Is(err, reservation.ErrNoReservation) {
+		t.Errorf("cancelling it again: %v; want ErrNoReservation", err)
+	}
+	if _, err := desk.Book(ctx, reservation.Reservation{Course: "late", Lab: "shell", Seats: 3, Start: start, End: start.Add(time.Hour)}, "instructor"); err != nil {
+		t.Errorf("booking the freed seats: %v", err)
+	}
+}
