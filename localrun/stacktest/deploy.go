@@ -116,6 +116,9 @@ type Options struct {
 	TerminalIdle time.Duration
 	// HomeTotal is LABKEEP_HOME_TOTAL (a quantity; empty: the default).
 	HomeTotal string
+	// HomeReaderImage is LABKEEP_HOME_READER_IMAGE (empty: the default,
+	// the workspace image the node has).
+	HomeReaderImage string
 	// WorkspacePodFile is LABKEEP_WORKSPACE_POD_FILE, for Pods placed on a
 	// node the test joined itself (the cgroup v2 guest node, by its
 	// selector and toleration). Empty: on a stack with a node of its own,
@@ -295,6 +298,9 @@ func (o Options) config(cfg app.Config) app.Config {
 	}
 	if o.HomeTotal != "" {
 		cfg.Kube.HomeTotal = resource.MustParse(o.HomeTotal)
+	}
+	if o.HomeReaderImage != "" {
+		cfg.Kube.HomeReaderImage = o.HomeReaderImage
 	}
 	if o.KubeQPS != 0 {
 		cfg.Kube.QPS = o.KubeQPS

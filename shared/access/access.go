@@ -34,7 +34,7 @@ var (
 	ErrMethodNotAllowed = errors.New("method_not_allowed")
 	ErrNotFound         = errors.New("not_found")
 	// ErrBadGateway: a component labkeep called on the student's behalf
-	// (a workspace Pod's guardian) refused or failed.
+	// (a workspace Pod's guardian, a home's reader) refused or failed.
 	ErrBadGateway = errors.New("bad_gateway")
 )
 

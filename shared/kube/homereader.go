@@ -6,13 +6,16 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
+	"labkeep/shared/access"
 	"labkeep/shared/reap"
 	"labkeep/shared/session"
 )
@@ -91,15 +94,21 @@ func (c *Cluster) homeReader(home *corev1.PersistentVolumeClaim) *corev1.Pod {
 
 // ArchiveIdleHome writes student's home name, which no session holds, as a
 // gzipped tar stream to w: it makes the home's reader, waits for it to run
-// (at most reap.HomeReaderStart), runs tar in it and deletes it, whatever
-// happened. A claim that is not a home of this environment and student
-// is session.ErrNotOurs; one being deleted, or whose reader already
-// exists (another download of it is under way), session.ErrHomeBusy.
+// (at most reap.HomeReaderStart), runs tar in it and deletes it. A claim
+// that is not a home of this environment and student is
+// session.ErrNotOurs; a home gone or being deleted, or whose reader exists
+// already (another download of it is under way, or one was cut off and its
+// reader has not ended yet), session.ErrHomeBusy saying when that reader
+// ends at the latest; a reader that does not start, access.ErrBadGateway
+// saying what it waits for.
 //
-// The caller checks that no session holds the home; a session that opens
-// while the download runs mounts the home beside the reader (both on the
-// node the home's volume is on; a volume that attaches to one node at a
-// time keeps the session's Pod waiting until the reader is gone).
+// The reader is deleted when the download ends, however it ends; one a
+// killed function leaves ends by itself within reap.HomeReaderLifetime and
+// the reaper deletes it. The caller checks that no session holds the home;
+// a session that opens while the download runs mounts the home beside the
+// reader (both on the node the home's volume is on; a volume that attaches
+// to one node at a time keeps the session's Pod waiting until the reader
+// is gone).
 func (c *Cluster) ArchiveIdleHome(ctx context.Context, student, name string, w io.Writer) error {
 	if c.rc == nil {
 		return errors.New("this cluster adapter was made without a REST config (NewForConfig): it cannot exec")
@@ -109,7 +118,7 @@ func (c *Cluster) ArchiveIdleHome(ctx context.Context, student, name string, w i
 	cancel()
 	switch {
 	case apierrors.IsNotFound(err):
-		return fmt.Errorf("%w: no home %s in this environment", session.ErrNotOurs, name)
+		return fmt.Errorf("%w: home %s was deleted just now", session.ErrHomeBusy, name)
 	case err != nil:
 		return fmt.Errorf("reading home %s: %w", name, err)
 	case !isHome(home.ObjectMeta, c.cfg.Env) || home.Labels[LabelStudent] != StudentHash(student):
@@ -118,32 +127,64 @@ func (c *Cluster) ArchiveIdleHome(ctx context.Context, student, name string, w i
 		return fmt.Errorf("%w: home %s is being deleted", session.ErrHomeBusy, name)
 	}
 	pods := c.kube.CoreV1().Pods(c.cfg.Namespace)
-	reader, err := create(ctx, c, "the home's reader", c.homeReader(home), pods.Create)
-	if apierrors.IsAlreadyExists(err) {
-		return fmt.Errorf("%w: another download of home %s is under way; try again when it has ended", session.ErrHomeBusy, name)
-	}
-	if err != nil {
+	want := c.homeReader(home)
+	asked := time.Now().Add(-time.Second).Truncate(time.Second) // creation times are whole seconds
+	reader, err := create(ctx, c, "the home's reader", want, pods.Create)
+	switch {
+	case apierrors.IsAlreadyExists(err):
+		return c.readerBusy(ctx, want.Name, name)
+	case err != nil && !apierrors.IsForbidden(err) && !apierrors.IsInvalid(err):
+		// The create may have been stored though its answer was lost
+		// (a timeout, a cancelled request): delete what this call made.
+		c.deleteReader(ctx, want.Name, "", asked)
+		return err
+	case err != nil:
 		return err
 	}
-	defer func() {
-		// The reader goes even when the request was cancelled. One this
-		// cannot delete ends by itself and is the reaper's (reap.Plan):
-		// the download has its answer already.
-		dctx, cancel := c.call(context.WithoutCancel(ctx))
-		defer cancel()
-		uid := reader.UID
-		_ = pods.Delete(dctx, reader.Name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0)),
-			Preconditions: &metav1.Preconditions{UID: &uid}})
-	}()
+	defer c.deleteReader(ctx, reader.Name, reader.UID, time.Time{})
 	if err := c.awaitRunning(ctx, reader.Name, reap.HomeReaderStart); err != nil {
-		return fmt.Errorf("reading home %s: %w", name, err)
+		return fmt.Errorf("%w: the reader of home %s: %w", access.ErrBadGateway, name, err)
 	}
 	return c.streamTar(ctx, reader.Name, ReaderContainer, readerMountPath, name, w)
 }
 
-// awaitRunning polls Pod name until it runs, for at most limit; an ended
-// Pod, or one still waiting at the limit, is an error saying what it
-// waits for.
+// readerBusy is the refusal of a download whose home's reader exists
+// already, saying when that reader ends at the latest.
+func (c *Cluster) readerBusy(ctx context.Context, reader, home string) error {
+	busy := fmt.Errorf("%w: another download of home %s is under way", session.ErrHomeBusy, home)
+	cctx, cancel := c.call(ctx)
+	defer cancel()
+	if p, err := c.kube.CoreV1().Pods(c.cfg.Namespace).Get(cctx, reader, metav1.GetOptions{}); err == nil {
+		end := p.CreationTimestamp.Add(reap.HomeReaderStart + reap.HomeReaderLifetime).UTC()
+		busy = fmt.Errorf("%w: another download of home %s is under way, or was cut off; try again when it has ended, by %s at the latest",
+			session.ErrHomeBusy, home, end.Format(time.RFC3339))
+	}
+	return busy
+}
+
+// deleteReader deletes reader Pod name on a context of its own (the
+// reader goes even when the request was cancelled): the one of uid, or,
+// without one, the one there if it was made at made or later (a create
+// whose answer was lost). A reader this cannot delete ends by itself and
+// is the reaper's (reap.Plan).
+func (c *Cluster) deleteReader(ctx context.Context, name string, uid types.UID, made time.Time) {
+	dctx, cancel := c.call(context.WithoutCancel(ctx))
+	defer cancel()
+	pods := c.kube.CoreV1().Pods(c.cfg.Namespace)
+	if uid == "" {
+		p, err := pods.Get(dctx, name, metav1.GetOptions{})
+		if err != nil || p.CreationTimestamp.Time.Before(made) || !isHomeReader(p.Labels, c.cfg.Env) {
+			return
+		}
+		uid = p.UID
+	}
+	_ = pods.Delete(dctx, name, metav1.DeleteOptions{GracePeriodSeconds: ptr(int64(0)), Preconditions: &metav1.Preconditions{UID: &uid}})
+}
+
+// awaitRunning polls Pod name until it runs, for at most limit. An ended
+// or deleted Pod, one whose image cannot be pulled or whose container
+// cannot be made, and one still waiting at the limit are errors saying
+// what it waits for.
 func (c *Cluster) awaitRunning(ctx context.Context, name string, limit time.Duration) error {
 	deadline := time.NewTimer(limit)
 	defer deadline.Stop()
@@ -154,14 +195,19 @@ func (c *Cluster) awaitRunning(ctx context.Context, name string, limit time.Dura
 		cctx, ccancel := c.call(ctx)
 		pod, err := c.kube.CoreV1().Pods(c.cfg.Namespace).Get(cctx, name, metav1.GetOptions{})
 		ccancel()
-		if err == nil {
-			switch pod.Status.Phase {
-			case corev1.PodRunning:
-				return nil
-			case corev1.PodSucceeded, corev1.PodFailed:
-				return fmt.Errorf("Pod %s %s", name, PodDown(pod))
+		switch {
+		case apierrors.IsNotFound(err):
+			return fmt.Errorf("Pod %s was deleted before it started", name)
+		case err == nil && pod.Status.Phase == corev1.PodRunning:
+			return nil
+		case err == nil && (pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed):
+			return fmt.Errorf("Pod %s %s", name, PodDown(pod))
+		case err == nil:
+			if why, stuck := podWaiting(pod); stuck {
+				return fmt.Errorf("Pod %s cannot start: %s", name, why)
+			} else {
+				waiting = why
 			}
-			waiting = podWaiting(pod)
 		}
 		select {
 		case <-ctx.Done():
@@ -173,21 +219,26 @@ func (c *Cluster) awaitRunning(ctx context.Context, name string, limit time.Dura
 	}
 }
 
+// hopeless are the reasons a container waits that no wait mends: its
+// image cannot be pulled or named, or the container cannot be made.
+var hopeless = map[string]bool{"ErrImagePull": true, "ImagePullBackOff": true, "InvalidImageName": true,
+	"ErrImageNeverPull": true, "CreateContainerConfigError": true, "CreateContainerError": true}
+
 // podWaiting says what a Pod that is not running waits for, in the words
-// the cluster reports.
-func podWaiting(pod *corev1.Pod) string {
+// the cluster reports, and whether that is hopeless.
+func podWaiting(pod *corev1.Pod) (string, bool) {
 	for _, s := range pod.Status.ContainerStatuses {
-		if s.State.Waiting != nil && s.State.Waiting.Reason != "" {
-			return "for its container: " + s.State.Waiting.Reason + " " + s.State.Waiting.Message
+		if w := s.State.Waiting; w != nil && w.Reason != "" {
+			return strings.TrimSpace("for its container: " + w.Reason + " " + w.Message), hopeless[w.Reason]
 		}
 	}
 	for _, cond := range pod.Status.Conditions {
 		if cond.Status != corev1.ConditionTrue && cond.Message != "" {
-			return "for " + string(cond.Type) + ": " + cond.Message
+			return "for " + string(cond.Type) + ": " + cond.Message, false
 		}
 	}
 	if pod.Spec.NodeName == "" {
-		return "to be scheduled"
+		return "to be scheduled", false
 	}
-	return "to start on node " + pod.Spec.NodeName
+	return "to start on node " + pod.Spec.NodeName, false
 }

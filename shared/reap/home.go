@@ -20,14 +20,17 @@ const Home ItemKind = "home"
 const HomeReader ItemKind = "reader"
 
 // HomeReaderLifetime is the longest a home reader lives: its one
-// container sleeps this long from its start and then ends, so a download
-// of a home no session holds lasts at most this long. HomeReaderStart is
-// the longest a function waits for a reader to start. A run deletes a
+// container sleeps this long from its start and then ends, so no download
+// of a home no session holds lasts longer (the platforms' own request
+// timeouts, 60 to 120 s as infra/ deploys them, end one sooner), and a
+// reader a killed function left keeps its home's downloads refused this
+// long at most. HomeReaderStart is the longest a function waits for a
+// reader to start, shorter than those request timeouts. A run deletes a
 // reader that has ended, and one made longer than both ago (one that never
 // started, say), whatever its function does.
 const (
-	HomeReaderLifetime = time.Hour
-	HomeReaderStart    = 2 * time.Minute
+	HomeReaderLifetime = 15 * time.Minute
+	HomeReaderStart    = 45 * time.Second
 )
 
 // MinHomeRetention is the shortest HomeRetention accepted: a student's

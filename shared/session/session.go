@@ -179,8 +179,9 @@ var (
 	// have yet, and a new one would take their homes past the total a
 	// student may keep.
 	ErrHomeQuota = errors.New("home_quota")
-	// ErrHomeBusy: the student's home for the lab is being deleted; the
-	// next open makes a new one.
+	// ErrHomeBusy: the student's home for the lab is being deleted (the
+	// next open makes a new one), or, for a download, it is being
+	// downloaded already or a session still holds it.
 	ErrHomeBusy = errors.New("home_busy")
 	// ErrUnknownLab: the lab name is not in the catalog.
 	ErrUnknownLab = errors.New("unknown_lab")

@@ -429,6 +429,16 @@ func TestEveryRouteMatchesTheDescription(t *testing.T) {
 			{name: "close q", method: "POST", path: "/closeSession", auth: tok("q"), status: 200},
 			{name: "delete the unused home", method: "POST", path: "/adminDeleteHome", auth: admin, body: named(h), status: 200},
 		})
+
+		// A deployment whose home reader's image is nowhere: the reader
+		// never starts, and the download says so.
+		bad := stacktest.Deploy(t, st, stacktest.Options{LabsYAML: labsYAML, HomeReaderImage: "ghcr.io/labkeep/workspace:never-imported"})
+		badCl := newClient(bad.Server.URL, chk)
+		badCl.do(t, call{method: "POST", path: "/openSession", auth: bearer(bad.Token("r", "student")), body: `{"lab":"shell-home"}`, status: 201})
+		bad.WaitRunning("r", 3*time.Minute)
+		badCl.do(t, call{method: "POST", path: "/closeSession", auth: bearer(bad.Token("r", "student")), status: 200})
+		badCl.do(t, call{name: "archive whose reader never starts", method: "GET", path: "/homeArchive?name=" + kube.HomeName(bad.Env, "r", ""),
+			auth: bearer(bad.Token("r", "student")), status: 502, code: "bad_gateway"})
 	})
 
 	t.Run("provisioning refused", func(t *testing.T) {
