@@ -26,6 +26,7 @@ import (
 	"labkeep/shared/pgstore"
 	"labkeep/shared/portal"
 	"labkeep/shared/reap"
+	"labkeep/shared/reservation"
 	"labkeep/shared/seating"
 	"labkeep/shared/session"
 	"labkeep/shared/terminal"
@@ -164,9 +165,13 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	})
 	reg.MustRegister(seatsCollector{usher})
 	svc := &session.Service{Starter: rows, Labs: catalog, Seating: usher, Homes: cluster, OpenRate: cfg.OpenRate}
+	desk := reservation.NewDesk(store, catalog, func(l labs.Lab) (labs.Kind, int, int) {
+		c := seating.CapacityOf(l, cfg.Limits)
+		return c.Kind, c.Need, c.Limit
+	}, cfg.Reservations, now)
 	api := httpapi.New(httpapi.Options{
 		Sessions: svc, Seats: usher, Auth: auth,
-		Now: now, Log: log, RetryAfter: cfg.RetryAfter,
+		Now: now, Log: log, RetryAfter: cfg.RetryAfter, Reservations: desk,
 	})
 	var public prometheus.Gatherer = reg
 	if cfg.MetricsAddr != "" {

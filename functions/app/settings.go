@@ -14,6 +14,7 @@ import (
 	"labkeep/shared/lifetime"
 	"labkeep/shared/portal"
 	"labkeep/shared/reap"
+	"labkeep/shared/reservation"
 	"labkeep/shared/seating"
 	"labkeep/shared/session"
 	"labkeep/shared/setting"
@@ -54,6 +55,8 @@ type Config struct {
 	Alerts alerts.Limits
 	// Terminal bounds the web terminal (on-prem server only).
 	Terminal termlimit.Limits
+	// Reservations are the timings of courses' reserved seats.
+	Reservations reservation.Rules
 	// OpenRate bounds each student's opens that write a row.
 	OpenRate session.OpenRate
 
@@ -93,7 +96,7 @@ func DefaultConfig() Config {
 	return Config{
 		Policy: lifetime.DefaultPolicy(), Kube: kube.DefaultConfig(), Limits: seating.DefaultLimits(),
 		Reap: reap.DefaultConfig(), Tokens: access.DefaultTokenRules(), Alerts: alerts.DefaultLimits(), Terminal: termlimit.DefaultLimits(),
-		OpenRate: session.DefaultOpenRate,
+		Reservations: reservation.DefaultRules(), OpenRate: session.DefaultOpenRate,
 		LabsFile: DefaultLabsFile, LabsReload: labs.DefaultReload, HTTPAddr: DefaultHTTPAddr,
 		RetryAfter: httpapi.DefaultRetryAfter, ReapDBConns: DefaultReapDBConns, AdminStatusRuns: DefaultAdminStatusRuns,
 		Portal: portal.DefaultEnabled, WarmPoolLead: seating.DefaultPoolLead, WarmPoolTTL: seating.DefaultPoolTTL,
@@ -121,6 +124,10 @@ func (c *Config) Settings() setting.Table {
 		setting.String("JWT_AUDIENCE", "when set, every token must carry this `aud` (one of its values)", &c.Tokens.Audience),
 		setting.String("JWT_ISSUER", "when set, every token must carry this `iss`", &c.Tokens.Issuer),
 		setting.String("JWT_COURSES_CLAIM", "the claim listing the courses a student is a member of (a list of strings, or one string); empty reads none", &c.Tokens.CoursesClaim),
+		setting.Duration("RESERVATION_LEAD", "a course's reserved seats are held from this long before its window starts, so that labs opened just before do not take them", &c.Reservations.Lead),
+		setting.Duration("RESERVATION_RELEASE", "reserved seats nobody took this long after the window's start are released to everyone", &c.Reservations.Release),
+		setting.Duration("RESERVATION_MAX_LENGTH", "the longest window a reservation may have", &c.Reservations.MaxLength),
+		setting.Duration("RESERVATION_MAX_AHEAD", "how far ahead a reservation may start", &c.Reservations.MaxAhead),
 		setting.Duration("JWT_MAX_LIFETIME", "longest a token may be valid: `exp − iat` (the life its issuer gave it, the same at "+
 			"every check), or for a token without `iat` `exp − now` (no issue time to measure from, so what it has left is bounded)",
 			&c.Tokens.MaxLifetime),
@@ -336,7 +343,7 @@ func (c Config) Validate() error {
 		t.Rename(r.Policy.Validate(), &r.Policy), t.Rename(r.Limits.Validate(), &r.Limits),
 		t.Rename(r.Reap.Validate(), &r.Reap), t.Rename(r.Alerts.Validate(), &r.Alerts),
 		t.Rename(r.Tokens.Validate(), &r.Tokens), t.Rename(r.Terminal.Validate(), &r.Terminal),
-		t.Rename(r.OpenRate.Validate(), &r.OpenRate))
+		t.Rename(r.OpenRate.Validate(), &r.OpenRate), t.Rename(r.Reservations.Validate(), &r.Reservations))
 	if len(r.SSHAuthorizedKeys) > 0 {
 		bad(&r.SSHAuthorizedKeys, "was renamed %s (platform keys, authorized on every session; students get keys of their own)",
 			key(&r.Kube.PlatformSSHKeys))

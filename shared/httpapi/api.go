@@ -64,6 +64,9 @@ type Options struct {
 	// RetryAfter is the Retry-After sent with 503 no_capacity and 429
 	// too_many_terminals.
 	RetryAfter time.Duration
+	// Reservations serves POST /adminReserve, GET /adminReservations and
+	// POST /adminCancelReservation; nil: no such routes.
+	Reservations ReservationDesk
 }
 
 // DefaultRetryAfter is the Retry-After of a 503 no_capacity unless told
@@ -90,6 +93,10 @@ var routes = map[string]string{
 	"/labs":          http.MethodGet,
 	"/healthz":       http.MethodGet,
 	"/openapi.yaml":  http.MethodGet,
+
+	"/adminReserve":           http.MethodPost,
+	"/adminReservations":      http.MethodGet,
+	"/adminCancelReservation": http.MethodPost,
 }
 
 // refuseMethod answers 405 method_not_allowed, with the route's method in
@@ -122,6 +129,9 @@ func New(o Options) *API {
 	a.mux.HandleFunc("/closeSession", a.close)
 	a.mux.HandleFunc("/labs", a.labs)
 	a.mux.HandleFunc("/openapi.yaml", a.openapi)
+	if o.Reservations != nil {
+		a.serveReservations(a.mux, o.Reservations)
+	}
 	a.mux.HandleFunc("/healthz", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"status": "ok"})
 	})

@@ -9,6 +9,7 @@ import (
 	"labkeep/shared/alerts"
 	"labkeep/shared/rate"
 	"labkeep/shared/reap"
+	"labkeep/shared/reservation"
 	"labkeep/shared/session"
 	"labkeep/shared/termlimit"
 )
@@ -42,6 +43,9 @@ var statusTable = []struct {
 	{session.ErrProvisioning, http.StatusBadGateway},
 	{reap.ErrBusy, http.StatusConflict},
 	{alerts.ErrInvalid, http.StatusBadRequest},
+	{reservation.ErrInvalid, http.StatusBadRequest},
+	{reservation.ErrOverbooked, http.StatusConflict},
+	{reservation.ErrNoReservation, http.StatusNotFound},
 	{termlimit.ErrTooMany, http.StatusTooManyRequests},
 	{session.ErrTooManyOpens, http.StatusTooManyRequests},
 	{alerts.ErrTooMany, http.StatusTooManyRequests},

@@ -151,15 +151,22 @@ func (a *API) Metrics(g prometheus.Gatherer, token string) http.Handler {
 
 // admin authenticates r and requires the admin role (403 for students).
 func (a *API) admin(w http.ResponseWriter, r *http.Request) bool {
+	_, ok := a.adminCaller(w, r)
+	return ok
+}
+
+// adminCaller authenticates r and requires the admin role (401 or 403
+// written otherwise), returning the admin.
+func (a *API) adminCaller(w http.ResponseWriter, r *http.Request) (access.Principal, bool) {
 	p, ok := a.Authenticate(w, r)
 	if !ok {
-		return false
+		return p, false
 	}
 	if !p.Admin() {
 		a.writeError(w, r, fmt.Errorf("%w: %s needs the admin role", access.ErrForbidden, r.URL.Path), nil)
-		return false
+		return p, false
 	}
-	return true
+	return p, true
 }
 
 // Skipped is reapTick's answer when the run did not happen for a reason

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"labkeep/shared/labs"
+	"labkeep/shared/setting"
 )
 
 // Reservation is Seats of lab Lab held for the members of Course from
@@ -57,6 +58,18 @@ type Rules struct {
 // DefaultRules are the timings unless a platform says otherwise.
 func DefaultRules() Rules {
 	return Rules{Lead: 10 * time.Minute, Release: 15 * time.Minute, MaxLength: 12 * time.Hour, MaxAhead: 180 * 24 * time.Hour}
+}
+
+// Validate reports timings no reservation could follow.
+func (r Rules) Validate() error {
+	var errs []error
+	if r.Lead < 0 {
+		errs = append(errs, setting.Invalid("Lead", "must not be negative, got %s", r.Lead))
+	}
+	return errors.Join(append(errs,
+		setting.Positive("Release", r.Release),
+		setting.Positive("MaxLength", r.MaxLength),
+		setting.Positive("MaxAhead", r.MaxAhead))...)
 }
 
 // The errors of a reservation that cannot be made; each says why in its

@@ -441,6 +441,45 @@ func TestEveryRouteMatchesTheDescription(t *testing.T) {
 			auth: bearer(bad.Token("r", "student")), status: 502, code: "bad_gateway"})
 	})
 
+	// Reservations: booked, overbooked, listed, cancelled, and each
+	// refusal of a bad one.
+	t.Run("reservations", func(t *testing.T) {
+		start := d.Clock.Now().Add(time.Hour).UTC()
+		window := func(seats int, course string) string {
+			return fmt.Sprintf(`{"course":%q,"lab":"linux-vm","seats":%d,"start":%q,"end":%q}`,
+				course, seats, start.Format(time.RFC3339), start.Add(time.Hour).Format(time.RFC3339))
+		}
+		booked := cl.do(t, call{name: "reserve", method: "POST", path: "/adminReserve", auth: admin, body: window(1, "cs-101"), status: 201})
+		var got struct{ Reservation struct{ ID int64 } }
+		if err := json.Unmarshal(booked.Body, &got); err != nil || got.Reservation.ID == 0 {
+			t.Fatalf("no reservation id in %s", booked.Body)
+		}
+		cancel := fmt.Sprintf(`{"id":%d}`, got.Reservation.ID)
+		from := url.QueryEscape(start.Format(time.RFC3339))
+		cl.run(t, []call{
+			{name: "reserve past the capacity", method: "POST", path: "/adminReserve", auth: admin, body: window(3, "net-201"), status: 409, code: "overbooked"},
+			{name: "reserve no seats", method: "POST", path: "/adminReserve", auth: admin, body: window(0, "net-201"), status: 400, code: "bad_reservation"},
+			{name: "reserve an unknown lab", method: "POST", path: "/adminReserve", auth: admin,
+				body: strings.Replace(window(1, "net-201"), "linux-vm", "nope", 1), status: 400, code: "unknown_lab"},
+			{name: "reserve without a token", method: "POST", path: "/adminReserve", body: window(1, "x"), status: 401, code: "unauthorized", invalid: true},
+			{name: "reserve as a student", method: "POST", path: "/adminReserve", auth: tok("s"), body: window(1, "x"), status: 403, code: "forbidden"},
+			{name: "reserve, not JSON", method: "POST", path: "/adminReserve", auth: admin, ctype: "text/plain", body: window(1, "x"), status: 415, code: "unsupported_media_type", invalid: true},
+			{name: "reserve, too large", method: "POST", path: "/adminReserve", auth: admin, body: padded(`"course":"x"`), status: 413, code: "too_large", invalid: true},
+			{name: "reservations", method: "GET", path: "/adminReservations?from=" + from, auth: admin, status: 200},
+			{name: "reservations from no time", method: "GET", path: "/adminReservations?from=soon", auth: admin, status: 400, code: "bad_request", invalid: true},
+			{name: "reservations without a token", method: "GET", path: "/adminReservations", status: 401, code: "unauthorized", invalid: true},
+			{name: "reservations as a student", method: "GET", path: "/adminReservations", auth: tok("s"), status: 403, code: "forbidden"},
+			{name: "cancel", method: "POST", path: "/adminCancelReservation", auth: admin, body: cancel, status: 200},
+			{name: "cancel again", method: "POST", path: "/adminCancelReservation", auth: admin, body: cancel, status: 404, code: "no_reservation"},
+			{name: "cancel without an id", method: "POST", path: "/adminCancelReservation", auth: admin, body: `{"id":0}`, status: 400, code: "bad_request"},
+			{name: "cancel without a token", method: "POST", path: "/adminCancelReservation", body: cancel, status: 401, code: "unauthorized", invalid: true},
+			{name: "cancel as a student", method: "POST", path: "/adminCancelReservation", auth: tok("s"), body: cancel, status: 403, code: "forbidden"},
+			{name: "cancel, not JSON", method: "POST", path: "/adminCancelReservation", auth: admin, ctype: "text/plain", body: cancel, status: 415, code: "unsupported_media_type", invalid: true},
+			{name: "cancel, too large", method: "POST", path: "/adminCancelReservation", auth: admin, body: padded(`"id":1`), status: 413, code: "too_large"},
+			{name: "the freed seats", method: "POST", path: "/adminReserve", auth: admin, body: window(3, "net-201"), status: 201},
+		})
+	})
+
 	t.Run("provisioning refused", func(t *testing.T) {
 		refuseNetworkPolicies(t, d)
 		cl.do(t, call{method: "POST", path: "/openSession", auth: tok("e"), body: `{"lab":"linux-vm"}`, status: 502, code: "provisioning_failed"})
@@ -465,6 +504,10 @@ func TestEveryRouteMatchesTheDescription(t *testing.T) {
 			{name: "homes", method: "GET", path: "/homes", auth: tok("k"), status: 500, code: "internal"},
 			{name: "archive", method: "GET", path: "/homeArchive?name=" + homeOf("k"), auth: tok("k"), status: 500, code: "internal"},
 			{name: "delete a home", method: "POST", path: "/adminDeleteHome", auth: admin, body: `{"name":"` + homeOf("k") + `"}`, status: 500, code: "internal"},
+			{name: "reserve", method: "POST", path: "/adminReserve", auth: admin, status: 500, code: "internal",
+				body: `{"course":"c","lab":"linux-vm","seats":1,"start":"` + d.Clock.Now().Add(time.Hour).UTC().Format(time.RFC3339) + `","end":"` + d.Clock.Now().Add(2*time.Hour).UTC().Format(time.RFC3339) + `"}`},
+			{name: "reservations", method: "GET", path: "/adminReservations", auth: admin, status: 500, code: "internal"},
+			{name: "cancel a reservation", method: "POST", path: "/adminCancelReservation", auth: admin, body: `{"id":1}`, status: 500, code: "internal"},
 		})
 	})
 

@@ -1,0 +1,127 @@
+package httpapi
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"labkeep/shared/access"
+	"labkeep/shared/reservation"
+)
+
+// ReservationDesk books, lists and cancels reservations
+// (reservation.Desk).
+type ReservationDesk interface {
+	Book(ctx context.Context, r reservation.Reservation, by string) (reservation.Booked, error)
+	List(ctx context.Context, from, to time.Time) ([]reservation.Booked, error)
+	Cancel(ctx context.Context, id int64) (reservation.Booked, error)
+}
+
+// reservationJSON is a reservation as the API shows it.
+type reservationJSON struct {
+	ID       int64     `json:"id"`
+	Course   string    `json:"course"`
+	Lab      string    `json:"lab"`
+	Seats    int       `json:"seats"`
+	Start    time.Time `json:"start"`
+	End      time.Time `json:"end"`
+	BookedBy string    `json:"bookedBy"`
+	BookedAt time.Time `json:"bookedAt"`
+}
+
+func reservationView(b reservation.Booked) reservationJSON {
+	return reservationJSON{ID: b.ID, Course: b.Course, Lab: b.Lab, Seats: b.Seats, Start: b.Start, End: b.End, BookedBy: b.BookedBy, BookedAt: b.BookedAt}
+}
+
+// defaultListSpan is what GET /adminReservations lists without a range:
+// from now for a week.
+const defaultListSpan = 7 * 24 * time.Hour
+
+// serveReservations registers the reservations' endpoints on mux: POST
+// /adminReserve, GET /adminReservations and POST /adminCancelReservation,
+// all for admins.
+func (a *API) serveReservations(mux *http.ServeMux, desk ReservationDesk) {
+	mux.HandleFunc("/adminReserve", func(w http.ResponseWriter, r *http.Request) {
+		p, ok := a.adminCaller(w, r)
+		if !ok {
+			return
+		}
+		var body struct {
+			Course string    `json:"course"`
+			Lab    string    `json:"lab"`
+			Seats  int       `json:"seats"`
+			Start  time.Time `json:"start"`
+			End    time.Time `json:"end"`
+		}
+		if err := decodeBody(w, r, &body, true); err != nil {
+			a.writeError(w, r, err, nil)
+			return
+		}
+		b, err := desk.Book(r.Context(), reservation.Reservation{Course: body.Course, Lab: body.Lab, Seats: body.Seats, Start: body.Start, End: body.End}, p.Subject)
+		if err != nil {
+			a.writeErrorFor(w, r, p, err, nil)
+			return
+		}
+		writeJSON(w, http.StatusCreated, map[string]any{"reservation": reservationView(b)})
+	})
+	mux.HandleFunc("/adminReservations", func(w http.ResponseWriter, r *http.Request) {
+		p, ok := a.adminCaller(w, r)
+		if !ok {
+			return
+		}
+		q := r.URL.Query()
+		from, to := a.now().UTC(), time.Time{}
+		for key := range q {
+			var err error
+			switch key {
+			case "from":
+				from, err = time.Parse(time.RFC3339, q.Get(key))
+			case "to":
+				to, err = time.Parse(time.RFC3339, q.Get(key))
+			default:
+				err = fmt.Errorf("unknown query parameter %q (allowed: from, to)", key)
+			}
+			if err != nil {
+				a.writeErrorFor(w, r, p, fmt.Errorf("%w: %s: %v", access.ErrBadRequest, key, err), nil)
+				return
+			}
+		}
+		if to.IsZero() {
+			to = from.Add(defaultListSpan)
+		}
+		list, err := desk.List(r.Context(), from, to)
+		if err != nil {
+			a.writeErrorFor(w, r, p, err, nil)
+			return
+		}
+		out := make([]reservationJSON, len(list))
+		for i, b := range list {
+			out[i] = reservationView(b)
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"from": from.UTC(), "to": to.UTC(), "reservations": out})
+	})
+	mux.HandleFunc("/adminCancelReservation", func(w http.ResponseWriter, r *http.Request) {
+		p, ok := a.adminCaller(w, r)
+		if !ok {
+			return
+		}
+		var body struct {
+			ID int64 `json:"id"`
+		}
+		if err := decodeBody(w, r, &body, true); err != nil {
+			a.writeError(w, r, err, nil)
+			return
+		}
+		if body.ID <= 0 {
+			a.writeErrorFor(w, r, p, fmt.Errorf("%w: id is required (a reservation's, as /adminReservations lists it)", access.ErrBadRequest), nil)
+			return
+		}
+		b, err := desk.Cancel(r.Context(), body.ID)
+		if err != nil {
+			a.writeErrorFor(w, r, p, err, nil)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"cancelled": reservationView(b)})
+	})
+}
