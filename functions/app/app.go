@@ -161,7 +161,8 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 	reg.MustRegister(liveCollector{rows})
 	usher := seating.NewUsher(seating.Config{
 		Rows: rows, Store: store, Cluster: cluster, Labs: catalog, Limits: cfg.Limits,
-		Waitlist: store, Pool: pool, Homes: cluster, Now: now, Log: log, Metrics: newSeatingMetrics(reg),
+		Waitlist: store, Pool: pool, Homes: cluster, Reservations: store, ReservationRules: cfg.Reservations,
+		Now: now, Log: log, Metrics: newSeatingMetrics(reg),
 	})
 	reg.MustRegister(seatsCollector{usher})
 	svc := &session.Service{Starter: rows, Labs: catalog, Seating: usher, Homes: cluster, OpenRate: cfg.OpenRate}

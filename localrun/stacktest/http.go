@@ -42,6 +42,17 @@ func (c Client) Token(sub, role string) string {
 	return tok
 }
 
+// MemberToken is a student's Token that lists courses in the courses
+// claim, as a portal whose identity provider knows them issues it.
+func (c Client) MemberToken(sub string, courses ...string) string {
+	c.t.Helper()
+	tok, err := access.DefaultTokenRules().Issue([]byte(JWTSecret), sub, "student", c.Now(), courses...)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	return tok
+}
+
 // Sign is a JWT for sub in role expiring at exp, signed with JWTSecret,
 // without iat: valid only while exp is within the maximum token lifetime
 // of the functions' clock.
@@ -203,6 +214,13 @@ func (c Client) Do(method, path, token, body, ctype string) Response {
 func (c Client) Open(student, lab string) Response {
 	c.t.Helper()
 	return c.Do("POST", "/openSession", c.Token(student, "student"), fmt.Sprintf(`{"lab":%q}`, lab), "")
+}
+
+// OpenAsMember is student's openSession of lab with a token listing
+// courses.
+func (c Client) OpenAsMember(student, lab string, courses ...string) Response {
+	c.t.Helper()
+	return c.Do("POST", "/openSession", c.MemberToken(student, courses...), fmt.Sprintf(`{"lab":%q}`, lab), "")
 }
 
 // Opened opens lab for student, fails the test unless the answer is 201

@@ -38,8 +38,10 @@ const MaxBodyBytes = 64 << 10
 // the student stands (a session, or a place in the line); the API renders
 // either as the one session JSON.
 type Sessions interface {
-	Open(ctx context.Context, student, lab, publicKey string) (session.Standing, error)
-	OpenWaiting(ctx context.Context, student, lab, publicKey string) (session.Standing, error)
+	// Open and OpenWaiting open lab for student, a member of courses
+	// (whose reserved seats are theirs).
+	Open(ctx context.Context, student, lab, publicKey string, courses ...string) (session.Standing, error)
+	OpenWaiting(ctx context.Context, student, lab, publicKey string, courses ...string) (session.Standing, error)
 	Get(ctx context.Context, student, id string) (session.Standing, error)
 	Extend(ctx context.Context, student, id string) (session.Session, error)
 	Close(ctx context.Context, student, id string, actor session.Actor, by string) (session.Session, error)
@@ -210,7 +212,13 @@ func (a *API) open(w http.ResponseWriter, r *http.Request) {
 	if req.Wait {
 		open = a.svc.OpenWaiting
 	}
-	st, err := open(r.Context(), student, req.Lab, req.PublicKey)
+	// The caller's courses are theirs alone: an admin opening for a
+	// student opens in the general line.
+	var courses []string
+	if student == p.Subject {
+		courses = p.Courses
+	}
+	st, err := open(r.Context(), student, req.Lab, req.PublicKey, courses...)
 	if st.Waiting != nil {
 		status = http.StatusAccepted
 	}

@@ -115,7 +115,7 @@ func (p *PG) Conns() *pgxpool.Pool { return p.conns }
 
 const columns = `id, student, lab, kind, status, started_at, expires_at, max_expires_at,
 	ready_at, finished_at, nodes, failure_reason, grading_token, end_kind, end_actor, student_key, host_key,
-	pool, claimed_for, home`
+	pool, claimed_for, home, reservation_id`
 
 const liveStatuses = `('provisioning', 'running')`
 
@@ -135,12 +135,12 @@ func (p *PG) Create(ctx context.Context, s session.Session) error {
 
 // insertSession inserts one row; its arguments are insertArgs.
 const insertSession = `INSERT INTO sessions (` + columns + `)
-	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20)`
+	VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15, $16, $17, $18, $19, $20, $21)`
 
 func insertArgs(s session.Session, nodes []byte) []any {
 	return []any{s.ID, s.Student, s.Lab, string(s.Kind), string(s.Status), s.StartedAt, s.ExpiresAt, s.MaxExpiresAt,
 		nullTime(s.ReadyAt), nullTime(s.FinishedAt), nodes, s.End.Detail, s.GradingToken, string(s.End.Kind), string(s.End.Actor),
-		s.StudentKey, s.HostKey, string(s.Pool), nullUUID(s.ClaimedFor), s.Home}
+		s.StudentKey, s.HostKey, string(s.Pool), nullUUID(s.ClaimedFor), s.Home, nullID(s.Reservation)}
 }
 
 // Get implements session.Store. A session claimed from the warm pool is
@@ -413,11 +413,15 @@ func scanSession(row pgx.CollectableRow) (session.Session, error) {
 	var id [16]byte
 	var pool string
 	var claimedFor *[16]byte
+	var reservation *int64
 	err := row.Scan(&id, &s.Student, &s.Lab, &kind, &status, &s.StartedAt, &s.ExpiresAt, &s.MaxExpiresAt,
 		&readyAt, &finishedAt, &nodes, &s.End.Detail, &s.GradingToken, &endKind, &endActor, &s.StudentKey, &s.HostKey,
-		&pool, &claimedFor, &s.Home)
+		&pool, &claimedFor, &s.Home, &reservation)
 	if err != nil {
 		return s, err
+	}
+	if reservation != nil {
+		s.Reservation = *reservation
 	}
 	s.ID = formatUUID(id)
 	s.Pool = session.PoolState(pool)
@@ -441,6 +445,14 @@ func scanSession(row pgx.CollectableRow) (session.Session, error) {
 
 func formatUUID(b [16]byte) string {
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// nullID is id, or NULL for 0 (none).
+func nullID(id int64) *int64 {
+	if id == 0 {
+		return nil
+	}
+	return &id
 }
 
 func nullTime(t time.Time) *time.Time {

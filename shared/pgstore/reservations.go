@@ -10,6 +10,7 @@ import (
 
 	"labkeep/shared/labs"
 	"labkeep/shared/reservation"
+	"labkeep/shared/session"
 )
 
 var _ reservation.Store = (*PG)(nil)
@@ -92,4 +93,42 @@ func scanBooked(row pgx.CollectableRow) (reservation.Booked, error) {
 		b.CancelledAt = cancelled.UTC()
 	}
 	return b, err
+}
+
+// Holding implements seating.Reservations: the standing reservations whose
+// windows overlap from to to, and how many seats of each live sessions
+// have taken; two queries.
+func (p *PG) Holding(ctx context.Context, from, to time.Time) ([]reservation.Hold, map[int64]int, error) {
+	booked, err := p.Reservations(ctx, from, to)
+	if err != nil || len(booked) == 0 {
+		return nil, nil, err
+	}
+	holds := make([]reservation.Hold, len(booked))
+	ids := make([]int64, len(booked))
+	for i, b := range booked {
+		holds[i], ids[i] = b.Hold, b.ID
+	}
+	rows, err := p.conns.Query(ctx, `SELECT reservation_id, count(*) FROM sessions
+		WHERE reservation_id = ANY($1) AND status IN `+liveStatuses+` GROUP BY reservation_id`, ids)
+	if err != nil {
+		return nil, nil, err
+	}
+	taken := map[int64]int{}
+	var id, n int64
+	if _, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error {
+		taken[id] = int(n)
+		return nil
+	}); err != nil {
+		return nil, nil, err
+	}
+	return holds, taken, nil
+}
+
+// TakeSeat implements seating.Reservations.
+func (p *PG) TakeSeat(ctx context.Context, id string, reservationID int64) error {
+	tag, err := p.conns.Exec(ctx, `UPDATE sessions SET reservation_id = $2 WHERE id = $1 AND status IN `+liveStatuses, id, reservationID)
+	if err == nil && tag.RowsAffected() == 0 {
+		return fmt.Errorf("%w: session %s is not live", session.ErrNotLive, id)
+	}
+	return err
 }

@@ -390,9 +390,14 @@ func (u *Usher) grow(ctx context.Context, lab labs.Lab, c Capacity, in warmpool.
 	if in.Waiting, err = u.waiting(ctx, c.Kind); err != nil {
 		return err
 	}
+	held, err := u.held(ctx, c.Kind)
+	if err != nil {
+		return err
+	}
+	// Seats reservations hold are not the pool's to take.
 	in.Free = 0
 	if c.Need > 0 {
-		in.Free = max(c.Limit-used, 0) / c.Need
+		in.Free = max(c.Limit-used-held, 0) / c.Need
 	}
 	live, err := u.store.ListLive(ctx)
 	if err != nil {

@@ -30,6 +30,7 @@ import (
 	"time"
 
 	"labkeep/shared/labs"
+	"labkeep/shared/reservation"
 	"labkeep/shared/session"
 	"labkeep/shared/setting"
 )
@@ -112,12 +113,27 @@ type Config struct {
 	// only the open's student, lab and key); nil: a lab that keeps a home
 	// is never served from the line.
 	Homes session.Homes
+	// Reservations are courses' reserved seats (nil: none), held under
+	// ReservationRules.
+	Reservations     Reservations
+	ReservationRules reservation.Rules
 	// Now is the clock; time.Now in production.
 	Now func() time.Time
 	Log *slog.Logger
 	// Metrics counts the line's events and warm-pool claims; nil counts
 	// nothing.
 	Metrics Metrics
+}
+
+// Reservations is what admission reads and writes of courses' reserved
+// seats (pgstore).
+type Reservations interface {
+	// Holding lists the standing reservations whose windows overlap from
+	// to to, and how many seats of each live sessions have taken, by id.
+	Holding(ctx context.Context, from, to time.Time) ([]reservation.Hold, map[int64]int, error)
+	// TakeSeat records that live session id took a seat of reservation
+	// reservationID.
+	TakeSeat(ctx context.Context, id string, reservationID int64) error
 }
 
 // Usher owns the capacity lock, the line and the warm pool. It holds no
@@ -132,6 +148,8 @@ type Usher struct {
 	waitlist Waitlist
 	pool     *WarmPool
 	homes    session.Homes
+	booked   Reservations
+	rules    reservation.Rules
 	clock    func() time.Time
 	log      *slog.Logger
 	metrics  Metrics
@@ -142,7 +160,8 @@ var _ session.Seating = (*Usher)(nil)
 // NewUsher builds an Usher from c.
 func NewUsher(c Config) *Usher {
 	u := &Usher{rows: c.Rows, store: c.Store, cluster: c.Cluster, labs: c.Labs, limits: c.Limits,
-		waitlist: c.Waitlist, pool: c.Pool, homes: c.Homes, clock: c.Now, log: c.Log, metrics: c.Metrics}
+		waitlist: c.Waitlist, pool: c.Pool, homes: c.Homes, booked: c.Reservations, rules: c.ReservationRules,
+		clock: c.Now, log: c.Log, metrics: c.Metrics}
 	if u.metrics == nil {
 		u.metrics = noMetrics{}
 	}
@@ -191,8 +210,18 @@ func (u *Usher) Seat(ctx context.Context, sess session.Session, lab labs.Lab, wa
 		// A warm instance was made before its student was known, without
 		// their home: a lab that keeps one is never served from the pool.
 		in := Input{Lab: lab.Name, Capacity: c, Waiting: waiting, Warm: u.pool != nil && lab.Home == nil, Wait: wait && u.waitlist != nil}
+		seat, err := u.reserved(ctx, &in, sess, lab)
+		if err != nil {
+			return false, placed, err
+		}
 		if Decide(in).Verdict == Claim {
 			if claimed, ok := u.claim(ctx, sess, lab); ok {
+				if in.Seat {
+					// The instance is the member's: its seat is taken.
+					if err := u.booked.TakeSeat(ctx, claimed.ID, seat); err != nil {
+						u.log.Warn("cannot record a reserved seat taken; it counts as free until the instance ends", "session", claimed.ID, "reservation", seat, "err", err)
+					}
+				}
 				return false, session.Standing{Session: &claimed}, nil
 			}
 			in.Warm = false
@@ -211,6 +240,11 @@ func (u *Usher) Seat(ctx context.Context, sess session.Session, lab labs.Lab, wa
 		case Refuse:
 			return false, placed, fmt.Errorf("%w: %s", session.ErrNoCapacity, d.Reason)
 		}
+		if in.Seat {
+			if err := u.booked.TakeSeat(ctx, sess.ID, seat); err != nil {
+				return false, placed, fmt.Errorf("taking a reserved seat: %w", err)
+			}
+		}
 	}
 	if err := u.cluster.Provision(ctx, sess, lab); err != nil {
 		if errors.Is(err, session.ErrNoCapacity) {
@@ -219,6 +253,43 @@ func (u *Usher) Seat(ctx context.Context, sess session.Session, lab labs.Lab, wa
 		return true, placed, fmt.Errorf("%w: %w", session.ErrProvisioning, err)
 	}
 	return true, placed, nil
+}
+
+// reserved fills in's Reserved (what reservations of its bucket hold and
+// nobody took) and Seat (whether sess's student takes a seat their course
+// reserved), and returns that reservation's id. Under the capacity lock,
+// so the seats taken it counts are exact.
+func (u *Usher) reserved(ctx context.Context, in *Input, sess session.Session, lab labs.Lab) (int64, error) {
+	holds, taken, now, err := u.holding(ctx)
+	if err != nil {
+		return 0, err
+	}
+	in.Reserved = reservation.Held(now, holds, taken, in.Kind, u.rules)
+	seat, ok := reservation.SeatFor(now, holds, taken, sess.Courses, lab.Name, u.rules)
+	in.Seat = ok
+	return seat.ID, nil
+}
+
+// held is what reservations of bucket kind hold now and nobody took:
+// capacity the line and the warm pool leave alone.
+func (u *Usher) held(ctx context.Context, kind labs.Kind) (int, error) {
+	holds, taken, now, err := u.holding(ctx)
+	return reservation.Held(now, holds, taken, kind, u.rules), err
+}
+
+// holding reads the reservations that may hold seats now (from a lead
+// before their start), with their seats taken, and the time it read them
+// for.
+func (u *Usher) holding(ctx context.Context) ([]reservation.Hold, map[int64]int, time.Time, error) {
+	now := u.now()
+	if u.booked == nil {
+		return nil, nil, now, nil
+	}
+	holds, taken, err := u.booked.Holding(ctx, now, now.Add(u.rules.Lead+time.Microsecond))
+	if err != nil {
+		return nil, nil, now, fmt.Errorf("reading the reservations: %w", err)
+	}
+	return holds, taken, now, nil
 }
 
 // Freed serves the line on a context that outlives the caller's request

@@ -355,6 +355,9 @@ func (u *Usher) serveEntry(ctx context.Context, head Entry, lab labs.Lab, c Capa
 	if in.Used, err = u.count(ctx, c.Kind); err != nil {
 		return false, err
 	}
+	if in.Reserved, err = u.held(ctx, c.Kind); err != nil {
+		return false, err
+	}
 	if Decide(in).Verdict != Cold {
 		return false, nil
 	}

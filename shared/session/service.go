@@ -92,9 +92,9 @@ var ErrEndedWhileProvisioning = fmt.Errorf("%w: session was ended while it was b
 // status its finisher gave it (closed, failed, expired). The row is
 // written before any object exists, so a crash mid-way leaves a live row
 // the reaper will find, never an object without a row.
-func (s *Service) Open(ctx context.Context, student, labName, publicKey string) (_ Standing, err error) {
+func (s *Service) Open(ctx context.Context, student, labName, publicKey string, courses ...string) (_ Standing, err error) {
 	defer func() { s.opened(labName, err) }()
-	return s.open(ctx, student, labName, publicKey, false)
+	return s.open(ctx, student, labName, publicKey, false, courses)
 }
 
 // homeFor names the student's home for lab ("" when it keeps none), or
@@ -134,11 +134,11 @@ func (s *Service) rateAllows(ctx context.Context, student string) error {
 // in Standing.Waiting (the generated private key, if any, is in its
 // Issued, as with Open). A student already in the line gets their place
 // back, unchanged. Without a line (see Seating) it is Open.
-func (s *Service) OpenWaiting(ctx context.Context, student, labName, publicKey string) (Standing, error) {
-	return s.open(ctx, student, labName, publicKey, true)
+func (s *Service) OpenWaiting(ctx context.Context, student, labName, publicKey string, courses ...string) (Standing, error) {
+	return s.open(ctx, student, labName, publicKey, true, courses)
 }
 
-func (s *Service) open(ctx context.Context, student, labName, publicKey string, wait bool) (Standing, error) {
+func (s *Service) open(ctx context.Context, student, labName, publicKey string, wait bool, courses []string) (Standing, error) {
 	lab, ok := s.Labs.Get(labName)
 	if !ok {
 		return Standing{}, fmt.Errorf("%w %q; valid labs: %s", ErrUnknownLab, labName, strings.Join(s.Labs.Names(), ", "))
@@ -175,7 +175,7 @@ func (s *Service) open(ctx context.Context, student, labName, publicKey string, 
 	if err != nil {
 		return Standing{}, err
 	}
-	sess.Home = home
+	sess.Home, sess.Courses = home, courses
 	if err := s.Store.Create(ctx, sess); err != nil {
 		if errors.Is(err, ErrSessionExists) {
 			live, gerr := s.Store.LiveFor(ctx, student)

@@ -89,6 +89,14 @@ type Session struct {
 	// empty for a lab that keeps none: while the session is live its home
 	// is in use, and the last such session's end is the home's last use.
 	Home string
+	// Reservation is the reservation whose seat the session took (0: it
+	// came through the general line): while it is live that seat is
+	// taken.
+	Reservation int64
+	// Courses are the courses the student who opened it is a member of
+	// (their token's), which admission reads for a reserved seat. They
+	// are not stored.
+	Courses []string
 }
 
 // PoolState marks the rows of warm-pool instances (kept by the seating
