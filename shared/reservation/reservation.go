@@ -154,15 +154,19 @@ func Peak(holds []Hold, kind labs.Kind, from, to time.Time) int {
 	return peak
 }
 
-// holding reports whether h holds its unused seats at now: from Lead
-// before its start until its end, or until Release after its start when
-// that comes first.
-func (r Rules) holding(h Hold, now time.Time) bool {
-	until := h.End
-	if released := h.Start.Add(r.Release); released.Before(until) {
-		until = released
+// HeldUntil is when h's seats nobody took stop being held: Release
+// after its start, or its end when that comes first.
+func (r Rules) HeldUntil(h Hold) time.Time {
+	if released := h.Start.Add(r.Release); released.Before(h.End) {
+		return released
 	}
-	return !now.Before(h.Start.Add(-r.Lead)) && now.Before(until)
+	return h.End
+}
+
+// holding reports whether h holds its unused seats at now: from Lead
+// before its start until HeldUntil.
+func (r Rules) holding(h Hold, now time.Time) bool {
+	return !now.Before(h.Start.Add(-r.Lead)) && now.Before(r.HeldUntil(h))
 }
 
 // Held is what the reservations of bucket kind hold at now and nobody

@@ -4,6 +4,8 @@ import (
 	"sort"
 	"time"
 
+	"labkeep/shared/labs"
+	"labkeep/shared/reservation"
 	"labkeep/shared/session"
 )
 
@@ -26,6 +28,24 @@ type ETAInput struct {
 	Waiting        []int
 	Likely, Latest time.Duration
 	Lag            time.Duration
+}
+
+// ReservedHoldings are the seats of bucket kind that reservations hold
+// for their courses and nobody took, as holdings the line waits for: each
+// reservation's from now (one that holds later is counted from now too,
+// so that no wait is promised shorter than it may be) until its seats are
+// released (reservation.Rules.HeldUntil).
+func ReservedHoldings(now time.Time, holds []reservation.Hold, taken map[int64]int, kind labs.Kind, rules reservation.Rules) []Holding {
+	var out []Holding
+	for _, h := range holds {
+		units := max(0, h.Seats-taken[h.ID]) * h.PerSeat
+		until := rules.HeldUntil(h)
+		if h.Kind != kind || units == 0 || !until.After(now) {
+			continue
+		}
+		out = append(out, Holding{VMs: units, Likely: until, Latest: until})
+	}
+	return out
 }
 
 // ETA is one waiting student's likely and latest wait.

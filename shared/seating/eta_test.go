@@ -1,8 +1,6 @@
 package seating
 
 import (
-	"labkeep/shared/session"
-
 	"math/rand/v2"
 	"slices"
 	"testing"
@@ -10,7 +8,10 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"labkeep/shared/labs"
 	"labkeep/shared/lifetime"
+	"labkeep/shared/reservation"
+	"labkeep/shared/session"
 )
 
 var t0 = time.Date(2026, 12, 1, 13, 0, 0, 0, time.UTC)
@@ -261,4 +262,35 @@ func TestETAOverASimulatedAfternoon(t *testing.T) {
 	p := func(q float64) time.Duration { return errs[int(q*float64(len(errs)-1))].Round(time.Second) }
 	t.Logf("%d of %d students waited; %d ETAs shown; longest wait %s; |ETA − actual| p50 %s, p80 %s, max %s; latest bound exceeded %d times",
 		waited, arrivals, shown, longest.Round(time.Second), p(0.5), p(0.8), errs[len(errs)-1].Round(time.Second), exceeded)
+}
+
+func TestReservedHoldings(t *testing.T) {
+	now := time.Date(2026, 12, 7, 13, 50, 0, 0, time.UTC)
+	rules := reservation.Rules{Lead: 10 * time.Minute, Release: 15 * time.Minute}
+	hold := func(id int64, seats, per int, kind labs.Kind, start time.Time) reservation.Hold {
+		return reservation.Hold{Reservation: reservation.Reservation{ID: id, Seats: seats, Start: start, End: start.Add(time.Hour)}, Kind: kind, PerSeat: per}
+	}
+	at14 := now.Add(10 * time.Minute)
+	holds := []reservation.Hold{
+		hold(1, 5, 1, labs.KindVM, at14),                        // holding now: 3 of 5 taken
+		hold(2, 2, 2, labs.KindVM, now.Add(45*time.Minute)),     // holds later: counted from now
+		hold(3, 4, 1, labs.KindPod, at14),                       // another bucket
+		hold(4, 3, 1, labs.KindVM, now.Add(-20*time.Minute)),    // released already
+		hold(5, 2, 1, labs.KindVM, at14.Add(-50*time.Minute+1)), // every seat taken
+	}
+	got := ReservedHoldings(now, holds, map[int64]int{1: 3, 5: 2}, labs.KindVM, rules)
+	want := []Holding{
+		{VMs: 2, Likely: at14.Add(15 * time.Minute), Latest: at14.Add(15 * time.Minute)},
+		{VMs: 4, Likely: now.Add(60 * time.Minute), Latest: now.Add(60 * time.Minute)},
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+	// The line waits for them: one student needing 1 of 3 VMs, 1 in use
+	// until 15:00, waits for the class's seats' release at 14:15.
+	etas := QueueETAs(ETAInput{Now: now, Capacity: 3, Live: append([]Holding{{VMs: 1, Likely: now.Add(70 * time.Minute), Latest: now.Add(70 * time.Minute)}}, got[0]),
+		Waiting: []int{1}, Likely: time.Hour, Latest: time.Hour})
+	if etas[0].Latest != 25*time.Minute {
+		t.Errorf("the wait behind the class's held seats: %v; want 25m (their release)", etas[0])
+	}
 }

@@ -166,6 +166,15 @@ func (u *Usher) placeOf(ctx context.Context, e Entry) (line.Waiting, error) {
 			in.Live = append(in.Live, HoldingOf(l, c.Need, share, now))
 		}
 	}
+	if u.booked != nil {
+		// The line waits for seats reservations hold, and for those they
+		// will hold before the latest wait is over.
+		holds, taken, err := u.booked.Holding(ctx, now, now.Add(u.rows.Policy.MaxLifetime+u.rules.Lead))
+		if err != nil {
+			return w, fmt.Errorf("reading the reservations: %w", err)
+		}
+		in.Live = append(in.Live, ReservedHoldings(now, holds, taken, mine.Kind, u.rules)...)
+	}
 	pos := 0
 	for _, other := range entries {
 		c, ok := u.capacityOf(other.Lab)
