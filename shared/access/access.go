@@ -197,7 +197,8 @@ func (r TokenRules) Validate() error {
 			errs = append(errs, setting.Invalid(f.field, "%q has leading or trailing white space, which no token's claim would match", f.value))
 		}
 	}
-	if slices.Contains(registered, r.CoursesClaim) {
+	// JSON matches names regardless of case: "Role" would fill role.
+	if slices.ContainsFunc(registered, func(n string) bool { return strings.EqualFold(n, r.CoursesClaim) }) {
 		errs = append(errs, setting.Invalid("CoursesClaim", "%q is a claim of its own meaning, not a list of courses", r.CoursesClaim))
 	}
 	errs = append(errs, setting.Positive("MaxLifetime", r.MaxLifetime))

@@ -24,14 +24,14 @@ const reservationColumns = `id, course, lab, seats, kind, per_seat, starts_at, e
 // Reserve implements reservation.Store: the overlapping reservations are
 // read, decide runs and the new one is inserted in one transaction under
 // the environment's booking lock, so bookings never interleave.
-func (p *PG) Reserve(ctx context.Context, h reservation.Booked, decide func(overlapping []reservation.Hold) error) (reservation.Booked, error) {
+func (p *PG) Reserve(ctx context.Context, h reservation.Booked, from, to time.Time, decide func(overlapping []reservation.Hold) error) (reservation.Booked, error) {
 	var out reservation.Booked
 	err := pgx.BeginFunc(ctx, p.conns, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, reservationLockSpace, p.env); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `SELECT `+reservationColumns+` FROM reservations
-			WHERE cancelled_at IS NULL AND ends_at > $1 AND starts_at < $2 ORDER BY starts_at, id`, h.Start, h.End)
+			WHERE cancelled_at IS NULL AND ends_at > $1 AND starts_at < $2 ORDER BY starts_at, id`, from, to)
 		if err != nil {
 			return err
 		}

@@ -25,12 +25,12 @@ var ErrNoReservation = errors.New("no_reservation")
 
 // Store is what the desk needs of the database.
 type Store interface {
-	// Reserve reads the standing reservations whose windows overlap b's,
-	// runs decide on them and, if it returns nil, stores b and returns it
-	// with its ID: all under one lock every booking of the environment
-	// takes, so two bookings never both fit where only one does. decide's
-	// error is returned as it is.
-	Reserve(ctx context.Context, b Booked, decide func(overlapping []Hold) error) (Booked, error)
+	// Reserve reads the standing reservations whose windows overlap from
+	// to to, runs decide on them and, if it returns nil, stores b and
+	// returns it with its ID: all under one lock every booking of the
+	// environment takes, so two bookings never both fit where only one
+	// does. decide's error is returned as it is.
+	Reserve(ctx context.Context, b Booked, from, to time.Time, decide func(overlapping []Hold) error) (Booked, error)
 	// Reservations lists the standing reservations whose windows overlap
 	// from to to, by start.
 	Reservations(ctx context.Context, from, to time.Time) ([]Booked, error)
@@ -82,8 +82,11 @@ func (d *Desk) Book(ctx context.Context, r Reservation, by string) (Booked, erro
 	}
 	kind, per, limit := d.capacity(lab)
 	h := Hold{Reservation: r, Kind: kind, PerSeat: per}
-	return d.store.Reserve(ctx, Booked{Hold: h, BookedBy: by, BookedAt: now}, func(overlapping []Hold) error {
-		return Book(h, overlapping, limit)
+	// Every reservation whose held window (from Lead before its start)
+	// meets h's.
+	from, to := r.Start.Add(-d.rules.Lead), r.End.Add(d.rules.Lead)
+	return d.store.Reserve(ctx, Booked{Hold: h, BookedBy: by, BookedAt: now}, from, to, func(overlapping []Hold) error {
+		return Book(h, overlapping, limit, d.rules.Lead)
 	})
 }
 

@@ -44,7 +44,7 @@ func (h Hold) units() int { return h.Seats * h.PerSeat }
 type Rules struct {
 	// Lead: a reservation's seats are held this long before its start,
 	// so that the labs of students who open just before do not take the
-	// class's capacity (and the warm pool prepares them then).
+	// class's capacity.
 	Lead time.Duration
 	// Release: seats nobody took this long after the start are released
 	// to everyone.
@@ -83,6 +83,10 @@ var (
 	ErrOverbooked = errors.New("overbooked")
 )
 
+// MaxSeats is the most seats one reservation may hold: more than any
+// platform's capacity, and small enough that no sum of them overflows.
+const MaxSeats = 10000
+
 // courseName is what a course may be called: the value of the JWT claim
 // that lists a student's courses.
 var courseName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._:/@-]{0,127}$`)
@@ -99,8 +103,8 @@ func Check(r Reservation, now time.Time, rules Rules) error {
 	switch {
 	case !courseName.MatchString(r.Course):
 		return bad("course %q must be 1 to 128 letters, digits and . _ : / @ -, starting with a letter or digit", r.Course)
-	case r.Seats < 1:
-		return bad("seats must be at least 1, got %d", r.Seats)
+	case r.Seats < 1 || r.Seats > MaxSeats:
+		return bad("seats must be 1 to %d, got %d", MaxSeats, r.Seats)
 	case !r.End.After(r.Start):
 		return bad("the window must end after it starts (%s to %s)", stamp(r.Start), stamp(r.End))
 	case r.End.Sub(r.Start) > rules.MaxLength:
@@ -114,11 +118,17 @@ func Check(r Reservation, now time.Time, rules Rules) error {
 }
 
 // Book says whether h fits beside the reservations already made: at no
-// moment of h's window may the seats reserved in its bucket, h's
-// included, take more than limit. ErrOverbooked says how many seats of
-// h's lab are free over the whole window.
-func Book(h Hold, existing []Hold, limit int) error {
-	peak := Peak(existing, h.Kind, h.Start, h.End)
+// moment may the seats reserved in its bucket, h's included, take more
+// than limit, each reservation counted from lead before its start (when
+// its seats start to be held) to its end. ErrOverbooked says how many
+// seats of h's lab are free over the whole window.
+func Book(h Hold, existing []Hold, limit int, lead time.Duration) error {
+	held := make([]Hold, len(existing))
+	for i, e := range existing {
+		held[i] = e
+		held[i].Start = e.Start.Add(-lead)
+	}
+	peak := Peak(held, h.Kind, h.Start.Add(-lead), h.End)
 	if peak+h.units() <= limit {
 		return nil
 	}

@@ -31,16 +31,17 @@ func TestCheck(t *testing.T) {
 	}{
 		"a course's seats for an hour ahead":       {func(r *Reservation) {}, ""},
 		"starting this minute (the clocks' slack)": {func(r *Reservation) { r.Start = now.Add(-30 * time.Second) }, ""},
-		"no course":                   {func(r *Reservation) { r.Course = "" }, "course"},
-		"a course with a space":       {func(r *Reservation) { r.Course = "cs 101" }, "course"},
-		"no seats":                    {func(r *Reservation) { r.Seats = 0 }, "seats must be at least 1, got 0"},
-		"negative seats":              {func(r *Reservation) { r.Seats = -2 }, "seats must be at least 1, got -2"},
-		"ending before it starts":     {func(r *Reservation) { r.End = r.Start.Add(-time.Minute) }, "must end after it starts"},
-		"ending as it starts":         {func(r *Reservation) { r.End = r.Start }, "must end after it starts"},
-		"longer than MaxLength":       {func(r *Reservation) { r.End = r.Start.Add(13 * time.Hour) }, "longer than the 12h0m0s"},
-		"in the past":                 {func(r *Reservation) { r.Start, r.End = now.Add(-2*time.Hour), now.Add(-time.Hour) }, "in the past"},
-		"started an hour ago":         {func(r *Reservation) { r.Start = now.Add(-time.Hour) }, "in the past"},
-		"more than MaxAhead from now": {func(r *Reservation) { r.Start, r.End = now.Add(31*24*time.Hour), now.Add(31*24*time.Hour+time.Hour) }, "ahead"},
+		"no course":                     {func(r *Reservation) { r.Course = "" }, "course"},
+		"a course with a space":         {func(r *Reservation) { r.Course = "cs 101" }, "course"},
+		"no seats":                      {func(r *Reservation) { r.Seats = 0 }, "seats must be 1 to 10000, got 0"},
+		"negative seats":                {func(r *Reservation) { r.Seats = -2 }, "seats must be 1 to 10000, got -2"},
+		"more seats than any sum holds": {func(r *Reservation) { r.Seats = 1 << 62 }, "seats must be 1 to 10000"},
+		"ending before it starts":       {func(r *Reservation) { r.End = r.Start.Add(-time.Minute) }, "must end after it starts"},
+		"ending as it starts":           {func(r *Reservation) { r.End = r.Start }, "must end after it starts"},
+		"longer than MaxLength":         {func(r *Reservation) { r.End = r.Start.Add(13 * time.Hour) }, "longer than the 12h0m0s"},
+		"in the past":                   {func(r *Reservation) { r.Start, r.End = now.Add(-2*time.Hour), now.Add(-time.Hour) }, "in the past"},
+		"started an hour ago":           {func(r *Reservation) { r.Start = now.Add(-time.Hour) }, "in the past"},
+		"more than MaxAhead from now":   {func(r *Reservation) { r.Start, r.End = now.Add(31*24*time.Hour), now.Add(31*24*time.Hour+time.Hour) }, "ahead"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
@@ -67,31 +68,38 @@ func TestBook(t *testing.T) {
 		h        Hold
 		existing []Hold
 		limit    int
+		lead     time.Duration
 		want     string // "" booked; else in ErrOverbooked's message
 	}{
-		"alone, within the capacity": {pods(9, "c", 5, t0, time.Hour), nil, 8, ""},
-		"alone, the whole capacity":  {pods(9, "c", 8, t0, time.Hour), nil, 8, ""},
-		"alone, past the capacity":   {pods(9, "c", 9, t0, time.Hour), nil, 8, "9 seats of lab shell asked for, 8 free"},
+		"alone, within the capacity": {pods(9, "c", 5, t0, time.Hour), nil, 8, 0, ""},
+		"alone, the whole capacity":  {pods(9, "c", 8, t0, time.Hour), nil, 8, 0, ""},
+		"alone, past the capacity":   {pods(9, "c", 9, t0, time.Hour), nil, 8, 0, "9 seats of lab shell asked for, 8 free"},
 		"beside one that overlaps, together within": {
-			pods(9, "c", 3, t0.Add(30*time.Minute), time.Hour), []Hold{pods(1, "a", 5, t0, time.Hour)}, 8, ""},
+			pods(9, "c", 3, t0.Add(30*time.Minute), time.Hour), []Hold{pods(1, "a", 5, t0, time.Hour)}, 8, 0, ""},
 		"beside one that overlaps, together past: names the free seats": {
-			pods(9, "c", 4, t0.Add(30*time.Minute), time.Hour), []Hold{pods(1, "a", 5, t0, time.Hour)}, 8,
+			pods(9, "c", 4, t0.Add(30*time.Minute), time.Hour), []Hold{pods(1, "a", 5, t0, time.Hour)}, 8, 0,
 			"4 seats of lab shell asked for, 3 free from 2026-12-07T14:30:00Z to 2026-12-07T15:30:00Z (the capacity is 8, 5 of it reserved at the busiest moment)"},
 		"back to back (one ends as the other starts): both fit": {
-			pods(9, "c", 8, t0.Add(time.Hour), time.Hour), []Hold{pods(1, "a", 8, t0, time.Hour)}, 8, ""},
+			pods(9, "c", 8, t0.Add(time.Hour), time.Hour), []Hold{pods(1, "a", 8, t0, time.Hour)}, 8, 0, ""},
 		"two that never overlap each other, both inside its window: the busiest moment counts, not their sum": {
-			pods(9, "c", 3, t0, 3*time.Hour), []Hold{pods(1, "a", 5, t0, time.Hour), pods(2, "b", 5, t0.Add(2*time.Hour), time.Hour)}, 8, ""},
+			pods(9, "c", 3, t0, 3*time.Hour), []Hold{pods(1, "a", 5, t0, time.Hour), pods(2, "b", 5, t0.Add(2*time.Hour), time.Hour)}, 8, 0, ""},
 		"one starting inside its window makes the peak": {
-			pods(9, "c", 3, t0, 3*time.Hour), []Hold{pods(1, "a", 2, t0, 3*time.Hour), pods(2, "b", 4, t0.Add(2*time.Hour), time.Hour)}, 8,
+			pods(9, "c", 3, t0, 3*time.Hour), []Hold{pods(1, "a", 2, t0, 3*time.Hour), pods(2, "b", 4, t0.Add(2*time.Hour), time.Hour)}, 8, 0,
 			"3 seats of lab shell asked for, 2 free"},
 		"another bucket's reservation takes nothing from this one": {
-			pods(9, "c", 8, t0, time.Hour), []Hold{vm(1, 4, 2, t0, time.Hour)}, 8, ""},
+			pods(9, "c", 8, t0, time.Hour), []Hold{vm(1, 4, 2, t0, time.Hour)}, 8, 0, ""},
 		"a VM lab's seats count in VMs: two VMs a seat": {
-			vm(9, 4, 2, t0, time.Hour), []Hold{vm(1, 1, 2, t0, time.Hour)}, 8, "4 seats of lab net asked for, 3 free"},
+			vm(9, 4, 2, t0, time.Hour), []Hold{vm(1, 1, 2, t0, time.Hour)}, 8, 0, "4 seats of lab net asked for, 3 free"},
+		"back to back, but the second's seats are held from its lead, while the first runs: refused": {
+			pods(9, "c", 8, t0.Add(15*time.Minute), 45*time.Minute), []Hold{pods(1, "a", 8, t0, 10*time.Minute)}, 8, 10 * time.Minute, "8 seats of lab shell asked for, 0 free"},
+		"the first ends before the second's lead: both fit": {
+			pods(9, "c", 8, t0.Add(20*time.Minute), 40*time.Minute), []Hold{pods(1, "a", 8, t0, 10*time.Minute)}, 8, 10 * time.Minute, ""},
+		"one booked later whose lead reaches into this one: counted": {
+			pods(9, "c", 8, t0, 10*time.Minute), []Hold{pods(1, "a", 8, t0.Add(15*time.Minute), time.Hour)}, 8, 10 * time.Minute, "0 free"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			err := Book(tc.h, tc.existing, tc.limit)
+			err := Book(tc.h, tc.existing, tc.limit, tc.lead)
 			switch {
 			case tc.want == "" && err != nil:
 				t.Fatalf("refused: %v", err)

@@ -76,7 +76,7 @@ type Input struct {
 	// student takes included.
 	Reserved int
 	// Seat: the student takes a seat a reservation holds for their course
-	// (reservation.SeatFor).
+	// (reservation.SeatFor), one of this bucket that takes Need.
 	Seat bool
 }
 
@@ -89,8 +89,9 @@ type Decision struct {
 // Decide is the admission rule, in one place: a lab that needs nothing
 // from a bucket is created at once. A student taking a seat their course
 // reserved is let in ahead of the line: their seat is among Reserved, so
-// there is room while Used and Reserved fit the limit, and a ready warm
-// instance is claimed. Anyone else: nobody waiting and a warm instance
+// there is room while Used and Reserved fit the limit (else they are
+// refused, never put at the end of the line), and a ready warm instance
+// is claimed. Anyone else: nobody waiting and a warm instance
 // ready means claim it (it holds its capacity already, and nobody is
 // passed over); otherwise there is room only if the bucket has it beside
 // the reserved seats and nobody waits in its line (an open must never
@@ -107,8 +108,11 @@ func Decide(in Input) Decision {
 		return Decision{Verdict: Claim}
 	case in.Seat:
 		if !in.CountFailed && in.Used+in.Reserved > in.Limit {
-			reason = fmt.Sprintf("%d of %d %s in use and %d held for reserved classes, your seat among them: it is free once a lab that started before your class ends",
+			// The general line would hold a member behind everyone
+			// else: refused, they try again.
+			reason = fmt.Sprintf("%d of %d %s in use and %d held for reserved classes, your seat among them: it is free once a lab that started before your class ends; try again then",
 				in.Used, in.Limit, Label(in.Kind), in.Reserved)
+			return Decision{Verdict: Refuse, Reason: reason}
 		}
 	case in.Waiting == 0 && in.Warm:
 		return Decision{Verdict: Claim}

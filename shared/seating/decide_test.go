@@ -42,9 +42,9 @@ func TestDecide(t *testing.T) {
 			Input{Lab: "shell", Capacity: Capacity{Kind: labs.KindPod, Need: 1, Limit: 8}, Used: 3, Reserved: 5, Seat: true}, Decision{Verdict: Cold}},
 		"a reserved seat goes ahead of the line": {
 			Input{Lab: "shell", Capacity: Capacity{Kind: labs.KindPod, Need: 1, Limit: 8}, Used: 3, Reserved: 5, Seat: true, Waiting: 12}, Decision{Verdict: Cold}},
-		"a reserved seat while labs started before the window fill the capacity: waits for one to end": {
+		"a reserved seat while labs started before the window fill the capacity: refused, even to one who would wait (never behind the line)": {
 			Input{Lab: "shell", Capacity: Capacity{Kind: labs.KindPod, Need: 1, Limit: 8}, Used: 6, Reserved: 5, Seat: true, Wait: true},
-			Decision{Verdict: Queue, Reason: "6 of 8 workspace Pods in use and 5 held for reserved classes, your seat among them: it is free once a lab that started before your class ends"}},
+			Decision{Verdict: Refuse, Reason: "6 of 8 workspace Pods in use and 5 held for reserved classes, your seat among them: it is free once a lab that started before your class ends; try again then"}},
 		"a reserved seat and a warm instance ready: claim it, ahead of the line": {
 			Input{Lab: "shell", Capacity: Capacity{Kind: labs.KindPod, Need: 1, Limit: 8}, Used: 8, Reserved: 5, Seat: true, Waiting: 3, Warm: true}, Decision{Verdict: Claim}},
 		"a lab needing nothing from a bucket: provision cold": {

@@ -266,7 +266,10 @@ func (u *Usher) reserved(ctx context.Context, in *Input, sess session.Session, l
 	}
 	in.Reserved = reservation.Held(now, holds, taken, in.Kind, u.rules)
 	seat, ok := reservation.SeatFor(now, holds, taken, sess.Courses, lab.Name, u.rules)
-	in.Seat = ok
+	// A seat booked when the lab took something else (the catalog
+	// changed since) is not the one the open needs: the member is in the
+	// general line, and the cap stays exact.
+	in.Seat = ok && seat.Kind == in.Kind && seat.PerSeat == in.Need
 	return seat.ID, nil
 }
 
