@@ -230,6 +230,7 @@ func (m *seatingMetrics) PoolClaimed(lab string, result seating.ClaimResult) {
 type seatsReader interface {
 	QueueStats(ctx context.Context) ([]seating.QueueStat, error)
 	Pools(ctx context.Context) ([]seating.PoolStatus, error)
+	Reserved(ctx context.Context) ([]seating.ReservedStat, error)
 }
 
 var (
@@ -239,11 +240,15 @@ var (
 		"How long the earliest student waiting for the lab has waited, by lab (0: nobody waits), read from the database at scrape.", []string{"lab"}, nil)
 	poolDesc = prometheus.NewDesc("labkeep_pool_instances",
 		"Warm pool instances by lab and state (target, idle, starting, claimed), read from the database at scrape.", []string{"lab", "state"}, nil)
+	reservedDesc = prometheus.NewDesc("labkeep_reserved_seats",
+		"Seats of the reservations holding seats now, by course, lab and state (reserved: booked, taken: by live sessions, held: for the course and untaken), read from the database at scrape.",
+		[]string{"course", "lab", "state"}, nil)
 )
 
 // seatsCollector is the line per lab (labkeep_waitlist_length,
-// labkeep_waitlist_oldest_wait_seconds) and every lab's warm pool
-// (labkeep_pool_instances) as gauges, read at every scrape, so they are
+// labkeep_waitlist_oldest_wait_seconds), every lab's warm pool
+// (labkeep_pool_instances) and the reservations holding seats
+// (labkeep_reserved_seats) as gauges, read at every scrape, so they are
 // the database's truth whichever instance the students poll or maintains
 // the pool. A failed read reports none of its gauges rather than stale
 // numbers.
@@ -253,6 +258,7 @@ func (c seatsCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- queueLengthDesc
 	ch <- queueOldestDesc
 	ch <- poolDesc
+	ch <- reservedDesc
 }
 
 func (c seatsCollector) Collect(ch chan<- prometheus.Metric) {
@@ -260,6 +266,13 @@ func (c seatsCollector) Collect(ch chan<- prometheus.Metric) {
 		for _, q := range stats {
 			ch <- prometheus.MustNewConstMetric(queueLengthDesc, prometheus.GaugeValue, float64(q.Length), q.Lab)
 			ch <- prometheus.MustNewConstMetric(queueOldestDesc, prometheus.GaugeValue, q.OldestWait.Seconds(), q.Lab)
+		}
+	}
+	if reserved, ok := atScrape(c.seats.Reserved); ok {
+		for _, r := range reserved {
+			for state, n := range map[string]int{"reserved": r.Seats, "taken": r.Taken, "held": r.Held} {
+				ch <- prometheus.MustNewConstMetric(reservedDesc, prometheus.GaugeValue, float64(n), r.Course, r.Lab, state)
+			}
 		}
 	}
 	if pools, ok := atScrape(c.seats.Pools); ok {

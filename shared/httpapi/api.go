@@ -66,8 +66,9 @@ type Options struct {
 	// RetryAfter is the Retry-After sent with 503 no_capacity and 429
 	// too_many_terminals.
 	RetryAfter time.Duration
-	// Reservations serves POST /adminReserve, GET /adminReservations and
-	// POST /adminCancelReservation; nil: no such routes.
+	// Reservations serves POST /adminReserve, GET /adminReservations,
+	// POST /adminCancelReservation and GET /reservations; nil: no such
+	// routes.
 	Reservations ReservationDesk
 }
 
@@ -99,6 +100,7 @@ var routes = map[string]string{
 	"/adminReserve":           http.MethodPost,
 	"/adminReservations":      http.MethodGet,
 	"/adminCancelReservation": http.MethodPost,
+	"/reservations":           http.MethodGet,
 }
 
 // refuseMethod answers 405 method_not_allowed, with the route's method in

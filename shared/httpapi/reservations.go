@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"labkeep/shared/access"
@@ -16,6 +17,8 @@ type ReservationDesk interface {
 	Book(ctx context.Context, r reservation.Reservation, by string) (reservation.Booked, error)
 	List(ctx context.Context, from, to time.Time) ([]reservation.Booked, error)
 	Cancel(ctx context.Context, id int64) (reservation.Booked, error)
+	// Rules are the timings the desk books under.
+	Rules() reservation.Rules
 }
 
 // reservationJSON is a reservation as the API shows it.
@@ -39,8 +42,8 @@ func reservationView(b reservation.Booked) reservationJSON {
 const defaultListSpan = 7 * 24 * time.Hour
 
 // serveReservations registers the reservations' endpoints on mux: POST
-// /adminReserve, GET /adminReservations and POST /adminCancelReservation,
-// all for admins.
+// /adminReserve, GET /adminReservations and POST /adminCancelReservation
+// for admins, GET /reservations for a student's own classes.
 func (a *API) serveReservations(mux *http.ServeMux, desk ReservationDesk) {
 	mux.HandleFunc("/adminReserve", func(w http.ResponseWriter, r *http.Request) {
 		p, ok := a.adminCaller(w, r)
@@ -100,6 +103,41 @@ func (a *API) serveReservations(mux *http.ServeMux, desk ReservationDesk) {
 			out[i] = reservationView(b)
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"from": from.UTC(), "to": to.UTC(), "reservations": out})
+	})
+	// A student's own classes: the reservations of their courses that
+	// have not ended, for a week ahead, each with when its members are
+	// let in (start) and until when their seats are held (heldUntil).
+	mux.HandleFunc("/reservations", func(w http.ResponseWriter, r *http.Request) {
+		p, ok := a.Authenticate(w, r)
+		if !ok {
+			return
+		}
+		if len(r.URL.Query()) > 0 {
+			a.writeErrorFor(w, r, p, fmt.Errorf("%w: /reservations takes no query parameters", access.ErrBadRequest), nil)
+			return
+		}
+		now := a.now().UTC()
+		type class struct {
+			Course    string    `json:"course"`
+			Lab       string    `json:"lab"`
+			Start     time.Time `json:"start"`
+			End       time.Time `json:"end"`
+			HeldUntil time.Time `json:"heldUntil"`
+		}
+		out := []class{}
+		if len(p.Courses) > 0 {
+			list, err := desk.List(r.Context(), now, now.Add(defaultListSpan))
+			if err != nil {
+				a.writeErrorFor(w, r, p, err, nil)
+				return
+			}
+			for _, b := range list {
+				if slices.Contains(p.Courses, b.Course) {
+					out = append(out, class{Course: b.Course, Lab: b.Lab, Start: b.Start, End: b.End, HeldUntil: desk.Rules().HeldUntil(b.Hold)})
+				}
+			}
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"serverTime": now, "reservations": out})
 	})
 	mux.HandleFunc("/adminCancelReservation", func(w http.ResponseWriter, r *http.Request) {
 		p, ok := a.adminCaller(w, r)

@@ -173,9 +173,9 @@ func (r Rules) HeldUntil(h Hold) time.Time {
 	return h.End
 }
 
-// holding reports whether h holds its unused seats at now: from Lead
+// Holding reports whether h holds its unused seats at now: from Lead
 // before its start until HeldUntil.
-func (r Rules) holding(h Hold, now time.Time) bool {
+func (r Rules) Holding(h Hold, now time.Time) bool {
 	return !now.Before(h.Start.Add(-r.Lead)) && now.Before(r.HeldUntil(h))
 }
 
@@ -185,7 +185,7 @@ func (r Rules) holding(h Hold, now time.Time) bool {
 func Held(now time.Time, holds []Hold, taken map[int64]int, kind labs.Kind, rules Rules) int {
 	held := 0
 	for _, h := range holds {
-		if h.Kind == kind && rules.holding(h, now) {
+		if h.Kind == kind && rules.Holding(h, now) {
 			held += max(0, h.Seats-taken[h.ID]) * h.PerSeat
 		}
 	}
@@ -205,7 +205,7 @@ func SeatFor(now time.Time, holds []Hold, taken map[int64]int, courses []string,
 	}
 	var open []Hold
 	for _, h := range holds {
-		if h.Lab == lab && member[h.Course] && !now.Before(h.Start) && rules.holding(h, now) && taken[h.ID] < h.Seats {
+		if h.Lab == lab && member[h.Course] && !now.Before(h.Start) && rules.Holding(h, now) && taken[h.ID] < h.Seats {
 			open = append(open, h)
 		}
 	}

@@ -295,6 +295,28 @@ func (u *Usher) holding(ctx context.Context) ([]reservation.Hold, map[int64]int,
 	return holds, taken, now, nil
 }
 
+// ReservedStat is one reservation holding seats now: its course, lab and
+// seats, those live sessions took and those still held for its course.
+type ReservedStat struct {
+	Course, Lab        string
+	Seats, Taken, Held int
+}
+
+// Reserved lists the reservations holding seats now (for metrics).
+func (u *Usher) Reserved(ctx context.Context) ([]ReservedStat, error) {
+	holds, taken, now, err := u.holding(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var out []ReservedStat
+	for _, h := range holds {
+		if u.rules.Holding(h, now) {
+			out = append(out, ReservedStat{Course: h.Course, Lab: h.Lab, Seats: h.Seats, Taken: taken[h.ID], Held: max(0, h.Seats-taken[h.ID])})
+		}
+	}
+	return out, nil
+}
+
 // Freed serves the line on a context that outlives the caller's request
 // (capacity freed by a request must be handed on even if its client has
 // gone).

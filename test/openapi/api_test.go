@@ -466,6 +466,9 @@ func TestEveryRouteMatchesTheDescription(t *testing.T) {
 			{name: "reserve, not JSON", method: "POST", path: "/adminReserve", auth: admin, ctype: "text/plain", body: window(1, "x"), status: 415, code: "unsupported_media_type", invalid: true},
 			{name: "reserve, too large", method: "POST", path: "/adminReserve", auth: admin, body: padded(`"course":"x"`), status: 413, code: "too_large", invalid: true},
 			{name: "reservations", method: "GET", path: "/adminReservations?from=" + from, auth: admin, status: 200},
+			{name: "a member's classes", method: "GET", path: "/reservations", auth: bearer(d.MemberToken("m", "cs-101")), status: 200},
+			{name: "classes with a query", method: "GET", path: "/reservations?x=1", auth: tok("s"), status: 400, code: "bad_request"},
+			{name: "classes without a token", method: "GET", path: "/reservations", status: 401, code: "unauthorized", invalid: true},
 			{name: "reservations from no time", method: "GET", path: "/adminReservations?from=soon", auth: admin, status: 400, code: "bad_request", invalid: true},
 			{name: "reservations without a token", method: "GET", path: "/adminReservations", status: 401, code: "unauthorized", invalid: true},
 			{name: "reservations as a student", method: "GET", path: "/adminReservations", auth: tok("s"), status: 403, code: "forbidden"},
@@ -507,6 +510,7 @@ func TestEveryRouteMatchesTheDescription(t *testing.T) {
 			{name: "reserve", method: "POST", path: "/adminReserve", auth: admin, status: 500, code: "internal",
 				body: `{"course":"c","lab":"linux-vm","seats":1,"start":"` + d.Clock.Now().Add(time.Hour).UTC().Format(time.RFC3339) + `","end":"` + d.Clock.Now().Add(2*time.Hour).UTC().Format(time.RFC3339) + `"}`},
 			{name: "reservations", method: "GET", path: "/adminReservations", auth: admin, status: 500, code: "internal"},
+			{name: "a member's classes", method: "GET", path: "/reservations", auth: bearer(d.MemberToken("m", "cs-101")), status: 500, code: "internal"},
 			{name: "cancel a reservation", method: "POST", path: "/adminCancelReservation", auth: admin, body: `{"id":1}`, status: 500, code: "internal"},
 		})
 	})

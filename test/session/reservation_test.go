@@ -101,6 +101,11 @@ func TestReservedSeatsGoToTheClass(t *testing.T) {
 	if n := e.Count(`SELECT count(*) FROM sessions WHERE reservation_id IS NOT NULL AND status IN ('provisioning','running')`); n != 5 {
 		t.Errorf("%d live sessions hold a reserved seat; want the 5 members'", n)
 	}
+	for state, want := range map[string]float64{"reserved": 5, "taken": 5, "held": 0} {
+		if got := metric(t, e, "labkeep_reserved_seats", map[string]string{"course": "cs-101", "lab": "linux-vm", "state": state}); got != want {
+			t.Errorf("labkeep_reserved_seats{state=%q} = %v; want %v", state, got, want)
+		}
+	}
 
 	// A member leaves before the release: their seat is the class's again.
 	if r := e.Close(members[0]); r.Status != 200 {
