@@ -84,7 +84,13 @@ type student struct {
 // a token the portal issued.
 func visit(t *testing.T, b *browser.Browser, d *stacktest.Deployment, name string) *student {
 	t.Helper()
-	s := &student{t: t, d: d, tab: b.Tab(t), name: name, token: d.Token(name, "student")}
+	return visitWith(t, b, d, name, d.Token(name, "student"))
+}
+
+// visitWith is visit signed in with token.
+func visitWith(t *testing.T, b *browser.Browser, d *stacktest.Deployment, name, token string) *student {
+	t.Helper()
+	s := &student{t: t, d: d, tab: b.Tab(t), name: name, token: token}
 	s.tab.Do(time.Minute, chromedp.Navigate(b.Reach(t, d.Server.URL)+"/portal/"), chromedp.WaitVisible(chromedp.CSS("#signin")))
 	s.tab.Screenshot("signin")
 	s.tab.Do(30*time.Second,
