@@ -1,6 +1,8 @@
 package kube
 
 import (
+	"errors"
+
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/httpstream"
 	"k8s.io/client-go/kubernetes"
@@ -19,6 +21,15 @@ import (
 // names the command and which streams it has; its Container is set here.
 func WorkspaceExecutor(rc *rest.Config, client kubernetes.Interface, namespace, pod string, opts corev1.PodExecOptions) (remotecommand.Executor, error) {
 	return containerExecutor(rc, client, namespace, pod, labs.WorkspaceContainer, opts)
+}
+
+// canExec says why this adapter cannot exec (nil if it can): pods/exec
+// needs the REST config NewForConfig keeps.
+func (c *Cluster) canExec() error {
+	if c.rc == nil {
+		return errors.New("this cluster adapter was made without a REST config (NewForConfig): it cannot exec")
+	}
+	return nil
 }
 
 // containerExecutor is WorkspaceExecutor into container.

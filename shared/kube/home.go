@@ -3,7 +3,6 @@ package kube
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
 
@@ -270,8 +269,8 @@ func (c *Cluster) ensureHome(ctx context.Context, b builder) error {
 // is streamed and never stored. ErrNotRunning when s has no running
 // workspace with a home.
 func (c *Cluster) ArchiveHome(ctx context.Context, s session.Session, w io.Writer) error {
-	if c.rc == nil {
-		return errors.New("this cluster adapter was made without a REST config (NewForConfig): it cannot exec")
+	if err := c.canExec(); err != nil {
+		return err
 	}
 	if s.Kind != labs.KindPod || s.Status != session.StatusRunning || s.Home == "" || len(s.Nodes) != 1 {
 		return fmt.Errorf("%w: a home is downloaded while a running pod lab session holds it", session.ErrNotRunning)

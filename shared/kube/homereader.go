@@ -2,7 +2,6 @@ package kube
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"strconv"
@@ -110,8 +109,8 @@ func (c *Cluster) homeReader(home *corev1.PersistentVolumeClaim) *corev1.Pod {
 // to one node at a time keeps the session's Pod waiting until the reader
 // is gone).
 func (c *Cluster) ArchiveIdleHome(ctx context.Context, student, name string, w io.Writer) error {
-	if c.rc == nil {
-		return errors.New("this cluster adapter was made without a REST config (NewForConfig): it cannot exec")
+	if err := c.canExec(); err != nil {
+		return err
 	}
 	cctx, cancel := c.call(ctx)
 	home, err := c.kube.CoreV1().PersistentVolumeClaims(c.cfg.Namespace).Get(cctx, name, metav1.GetOptions{})

@@ -21,6 +21,11 @@ const reservationLockSpace = 7008
 
 const reservationColumns = `id, course, lab, seats, kind, per_seat, starts_at, ends_at, booked_by, booked_at, cancelled_at`
 
+// standingBetween selects the standing reservations whose windows overlap
+// $1 to $2, by start.
+const standingBetween = `SELECT ` + reservationColumns + ` FROM reservations
+	WHERE cancelled_at IS NULL AND ends_at > $1 AND starts_at < $2 ORDER BY starts_at, id`
+
 // Reserve implements reservation.Store: the overlapping reservations are
 // read, decide runs and the new one is inserted in one transaction under
 // the environment's booking lock, so bookings never interleave.
@@ -30,8 +35,7 @@ func (p *PG) Reserve(ctx context.Context, h reservation.Booked, from, to time.Ti
 		if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, reservationLockSpace, p.env); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `SELECT `+reservationColumns+` FROM reservations
-			WHERE cancelled_at IS NULL AND ends_at > $1 AND starts_at < $2 ORDER BY starts_at, id`, from, to)
+		rows, err := tx.Query(ctx, standingBetween, from, to)
 		if err != nil {
 			return err
 		}
@@ -60,8 +64,7 @@ func (p *PG) Reserve(ctx context.Context, h reservation.Booked, from, to time.Ti
 
 // Reservations implements reservation.Store.
 func (p *PG) Reservations(ctx context.Context, from, to time.Time) ([]reservation.Booked, error) {
-	rows, err := p.conns.Query(ctx, `SELECT `+reservationColumns+` FROM reservations
-		WHERE cancelled_at IS NULL AND ends_at > $1 AND starts_at < $2 ORDER BY starts_at, id`, from, to)
+	rows, err := p.conns.Query(ctx, standingBetween, from, to)
 	if err != nil {
 		return nil, err
 	}
