@@ -29,16 +29,21 @@ run: setup ## start the local stack and the functions until Ctrl-C
 # scenarios and the Pod labs on the real node load the CPU on purpose
 # (memory hogs, fork bombs, CPU storms) and measure how the workspace
 # reacts, so they run after the rest, one package at a time, not beside
-# other packages; test/guardianvm runs the same scenarios in a cgroup v2 VM,
-# localrun/guestnode runs the production workspace Pod on a cgroup v2 node
-# in a VM, and localrun/images, localrun/kubevirt and test/vmlab boot real guests
-# under software emulation (a vCPU each, busy for a minute or more).
+# other packages; test/guardianvm runs the same scenarios in a cgroup v2 VM
+# and localrun/guestnode runs the production workspace Pod on a cgroup v2
+# node in a VM (two emulated vCPUs each: the machine's two cores).
+# localrun/images, localrun/kubevirt and test/vmlab (BOOTS) then boot real
+# guests under software emulation, one vCPU each, busy for a minute or
+# more and measuring nothing: two packages at a time, and test/vmlab runs
+# two of its tests at a time, so both cores work.
 # Each go test's -json stream goes through localrun/cmd/skipcheck: it prints
 # go test's usual output and fails on any skip test/skips.md does not list.
-ALONE := ./guardian/e2e ./test/podlab ./test/guardianvm ./localrun/guestnode ./localrun/images ./localrun/kubevirt ./test/vmlab
+ALONE := ./guardian/e2e ./test/podlab ./test/guardianvm ./localrun/guestnode
+BOOTS := ./localrun/images ./localrun/kubevirt ./test/vmlab
 test: setup-test vet ## every test (race detector on), against the real local stack
 	set -o pipefail; $(GO) test -json -race -count=1 -timeout 30m $(GOTEST_FLAGS) $$($(GO) list ./... | grep -v -e '/guardian/e2e$$' -e '/test/podlab$$' -e '/test/guardianvm$$' -e '/localrun/guestnode$$' -e '/localrun/images$$' -e '/localrun/kubevirt$$' -e '/test/vmlab$$') | $(GO) run ./localrun/cmd/skipcheck test/skips.md
 	set -o pipefail; $(GO) test -json -race -count=1 -p 1 -timeout 30m $(GOTEST_FLAGS) $(ALONE) | $(GO) run ./localrun/cmd/skipcheck test/skips.md
+	set -o pipefail; $(GO) test -json -race -count=1 -p 2 -timeout 40m $(GOTEST_FLAGS) $(BOOTS) | $(GO) run ./localrun/cmd/skipcheck test/skips.md
 	@$(MAKE) --no-print-directory bench-quick
 
 # vet also fails on an untidy go.mod: `go mod tidy` must leave nothing to change.
