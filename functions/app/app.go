@@ -139,8 +139,10 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 		return nil, cfg.named(&cfg.ReapDBConns, err)
 	}
 	opened = append(opened, reapStore.CloseConns)
-	var pool *seating.WarmPool
-	if sched, _ := cfg.PoolSchedule(); len(sched.Rules) > 0 {
+	// The warm pool is always kept: the schedule's labs (none without
+	// one) and every reservation's class from its lead.
+	sched, _ := cfg.PoolSchedule()
+	if len(sched.Rules) > 0 {
 		if err := sched.Check(func(name string) error {
 			switch lab, ok := catalog.Get(name); {
 			case !ok:
@@ -152,8 +154,8 @@ func Build(ctx context.Context, cfg Config, now func() time.Time, log *slog.Logg
 		}); err != nil {
 			return nil, cfg.named(&cfg.WarmPool, err)
 		}
-		pool = &seating.WarmPool{Schedule: sched, TTL: cfg.WarmPoolTTL, Store: store, Cluster: cluster}
 	}
+	pool := &seating.WarmPool{Schedule: sched, TTL: cfg.WarmPoolTTL, Store: store, Cluster: cluster}
 	rows := &session.Starter{
 		Store: store, Cluster: cluster, Policy: cfg.Policy, CleanupTimeout: cfg.Limits.CleanupTimeout,
 		Now: now, Log: log, Metrics: newSessionMetrics(reg),

@@ -241,7 +241,7 @@ var (
 	poolDesc = prometheus.NewDesc("labkeep_pool_instances",
 		"Warm pool instances by lab and state (target, idle, starting, claimed), read from the database at scrape.", []string{"lab", "state"}, nil)
 	reservedDesc = prometheus.NewDesc("labkeep_reserved_seats",
-		"Seats of the reservations holding seats now, by course, lab and state (reserved: booked, taken: by live sessions, held: for the course and untaken), read from the database at scrape.",
+		"Seats of the reservations holding seats now, by course, lab and state (reserved: booked, taken: by members' live sessions, pooled: by the class's warm instances waiting for a member, held: for the course with nothing running), read from the database at scrape.",
 		[]string{"course", "lab", "state"}, nil)
 )
 
@@ -270,7 +270,7 @@ func (c seatsCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	if reserved, ok := atScrape(c.seats.Reserved); ok {
 		for _, r := range reserved {
-			for state, n := range map[string]int{"reserved": r.Seats, "taken": r.Taken, "held": r.Held} {
+			for state, n := range map[string]int{"reserved": r.Seats, "taken": r.Taken, "pooled": r.Pooled, "held": r.Held} {
 				ch <- prometheus.MustNewConstMetric(reservedDesc, prometheus.GaugeValue, float64(n), r.Course, r.Lab, state)
 			}
 		}

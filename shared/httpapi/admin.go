@@ -10,6 +10,7 @@ import (
 
 	"labkeep/shared/access"
 	"labkeep/shared/alerts"
+	"labkeep/shared/labs"
 	"labkeep/shared/reap"
 	"labkeep/shared/seating"
 )
@@ -128,6 +129,8 @@ type queueJSON struct {
 type Seats interface {
 	QueueStats(ctx context.Context) ([]seating.QueueStat, error)
 	Pools(ctx context.Context) ([]seating.PoolStatus, error)
+	// InUse is how much of each capacity bucket is in use now.
+	InUse(ctx context.Context) (map[labs.Kind]int, error)
 }
 
 // adminStatus is st with every lab's line and warm pool (Seats).

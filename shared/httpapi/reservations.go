@@ -8,7 +8,9 @@ import (
 	"time"
 
 	"labkeep/shared/access"
+	"labkeep/shared/labs"
 	"labkeep/shared/reservation"
+	"labkeep/shared/seating"
 )
 
 // ReservationDesk books, lists and cancels reservations
@@ -17,6 +19,9 @@ type ReservationDesk interface {
 	Book(ctx context.Context, r reservation.Reservation, by string) (reservation.Booked, error)
 	List(ctx context.Context, from, to time.Time) ([]reservation.Booked, error)
 	Cancel(ctx context.Context, id int64) (reservation.Booked, error)
+	// Timeline is each capacity bucket from from to to in spans of step,
+	// with what the standing reservations hold in each.
+	Timeline(ctx context.Context, from, to time.Time, step time.Duration) ([]reservation.Slot, error)
 	// Rules are the timings the desk books under.
 	Rules() reservation.Rules
 }
@@ -38,8 +43,57 @@ func reservationView(b reservation.Booked) reservationJSON {
 }
 
 // defaultListSpan is what GET /adminReservations lists without a range:
-// from now for a week.
-const defaultListSpan = 7 * 24 * time.Hour
+// from now for a week. Its timeline is given for ranges up to that long,
+// an hour a slot.
+const (
+	defaultListSpan = 7 * 24 * time.Hour
+	timelineStep    = time.Hour
+)
+
+// slotJSON is a span of a capacity bucket's timeline: capacity, what
+// reservations hold at its busiest moment, what that leaves free, and,
+// in the span that holds the present, what is in use now.
+type slotJSON struct {
+	Start    time.Time `json:"start"`
+	End      time.Time `json:"end"`
+	Kind     labs.Kind `json:"kind"`
+	Label    string    `json:"label"`
+	Capacity int       `json:"capacity"`
+	Reserved int       `json:"reserved"`
+	Free     int       `json:"free"`
+	Used     *int      `json:"used,omitempty"`
+}
+
+// timeline is desk's timeline from from to to (none for a range longer
+// than defaultListSpan), with what is in use now in the slot that holds
+// now when seats can say it.
+func (a *API) timeline(ctx context.Context, desk ReservationDesk, from, to time.Time) ([]slotJSON, error) {
+	out := []slotJSON{}
+	if to.Sub(from) > defaultListSpan {
+		return out, nil
+	}
+	slots, err := desk.Timeline(ctx, from, to, timelineStep)
+	if err != nil {
+		return nil, err
+	}
+	now := a.now().UTC()
+	var inUse map[labs.Kind]int
+	if a.seats != nil && !now.Before(from) && now.Before(to) {
+		if inUse, err = a.seats.InUse(ctx); err != nil {
+			// The reservations are still worth showing without it.
+			a.log.Warn("timeline without what is in use now", "err", err)
+			inUse = nil
+		}
+	}
+	for _, sl := range slots {
+		j := slotJSON{Start: sl.Start.UTC(), End: sl.End.UTC(), Kind: sl.Kind, Label: seating.Label(sl.Kind), Capacity: sl.Capacity, Reserved: sl.Reserved, Free: sl.Free()}
+		if n, ok := inUse[sl.Kind]; ok && !now.Before(sl.Start) && now.Before(sl.End) {
+			j.Used = &n
+		}
+		out = append(out, j)
+	}
+	return out, nil
+}
 
 // serveReservations registers the reservations' endpoints on mux: POST
 // /adminReserve, GET /adminReservations and POST /adminCancelReservation
@@ -102,7 +156,12 @@ func (a *API) serveReservations(mux *http.ServeMux, desk ReservationDesk) {
 		for i, b := range list {
 			out[i] = reservationView(b)
 		}
-		writeJSON(w, http.StatusOK, map[string]any{"from": from.UTC(), "to": to.UTC(), "reservations": out})
+		slots, err := a.timeline(r.Context(), desk, from, to)
+		if err != nil {
+			a.writeErrorFor(w, r, p, err, nil)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]any{"from": from.UTC(), "to": to.UTC(), "reservations": out, "timeline": slots})
 	})
 	// A student's own classes: the reservations of their courses that
 	// have not ended, for a week ahead, each with when its members are

@@ -99,9 +99,10 @@ func scanBooked(row pgx.CollectableRow) (reservation.Booked, error) {
 }
 
 // Holding implements seating.Reservations: the standing reservations whose
-// windows overlap from to to, and how many seats of each live sessions
-// have taken; two queries.
-func (p *PG) Holding(ctx context.Context, from, to time.Time) ([]reservation.Hold, map[int64]int, error) {
+// windows overlap from to to, and how live sessions use the seats of
+// each (an unclaimed warm instance's row is pooled, any other live row
+// taken); two queries.
+func (p *PG) Holding(ctx context.Context, from, to time.Time) ([]reservation.Hold, map[int64]reservation.Use, error) {
 	booked, err := p.Reservations(ctx, from, to)
 	if err != nil || len(booked) == 0 {
 		return nil, nil, err
@@ -111,20 +112,20 @@ func (p *PG) Holding(ctx context.Context, from, to time.Time) ([]reservation.Hol
 	for i, b := range booked {
 		holds[i], ids[i] = b.Hold, b.ID
 	}
-	rows, err := p.conns.Query(ctx, `SELECT reservation_id, count(*) FROM sessions
-		WHERE reservation_id = ANY($1) AND status IN `+liveStatuses+` GROUP BY reservation_id`, ids)
+	rows, err := p.conns.Query(ctx, `SELECT reservation_id, count(*) FILTER (WHERE pool <> 'idle'), count(*) FILTER (WHERE pool = 'idle')
+		FROM sessions WHERE reservation_id = ANY($1) AND status IN `+liveStatuses+` GROUP BY reservation_id`, ids)
 	if err != nil {
 		return nil, nil, err
 	}
-	taken := map[int64]int{}
-	var id, n int64
-	if _, err := pgx.ForEachRow(rows, []any{&id, &n}, func() error {
-		taken[id] = int(n)
+	uses := map[int64]reservation.Use{}
+	var id, taken, pooled int64
+	if _, err := pgx.ForEachRow(rows, []any{&id, &taken, &pooled}, func() error {
+		uses[id] = reservation.Use{Taken: int(taken), Pooled: int(pooled)}
 		return nil
 	}); err != nil {
 		return nil, nil, err
 	}
-	return holds, taken, nil
+	return holds, uses, nil
 }
 
 // TakeSeat implements seating.Reservations.

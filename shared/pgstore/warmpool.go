@@ -25,12 +25,14 @@ var _ seating.PoolStore = (*PG)(nil)
 // happens to this one, and if this process dies mid-claim the reaper ends
 // it at abandon. The second deletes the replaced row or entry and hands
 // the spent instance over. An instance whose TTL has passed is never
-// claimed: its anchor's deadline covers a claim within the TTL only.
-func (p *PG) ClaimPooled(ctx context.Context, lab, replaces string, at, abandon time.Time, claim func(seating.Instance) (seating.Handover, error)) (inst seating.Instance, claimed session.Session, err error) {
+// claimed: its anchor's deadline covers a claim within the TTL only. A
+// class's instance (reservation_id set) is claimed only for that
+// reservation, a general one only for none.
+func (p *PG) ClaimPooled(ctx context.Context, lab string, class int64, replaces string, at, abandon time.Time, claim func(seating.Instance) (seating.Handover, error)) (inst seating.Instance, claimed session.Session, err error) {
 	err = pgx.BeginFunc(ctx, p.conns, func(tx pgx.Tx) error {
 		row, err := one(tx.Query(ctx, `SELECT `+columns+` FROM sessions
-			WHERE pool = 'idle' AND lab = $1 AND status = 'running' AND expires_at > $2
-			ORDER BY started_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`, lab, at))
+			WHERE pool = 'idle' AND lab = $1 AND status = 'running' AND expires_at > $2 AND coalesce(reservation_id, 0) = $3
+			ORDER BY started_at, id LIMIT 1 FOR UPDATE SKIP LOCKED`, lab, at, class))
 		if err != nil {
 			return err
 		}
@@ -44,7 +46,7 @@ func (p *PG) ClaimPooled(ctx context.Context, lab, replaces string, at, abandon 
 	})
 	if err != nil {
 		if errors.Is(err, session.ErrNoSession) && inst.ID == "" {
-			err = fmt.Errorf("%w: no ready warm pool instance of %s", session.ErrNoSession, lab)
+			err = fmt.Errorf("%w: no ready warm pool instance of %s (reservation %d)", session.ErrNoSession, lab, class)
 		}
 		// Nothing was committed: the instance (if one was read) is idle
 		// as it was.

@@ -102,3 +102,27 @@ func (d *Desk) List(ctx context.Context, from, to time.Time) ([]Booked, error) {
 	}
 	return d.store.Reservations(ctx, from, to)
 }
+
+// Timeline is the capacity of every bucket the catalog's labs use, from
+// from to to in spans of step, with what the standing reservations hold
+// in each (Timeline).
+func (d *Desk) Timeline(ctx context.Context, from, to time.Time, step time.Duration) ([]Slot, error) {
+	caps := map[labs.Kind]int{}
+	for _, name := range d.labs.Names() {
+		if lab, ok := d.labs.Get(name); ok {
+			kind, _, limit := d.capacity(lab)
+			caps[kind] = limit
+		}
+	}
+	// A reservation takes capacity from its lead: one starting up to Lead
+	// after to already holds seats before to.
+	booked, err := d.List(ctx, from, to.Add(d.rules.Lead))
+	if err != nil {
+		return nil, err
+	}
+	holds := make([]Hold, len(booked))
+	for i, b := range booked {
+		holds[i] = b.Hold
+	}
+	return Timeline(holds, caps, from, to, step, d.rules.Lead), nil
+}

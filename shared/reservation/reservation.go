@@ -123,12 +123,7 @@ func Check(r Reservation, now time.Time, rules Rules) error {
 // its seats start to be held) to its end. ErrOverbooked says how many
 // seats of h's lab are free over the whole window.
 func Book(h Hold, existing []Hold, limit int, lead time.Duration) error {
-	held := make([]Hold, len(existing))
-	for i, e := range existing {
-		held[i] = e
-		held[i].Start = e.Start.Add(-lead)
-	}
-	peak := Peak(held, h.Kind, h.Start.Add(-lead), h.End)
+	peak := Peak(heldFromLead(existing, lead), h.Kind, h.Start.Add(-lead), h.End)
 	if peak+h.units() <= limit {
 		return nil
 	}
@@ -179,33 +174,57 @@ func (r Rules) Holding(h Hold, now time.Time) bool {
 	return !now.Before(h.Start.Add(-r.Lead)) && now.Before(r.HeldUntil(h))
 }
 
-// Held is what the reservations of bucket kind hold at now and nobody
-// has taken yet: the capacity only their courses' members may use.
-// taken counts each reservation's seats in use, by ID.
-func Held(now time.Time, holds []Hold, taken map[int64]int, kind labs.Kind, rules Rules) int {
+// Use is how live sessions use one reservation's seats: Taken by its
+// members' sessions, Pooled by the class's warm instances, made from its
+// lead for members to claim (PoolTarget). Both hold capacity as live
+// sessions do; only a taken seat is a member's.
+type Use struct {
+	Taken, Pooled int
+}
+
+// inUse is the seats live sessions hold either way.
+func (u Use) inUse() int { return u.Taken + u.Pooled }
+
+// Held is what the reservations of bucket kind hold at now that no live
+// session holds: the capacity only their courses' members may use (a
+// class's warm instance already holds its seat's capacity). uses are the
+// reservations' seats in use, by ID.
+func Held(now time.Time, holds []Hold, uses map[int64]Use, kind labs.Kind, rules Rules) int {
 	held := 0
 	for _, h := range holds {
 		if h.Kind == kind && rules.Holding(h, now) {
-			held += max(0, h.Seats-taken[h.ID]) * h.PerSeat
+			held += max(0, h.Seats-uses[h.ID].inUse()) * h.PerSeat
 		}
 	}
 	return held
 }
 
+// PoolTarget is how many warm instances h's class should have at now:
+// one for each seat no member took, while h holds its seats (from Lead
+// before its start, so they are ready when it starts, until HeldUntil);
+// none after, when its seats go to everyone.
+func (r Rules) PoolTarget(h Hold, use Use, now time.Time) int {
+	if !r.Holding(h, now) {
+		return 0
+	}
+	return max(0, h.Seats-use.Taken)
+}
+
 // SeatFor is the reservation whose seat a student of courses opening lab
 // takes at now: one of the lab, for one of their courses, started (its
 // members are let in from its start, not during the lead) and not
-// released, with a seat nobody has taken. Of several, the one that ends
+// released, with a seat no member has taken (a seat the class's warm
+// instance holds is still a member's to claim). Of several, the one that ends
 // first. ok is false when there is none: the student is in the general
 // line.
-func SeatFor(now time.Time, holds []Hold, taken map[int64]int, courses []string, lab string, rules Rules) (Hold, bool) {
+func SeatFor(now time.Time, holds []Hold, uses map[int64]Use, courses []string, lab string, rules Rules) (Hold, bool) {
 	member := make(map[string]bool, len(courses))
 	for _, c := range courses {
 		member[c] = true
 	}
 	var open []Hold
 	for _, h := range holds {
-		if h.Lab == lab && member[h.Course] && !now.Before(h.Start) && rules.Holding(h, now) && taken[h.ID] < h.Seats {
+		if h.Lab == lab && member[h.Course] && !now.Before(h.Start) && rules.Holding(h, now) && uses[h.ID].Taken < h.Seats {
 			open = append(open, h)
 		}
 	}

@@ -120,23 +120,24 @@ func TestHeldAndSeatFor(t *testing.T) {
 		Seat int64 // the reservation SeatFor gives cs-101's member opening shell, 0 for none
 	}
 	tests := map[string]struct {
-		now   time.Time
-		taken map[int64]int
-		want  got
+		now  time.Time
+		uses map[int64]Use
+		want got
 	}{
-		"before the lead: nothing held, no seat":                       {t0.Add(-11 * time.Minute), nil, got{0, 0}},
-		"in the lead: every seat held, members not let in yet":         {t0.Add(-10 * time.Minute), nil, got{7, 0}},
-		"at the start: held, and a member takes a seat":                {t0, nil, got{7, 1}},
-		"seats taken are no longer held":                               {t0.Add(time.Minute), map[int64]int{1: 3}, got{4, 1}},
-		"every seat of the class taken: no seat for one more member":   {t0.Add(time.Minute), map[int64]int{1: 5}, got{2, 0}},
-		"more taken than booked (opens raced): held never negative":    {t0.Add(time.Minute), map[int64]int{1: 7}, got{2, 0}},
-		"the release: nothing held, the member is in the general line": {t0.Add(15 * time.Minute), map[int64]int{1: 1}, got{0, 0}},
-		"after the end: nothing held":                                  {t0.Add(2 * time.Hour), nil, got{0, 0}},
+		"before the lead: nothing held, no seat":                        {t0.Add(-11 * time.Minute), nil, got{0, 0}},
+		"in the lead: every seat held, members not let in yet":          {t0.Add(-10 * time.Minute), nil, got{7, 0}},
+		"at the start: held, and a member takes a seat":                 {t0, nil, got{7, 1}},
+		"seats taken are no longer held":                                {t0.Add(time.Minute), map[int64]Use{1: {Taken: 3}}, got{4, 1}},
+		"every seat of the class taken: no seat for one more member":    {t0.Add(time.Minute), map[int64]Use{1: {Taken: 5}}, got{2, 0}},
+		"more taken than booked (opens raced): held never negative":     {t0.Add(time.Minute), map[int64]Use{1: {Taken: 7}}, got{2, 0}},
+		"the class's warm instances hold their seats, still a member's": {t0.Add(time.Minute), map[int64]Use{1: {Taken: 1, Pooled: 4}}, got{2, 1}},
+		"the release: nothing held, the member is in the general line":  {t0.Add(15 * time.Minute), map[int64]Use{1: {Taken: 1}}, got{0, 0}},
+		"after the end: nothing held":                                   {t0.Add(2 * time.Hour), nil, got{0, 0}},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {
-			g := got{Held: Held(tc.now, holds, tc.taken, labs.KindPod, rules)}
-			if h, ok := SeatFor(tc.now, holds, tc.taken, []string{"cs-101", "math"}, "shell", rules); ok {
+			g := got{Held: Held(tc.now, holds, tc.uses, labs.KindPod, rules)}
+			if h, ok := SeatFor(tc.now, holds, tc.uses, []string{"cs-101", "math"}, "shell", rules); ok {
 				g.Seat = h.ID
 			}
 			if diff := cmp.Diff(tc.want, g); diff != "" {
@@ -163,4 +164,28 @@ func TestHeldAndSeatFor(t *testing.T) {
 			t.Errorf("VMs held: %d", got)
 		}
 	})
+}
+
+func TestPoolTarget(t *testing.T) {
+	class := pods(1, "cs-101", 5, t0, time.Hour)
+	tests := map[string]struct {
+		now  time.Time
+		use  Use
+		want int
+	}{
+		"before the lead: none":                        {t0.Add(-11 * time.Minute), Use{}, 0},
+		"from the lead: one for every seat":            {t0.Add(-10 * time.Minute), Use{}, 5},
+		"instances made already count toward it":       {t0.Add(-5 * time.Minute), Use{Pooled: 5}, 5},
+		"seats members took need none":                 {t0.Add(time.Minute), Use{Taken: 2, Pooled: 3}, 3},
+		"every seat taken: none":                       {t0.Add(time.Minute), Use{Taken: 5}, 0},
+		"more taken than booked: none, never negative": {t0.Add(time.Minute), Use{Taken: 6}, 0},
+		"the release: none, the seats go to everyone":  {t0.Add(15 * time.Minute), Use{Pooled: 2}, 0},
+	}
+	for name, tc := range tests {
+		t.Run(name, func(t *testing.T) {
+			if got := rules.PoolTarget(class, tc.use, tc.now); got != tc.want {
+				t.Errorf("PoolTarget = %d, want %d", got, tc.want)
+			}
+		})
+	}
 }

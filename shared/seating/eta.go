@@ -31,14 +31,16 @@ type ETAInput struct {
 }
 
 // ReservedHoldings are the seats of bucket kind that reservations hold
-// for their courses and nobody took, as holdings the line waits for: each
+// for their courses with no live session on them (a member's or the
+// class's warm instance, which are holdings of their own), as holdings
+// the line waits for: each
 // reservation's from now (one that holds later is counted from now too,
 // so that no wait is promised shorter than it may be) until its seats are
 // released (reservation.Rules.HeldUntil).
-func ReservedHoldings(now time.Time, holds []reservation.Hold, taken map[int64]int, kind labs.Kind, rules reservation.Rules) []Holding {
+func ReservedHoldings(now time.Time, holds []reservation.Hold, uses map[int64]reservation.Use, kind labs.Kind, rules reservation.Rules) []Holding {
 	var out []Holding
 	for _, h := range holds {
-		units := max(0, h.Seats-taken[h.ID]) * h.PerSeat
+		units := max(0, h.Seats-uses[h.ID].Taken-uses[h.ID].Pooled) * h.PerSeat
 		until := rules.HeldUntil(h)
 		if h.Kind != kind || units == 0 || !until.After(now) {
 			continue

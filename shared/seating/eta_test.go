@@ -278,7 +278,7 @@ func TestReservedHoldings(t *testing.T) {
 		hold(4, 3, 1, labs.KindVM, now.Add(-20*time.Minute)),    // released already
 		hold(5, 2, 1, labs.KindVM, at14.Add(-50*time.Minute+1)), // every seat taken
 	}
-	got := ReservedHoldings(now, holds, map[int64]int{1: 3, 5: 2}, labs.KindVM, rules)
+	got := ReservedHoldings(now, holds, map[int64]reservation.Use{1: {Taken: 3}, 5: {Taken: 1, Pooled: 1}}, labs.KindVM, rules)
 	want := []Holding{
 		{VMs: 2, Likely: at14.Add(15 * time.Minute), Latest: at14.Add(15 * time.Minute)},
 		{VMs: 4, Likely: now.Add(60 * time.Minute), Latest: now.Add(60 * time.Minute)},

@@ -11,6 +11,7 @@ import (
 
 	"labkeep/shared/labs"
 	"labkeep/shared/lifetime"
+	"labkeep/shared/reservation"
 	"labkeep/shared/session"
 	"labkeep/shared/warmpool"
 )
@@ -73,8 +74,10 @@ type Handover struct {
 
 // PoolStore is the database side of the warm pool.
 type PoolStore interface {
-	// ClaimPooled takes the oldest ready instance of lab whose TTL has
-	// not passed at at (skipping instances another claim or a
+	// ClaimPooled takes the oldest ready instance of lab held for
+	// reservation class (0: an instance of the general pool, held for no
+	// reservation) whose TTL has not passed at at (skipping instances
+	// another claim or a
 	// session.End holds), checks that the row or waitlist entry replaces
 	// (the student's open or place in line) still exists
 	// (session.ErrNoSession if neither does) and marks the instance
@@ -88,7 +91,7 @@ type PoolStore interface {
 	// An error before claim ran changes nothing; after it, the instance
 	// stays spent and the caller ends it. inst is the instance as read
 	// when there was one.
-	ClaimPooled(ctx context.Context, lab, replaces string, at, abandon time.Time, claim func(Instance) (Handover, error)) (inst Instance, claimed session.Session, err error)
+	ClaimPooled(ctx context.Context, lab string, class int64, replaces string, at, abandon time.Time, claim func(Instance) (Handover, error)) (inst Instance, claimed session.Session, err error)
 }
 
 // PoolCluster is the cluster side of a claim.
@@ -129,10 +132,12 @@ const (
 const ClaimTimeout = 30 * time.Second
 
 // claim gives the open's row sess (or a waitlist entry with sess.ID)
-// a ready pool instance of lab; ok is false when none could be claimed,
-// and the open provisions cold. Called under the capacity lock, only when
-// nobody waits ahead of the student in their bucket's line.
-func (u *Usher) claim(ctx context.Context, sess session.Session, lab labs.Lab) (claimed session.Session, ok bool) {
+// a ready pool instance of lab, one held for reservation class when not
+// 0 (its member's); ok is false when none could be claimed, and the open
+// provisions cold. Called under the capacity lock, only when nobody waits
+// ahead of the student in their bucket's line (or they take a seat their
+// class reserved).
+func (u *Usher) claim(ctx context.Context, sess session.Session, lab labs.Lab, class int64) (claimed session.Session, ok bool) {
 	p := u.pool
 	if p == nil {
 		return session.Session{}, false
@@ -141,7 +146,7 @@ func (u *Usher) claim(ctx context.Context, sess session.Session, lab labs.Lab) (
 	now := u.now()
 	cctx, cancel := context.WithTimeout(ctx, ClaimTimeout)
 	defer cancel()
-	instance, claimed, err := p.Store.ClaimPooled(ctx, lab.Name, sess.ID, now, now.Add(2*ClaimTimeout), func(inst Instance) (Handover, error) {
+	instance, claimed, err := p.Store.ClaimPooled(ctx, lab.Name, class, sess.ID, now, now.Add(2*ClaimTimeout), func(inst Instance) (Handover, error) {
 		tried = true
 		h := Handover{Student: sess.Student, StudentKey: sess.StudentKey, Window: u.rows.Policy.Open(u.now())}
 		if err := p.Cluster.Claim(cctx, inst, sess.StudentKey, lab); err != nil {
@@ -154,7 +159,7 @@ func (u *Usher) claim(ctx context.Context, sess session.Session, lab labs.Lab) (
 	switch {
 	case err == nil:
 		u.metrics.PoolClaimed(lab.Name, ClaimOK)
-		u.log.Info("claimed from the warm pool", "session", claimed.ID, "lab", lab.Name, "student", sess.Student, "for", sess.ID)
+		u.log.Info("claimed from the warm pool", "session", claimed.ID, "lab", lab.Name, "student", sess.Student, "for", sess.ID, "reservation", class)
 		u.rows.Ready(claimed)
 		return claimed, true
 	case !tried && instance.ID == "" && errors.Is(err, session.ErrNoSession):
@@ -289,7 +294,7 @@ func (u *Usher) MaintainPools(ctx context.Context) (PoolReport, error) {
 	}
 	labsToPlan := p.Schedule.Labs()
 	for _, l := range live {
-		if l.Pool == session.PoolIdle && !slices.Contains(labsToPlan, l.Lab) {
+		if l.Pool == session.PoolIdle && l.Reservation == 0 && !slices.Contains(labsToPlan, l.Lab) {
 			labsToPlan = append(labsToPlan, l.Lab)
 		}
 	}
@@ -299,7 +304,121 @@ func (u *Usher) MaintainPools(ctx context.Context) (PoolReport, error) {
 			errs = append(errs, fmt.Errorf("warm pool %s: %w", name, err))
 		}
 	}
+	if err := u.maintainClasses(ctx, live, &rep); err != nil {
+		errs = append(errs, fmt.Errorf("classes' warm instances: %w", err))
+	}
 	return rep, errors.Join(errs...)
+}
+
+// ReasonClassReleased: a class's warm instance nobody claimed while its
+// reservation held its seats (released, ended or cancelled).
+const ReasonClassReleased = "class-released"
+
+// maintainClasses keeps every reservation's warm instances, with no
+// schedule written for them: from its lead, one for each seat no member
+// took (reservation.Rules.PoolTarget), so they are ready when the class
+// starts and a member's open claims one; one over that (a member opened
+// before it was ready) is ended, and so is every one left once the
+// reservation stops holding its seats. A lab that keeps a home is never
+// served from a pool, a class's neither.
+func (u *Usher) maintainClasses(ctx context.Context, live []session.Session, rep *PoolReport) error {
+	if u.booked == nil {
+		return nil
+	}
+	holds, uses, now, err := u.holding(ctx)
+	if err != nil {
+		return err
+	}
+	targets := map[int64]int{}
+	for _, h := range holds {
+		if lab, c, ok := u.classLab(h); ok && c.Need > 0 && lab.Home == nil {
+			targets[h.ID] = u.rules.PoolTarget(h, uses[h.ID], now)
+		}
+	}
+	ended, planned := false, map[int64]bool{}
+	for _, l := range live {
+		if l.Pool != session.PoolIdle || l.Reservation == 0 || planned[l.Reservation] {
+			continue
+		}
+		// Once per reservation: the plan shrinks its instances to target.
+		planned[l.Reservation] = true
+		target := targets[l.Reservation]
+		d := warmpool.Plan(warmpool.Input{Target: target, Instances: classInstances(live, l.Lab, l.Reservation), Now: now})
+		for _, del := range d.Delete {
+			reason := del.Reason
+			if target == 0 {
+				reason = ReasonClassReleased
+			}
+			u.retire(ctx, del.Instance.ID, reason)
+			rep.Deleted[reason]++
+			ended = true
+		}
+	}
+	if ended {
+		u.Freed(ctx)
+	}
+	var errs []error
+	for _, h := range holds {
+		if targets[h.ID] > uses[h.ID].Pooled {
+			if err := u.growClass(ctx, h.ID, rep); err != nil {
+				errs = append(errs, fmt.Errorf("reservation %d (%s, %s): %w", h.ID, h.Course, h.Lab, err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// classLab is the lab of reservation h as the catalog has it now, and
+// what a seat takes; ok is false when the lab left the catalog or now
+// takes other capacity than the reservation booked (its seats are then
+// not the lab's, as at admission).
+func (u *Usher) classLab(h reservation.Hold) (labs.Lab, Capacity, bool) {
+	lab, known := u.labs.Get(h.Lab)
+	if !known {
+		return lab, Capacity{}, false
+	}
+	c := CapacityOf(lab, u.limits)
+	return lab, c, c.Kind == h.Kind && c.Need == h.PerSeat
+}
+
+// growClass creates reservation id's missing warm instances under the
+// capacity lock, reading its seats again there. Each comes out of the
+// class's own held seats, so what runs and what every class holds stays
+// within the limit (no room beyond that: fewer are made, and the rest at a
+// later run).
+func (u *Usher) growClass(ctx context.Context, id int64, rep *PoolReport) error {
+	unlock, _, err := u.lock(ctx)
+	if err != nil {
+		return fmt.Errorf("capacity lock: %w", err)
+	}
+	defer unlock()
+	holds, uses, now, err := u.holding(ctx)
+	if err != nil {
+		return err
+	}
+	i := slices.IndexFunc(holds, func(h reservation.Hold) bool { return h.ID == id })
+	if i < 0 {
+		return nil // cancelled meanwhile
+	}
+	h, use := holds[i], uses[id]
+	lab, c, ok := u.classLab(h)
+	want := u.rules.PoolTarget(h, use, now) - use.Pooled
+	if !ok || lab.Home != nil || c.Need <= 0 || want <= 0 {
+		return nil
+	}
+	used, err := u.count(ctx, c.Kind)
+	if err != nil {
+		return err
+	}
+	others := reservation.Held(now, holds, uses, c.Kind, u.rules) - max(0, h.Seats-use.Taken-use.Pooled)*h.PerSeat
+	room := max(0, c.Limit-used-others) / c.Need
+	for range min(want, room) {
+		if err := u.createInstance(ctx, lab, h); err != nil {
+			return err
+		}
+		rep.Created++
+	}
+	return nil
 }
 
 // maintainLab plans lab name's pool from the live rows and carries the
@@ -376,9 +495,7 @@ func (u *Usher) spareBooting(ctx context.Context, lab string, in []warmpool.Inst
 // the plan is made again there with the free capacity and the line as
 // they are then.
 func (u *Usher) grow(ctx context.Context, lab labs.Lab, c Capacity, in warmpool.Input, rep *PoolReport) error {
-	lctx, cancel := context.WithTimeout(ctx, u.limits.CapacityWait)
-	unlock, err := u.store.LockCapacity(lctx)
-	cancel()
+	unlock, _, err := u.lock(ctx)
 	if err != nil {
 		return fmt.Errorf("capacity lock: %w", err)
 	}
@@ -406,7 +523,7 @@ func (u *Usher) grow(ctx context.Context, lab labs.Lab, c Capacity, in warmpool.
 	in.Instances = poolInstances(live, lab.Name)
 	d := warmpool.Plan(in)
 	for range d.Create {
-		if err := u.createInstance(ctx, lab); err != nil {
+		if err := u.createInstance(ctx, lab, reservation.Hold{}); err != nil {
 			return err
 		}
 		rep.Created++
@@ -415,9 +532,11 @@ func (u *Usher) grow(ctx context.Context, lab labs.Lab, c Capacity, in warmpool.
 }
 
 // createInstance writes a pool instance's row and creates its objects
-// (called under the capacity lock). Its window is the TTL: the reaper
-// expires an instance nobody claimed even if no maintenance runs.
-func (u *Usher) createInstance(ctx context.Context, lab labs.Lab) error {
+// (called under the capacity lock): the general pool's, or, when class
+// has an ID, one held for that reservation's members. Its window is the
+// TTL, or the class's until its seats are released: the reaper expires
+// an instance nobody claimed even if no maintenance runs.
+func (u *Usher) createInstance(ctx context.Context, lab labs.Lab, class reservation.Hold) error {
 	sess, err := u.rows.New(uuid.NewString(), PoolStudent, lab, "")
 	if err != nil {
 		return err
@@ -426,6 +545,9 @@ func (u *Usher) createInstance(ctx context.Context, lab labs.Lab) error {
 	sess.StudentKey, sess.Issued.StudentPrivateKey = "", ""
 	sess.Pool = session.PoolIdle
 	sess.ExpiresAt = sess.StartedAt.Add(u.pool.TTL)
+	if class.ID != 0 {
+		sess.Reservation, sess.ExpiresAt = class.ID, u.rules.HeldUntil(class)
+	}
 	sess.MaxExpiresAt = sess.ExpiresAt
 	if err := u.store.Create(ctx, sess); err != nil {
 		return err
@@ -439,12 +561,18 @@ func (u *Usher) createInstance(ctx context.Context, lab labs.Lab) error {
 	return nil
 }
 
-// poolInstances are the unclaimed pool instances of lab among rows, as
-// the plan sees them.
+// poolInstances are the unclaimed instances of lab's general pool (held
+// for no reservation) among rows, as the plan sees them.
 func poolInstances(rows []session.Session, lab string) []warmpool.Instance {
+	return classInstances(rows, lab, 0)
+}
+
+// classInstances are the unclaimed instances of lab held for reservation
+// class (0: the general pool's) among rows.
+func classInstances(rows []session.Session, lab string, class int64) []warmpool.Instance {
 	var out []warmpool.Instance
 	for _, l := range rows {
-		if l.Pool == session.PoolIdle && l.Lab == lab {
+		if l.Pool == session.PoolIdle && l.Lab == lab && l.Reservation == class {
 			out = append(out, warmpool.Instance{ID: l.ID, Lab: l.Lab, CreatedAt: l.StartedAt, Ready: l.Status == session.StatusRunning})
 		}
 	}

@@ -67,12 +67,12 @@ func TestPoolStatuses(t *testing.T) {
 // and, if claim succeeded, writes the handover over the instance's row.
 type poolStore struct{ rows *memStore }
 
-func (p poolStore) ClaimPooled(_ context.Context, lab, replaces string, _, abandon time.Time, claim func(Instance) (Handover, error)) (Instance, session.Session, error) {
+func (p poolStore) ClaimPooled(_ context.Context, lab string, class int64, replaces string, _, abandon time.Time, claim func(Instance) (Handover, error)) (Instance, session.Session, error) {
 	p.rows.mu.Lock()
 	var inst Instance
 	var row session.Session
 	for _, r := range p.rows.rows {
-		if r.Pool == session.PoolIdle && r.Lab == lab && r.Status == session.StatusRunning {
+		if r.Pool == session.PoolIdle && r.Lab == lab && r.Status == session.StatusRunning && r.Reservation == class {
 			row, inst = r, Instance{ID: r.ID, Lab: r.Lab, Kind: r.Kind, Nodes: r.Nodes, Window: r.Window, Ready: true}
 		}
 	}
@@ -155,7 +155,7 @@ func TestOpenClaimsAWarmInstance(t *testing.T) {
 			}
 			pc := &poolCluster{err: tc.claimErr}
 			svc := newService(t, c, &now, store, func(cfg *Config) {
-				cfg.Pool = &WarmPool{TTL: time.Hour, Store: poolStore{store}, Cluster: pc}
+				cfg.Pool = &WarmPool{Schedule: warmpool.Schedule{Rules: []warmpool.Rule{{Lab: "one", Size: 1}}}, TTL: time.Hour, Store: poolStore{store}, Cluster: pc}
 			})
 			opened, err := svc.Open(context.Background(), "ann", "one", key+" ann")
 			if err != nil || opened.Session == nil {

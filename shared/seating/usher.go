@@ -27,6 +27,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"time"
 
 	"labkeep/shared/labs"
@@ -129,8 +130,9 @@ type Config struct {
 // seats (pgstore).
 type Reservations interface {
 	// Holding lists the standing reservations whose windows overlap from
-	// to to, and how many seats of each live sessions have taken, by id.
-	Holding(ctx context.Context, from, to time.Time) ([]reservation.Hold, map[int64]int, error)
+	// to to, and how live sessions use the seats of each, by id: taken by
+	// members' sessions, pooled by the class's unclaimed warm instances.
+	Holding(ctx context.Context, from, to time.Time) ([]reservation.Hold, map[int64]reservation.Use, error)
 	// TakeSeat records that live session id took a seat of reservation
 	// reservationID.
 	TakeSeat(ctx context.Context, id string, reservationID int64) error
@@ -173,6 +175,15 @@ func NewUsher(c Config) *Usher {
 
 func (u *Usher) now() time.Time { return u.clock().UTC().Truncate(time.Microsecond) }
 
+// warm reports whether an open of lab may claim a warm instance: one of
+// the general pool when the schedule names the lab, or, for a member
+// taking a seat their class reserved (seat), one made for the class. A
+// warm instance was made before its student was known, without their
+// home: a lab that keeps one is never served from a pool.
+func (u *Usher) warm(lab labs.Lab, seat bool) bool {
+	return u.pool != nil && lab.Home == nil && (seat || slices.Contains(u.pool.Schedule.Labs(), lab.Name))
+}
+
 // lock takes the capacity lock, waiting at most Limits.CapacityWait;
 // timedOut reports that the wait ran out while the caller still waited.
 func (u *Usher) lock(ctx context.Context) (unlock func(), timedOut bool, err error) {
@@ -207,15 +218,22 @@ func (u *Usher) Seat(ctx context.Context, sess session.Session, lab labs.Lab, wa
 		if err != nil {
 			return false, placed, err
 		}
-		// A warm instance was made before its student was known, without
-		// their home: a lab that keeps one is never served from the pool.
-		in := Input{Lab: lab.Name, Capacity: c, Waiting: waiting, Warm: u.pool != nil && lab.Home == nil, Wait: wait && u.waitlist != nil}
+		in := Input{Lab: lab.Name, Capacity: c, Waiting: waiting, Wait: wait && u.waitlist != nil}
 		seat, err := u.reserved(ctx, &in, sess, lab)
 		if err != nil {
 			return false, placed, err
 		}
+		in.Warm = u.warm(lab, in.Seat)
 		if Decide(in).Verdict == Claim {
-			if claimed, ok := u.claim(ctx, sess, lab); ok {
+			// A member claims their class's own instance first.
+			claimed, ok := session.Session{}, false
+			if in.Seat {
+				claimed, ok = u.claim(ctx, sess, lab, seat)
+			}
+			if !ok && u.warm(lab, false) {
+				claimed, ok = u.claim(ctx, sess, lab, 0)
+			}
+			if ok {
 				if in.Seat {
 					// The instance is the member's: its seat is taken.
 					if err := u.booked.TakeSeat(ctx, claimed.ID, seat); err != nil {
@@ -260,12 +278,12 @@ func (u *Usher) Seat(ctx context.Context, sess session.Session, lab labs.Lab, wa
 // reserved), and returns that reservation's id. Under the capacity lock,
 // so the seats taken it counts are exact.
 func (u *Usher) reserved(ctx context.Context, in *Input, sess session.Session, lab labs.Lab) (int64, error) {
-	holds, taken, now, err := u.holding(ctx)
+	holds, uses, now, err := u.holding(ctx)
 	if err != nil {
 		return 0, err
 	}
-	in.Reserved = reservation.Held(now, holds, taken, in.Kind, u.rules)
-	seat, ok := reservation.SeatFor(now, holds, taken, sess.Courses, lab.Name, u.rules)
+	in.Reserved = reservation.Held(now, holds, uses, in.Kind, u.rules)
+	seat, ok := reservation.SeatFor(now, holds, uses, sess.Courses, lab.Name, u.rules)
 	// A seat booked when the lab took something else (the catalog
 	// changed since) is not the one the open needs: the member is in the
 	// general line, and the cap stays exact.
@@ -276,43 +294,60 @@ func (u *Usher) reserved(ctx context.Context, in *Input, sess session.Session, l
 // held is what reservations of bucket kind hold now and nobody took:
 // capacity the line and the warm pool leave alone.
 func (u *Usher) held(ctx context.Context, kind labs.Kind) (int, error) {
-	holds, taken, now, err := u.holding(ctx)
-	return reservation.Held(now, holds, taken, kind, u.rules), err
+	holds, uses, now, err := u.holding(ctx)
+	return reservation.Held(now, holds, uses, kind, u.rules), err
 }
 
 // holding reads the reservations that may hold seats now (from a lead
-// before their start), with their seats taken, and the time it read them
-// for.
-func (u *Usher) holding(ctx context.Context) ([]reservation.Hold, map[int64]int, time.Time, error) {
+// before their start), with how their seats are used, and the time it
+// read them for.
+func (u *Usher) holding(ctx context.Context) ([]reservation.Hold, map[int64]reservation.Use, time.Time, error) {
 	now := u.now()
 	if u.booked == nil {
 		return nil, nil, now, nil
 	}
-	holds, taken, err := u.booked.Holding(ctx, now, now.Add(u.rules.Lead+time.Microsecond))
+	holds, uses, err := u.booked.Holding(ctx, now, now.Add(u.rules.Lead+time.Microsecond))
 	if err != nil {
 		return nil, nil, now, fmt.Errorf("reading the reservations: %w", err)
 	}
-	return holds, taken, now, nil
+	return holds, uses, now, nil
 }
 
 // ReservedStat is one reservation holding seats now: its course, lab and
-// seats, those live sessions took and those still held for its course.
+// seats, those its members took, those its warm instances hold for them,
+// and those still held for its course with nothing running.
 type ReservedStat struct {
-	Course, Lab        string
-	Seats, Taken, Held int
+	Course, Lab                string
+	Seats, Taken, Pooled, Held int
 }
 
 // Reserved lists the reservations holding seats now (for metrics).
 func (u *Usher) Reserved(ctx context.Context) ([]ReservedStat, error) {
-	holds, taken, now, err := u.holding(ctx)
+	holds, uses, now, err := u.holding(ctx)
 	if err != nil {
 		return nil, err
 	}
 	var out []ReservedStat
 	for _, h := range holds {
 		if u.rules.Holding(h, now) {
-			out = append(out, ReservedStat{Course: h.Course, Lab: h.Lab, Seats: h.Seats, Taken: taken[h.ID], Held: max(0, h.Seats-taken[h.ID])})
+			use := uses[h.ID]
+			out = append(out, ReservedStat{Course: h.Course, Lab: h.Lab, Seats: h.Seats, Taken: use.Taken, Pooled: use.Pooled,
+				Held: max(0, h.Seats-use.Taken-use.Pooled)})
 		}
+	}
+	return out, nil
+}
+
+// InUse is how much of each bucket is in use now, by kind (read without
+// the capacity lock: a figure for people, never for admission).
+func (u *Usher) InUse(ctx context.Context) (map[labs.Kind]int, error) {
+	out := map[labs.Kind]int{}
+	for _, kind := range []labs.Kind{labs.KindPod, labs.KindVM} {
+		n, err := u.count(ctx, kind)
+		if err != nil {
+			return nil, fmt.Errorf("counting %s in use: %w", Label(kind), err)
+		}
+		out[kind] = n
 	}
 	return out, nil
 }

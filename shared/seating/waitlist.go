@@ -169,11 +169,11 @@ func (u *Usher) placeOf(ctx context.Context, e Entry) (line.Waiting, error) {
 	if u.booked != nil {
 		// The line waits for seats reservations hold, and for those they
 		// will hold before the latest wait is over.
-		holds, taken, err := u.booked.Holding(ctx, now, now.Add(u.rows.Policy.MaxLifetime+u.rules.Lead))
+		holds, uses, err := u.booked.Holding(ctx, now, now.Add(u.rows.Policy.MaxLifetime+u.rules.Lead))
 		if err != nil {
 			return w, fmt.Errorf("reading the reservations: %w", err)
 		}
-		in.Live = append(in.Live, ReservedHoldings(now, holds, taken, mine.Kind, u.rules)...)
+		in.Live = append(in.Live, ReservedHoldings(now, holds, uses, mine.Kind, u.rules)...)
 	}
 	pos := 0
 	for _, other := range entries {
@@ -352,9 +352,9 @@ func (u *Usher) serveRound(ctx context.Context) (served int, again bool, err err
 func (u *Usher) serveEntry(ctx context.Context, head Entry, lab labs.Lab, c Capacity) (ok bool, err error) {
 	// The head waits for nobody: a ready warm instance serves it without
 	// new capacity, else it needs room in its bucket.
-	in := Input{Lab: lab.Name, Capacity: c, Warm: u.pool != nil && lab.Home == nil, Wait: true}
+	in := Input{Lab: lab.Name, Capacity: c, Warm: u.warm(lab, false), Wait: true}
 	if Decide(in).Verdict == Claim {
-		if claimed, ok := u.claim(ctx, session.Session{ID: head.ID, Student: head.Student, StudentKey: head.StudentKey}, lab); ok {
+		if claimed, ok := u.claim(ctx, session.Session{ID: head.ID, Student: head.Student, StudentKey: head.StudentKey}, lab, 0); ok {
 			u.metrics.QueueEvent(lab.Name, QueueServed)
 			u.log.Info("served from the waitlist by the warm pool", "session", claimed.ID, "student", head.Student, "waited", u.now().Sub(head.EnqueuedAt))
 			return true, nil

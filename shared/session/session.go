@@ -89,9 +89,9 @@ type Session struct {
 	// empty for a lab that keeps none: while the session is live its home
 	// is in use, and the last such session's end is the home's last use.
 	Home string
-	// Reservation is the reservation whose seat the session took (0: it
-	// came through the general line): while it is live that seat is
-	// taken.
+	// Reservation is the reservation whose seat the session holds (0:
+	// it came through the general line): an unclaimed warm-pool row holds
+	// it for a member of the class to claim, any other live row took it.
 	Reservation int64
 	// Courses are the courses the student who opened it is a member of
 	// (their token's), which admission reads for a reserved seat. They

@@ -15,23 +15,35 @@ import (
 
 // consoleState is what the admin console shows, read from its DOM.
 type consoleState struct {
-	SignIn    bool   `json:"signin"`
-	Console   bool   `json:"console"`
-	Message   string `json:"message"`
-	Capacity  string `json:"capacity"`
-	Sessions  []row  `json:"sessions"`
-	Failing   []row  `json:"failing"`
-	Runs      []row  `json:"runs"`
-	Alerts    []row  `json:"alerts"`
-	Homes     []row  `json:"homes"`
-	Result    result `json:"result"`
-	ReapReady bool   `json:"reapReady"`
+	SignIn   bool   `json:"signin"`
+	Console  bool   `json:"console"`
+	Message  string `json:"message"`
+	Capacity string `json:"capacity"`
+	Sessions []row  `json:"sessions"`
+	Failing  []row  `json:"failing"`
+	Runs     []row  `json:"runs"`
+	Alerts   []row  `json:"alerts"`
+	Homes    []row  `json:"homes"`
+	// Reservations and Timeline are the class reservations' section
+	// (Booking: shown).
+	Booking      bool      `json:"booking"`
+	Reservations []row     `json:"reservations"`
+	Timeline     []hourRow `json:"timeline"`
+	Result       result    `json:"result"`
+	ReapReady    bool      `json:"reapReady"`
 }
 
 // row is one table row: its data attributes and its cells' text.
 type row struct {
 	Data  map[string]string `json:"data"`
 	Cells []string          `json:"cells"`
+}
+
+// hourRow is one hour of the capacity timeline: its data attributes and
+// each bucket's cell's (kind, reserved, free, capacity, used).
+type hourRow struct {
+	Data  map[string]string   `json:"data"`
+	Slots []map[string]string `json:"slots"`
 }
 
 type result struct {
@@ -52,6 +64,8 @@ const readConsole = `(() => {
     message: $("message").hidden ? "" : $("message").textContent,
     capacity: $("capacity").textContent,
     sessions: rows("sessions"), failing: rows("failing"), runs: rows("runs"), alerts: rows("alerts"), homes: rows("homes"),
+    booking: !$("reservations-section").hidden, reservations: rows("reservations"),
+    timeline: [...$("timeline").tBodies[0].rows].map((tr) => ({ data: { ...tr.dataset }, slots: [...tr.cells].slice(1).map((c) => ({ ...c.dataset })) })),
     result: { shown: !$("reap-result").hidden, dryRun: $("reap-result").dataset.dryRun || "", failures: $("reap-result").dataset.failures || "",
       counts: $("reap-counts").textContent, errors: [...$("reap-failures").children].map((li) => li.textContent) },
     reapReady: !$("reap-now").disabled,

@@ -41,7 +41,7 @@ func TestClaimPooledReturnsTheInstanceWhenItsUpdateFails(t *testing.T) {
 	abandon := t0.Add(2 * time.Minute)
 
 	ctx, cancel := context.WithCancel(context.Background())
-	got, claimed, err := pg.ClaimPooled(ctx, inst.Lab, open.ID, t0.Add(time.Minute), abandon, func(i seating.Instance) (seating.Handover, error) {
+	got, claimed, err := pg.ClaimPooled(ctx, inst.Lab, 0, open.ID, t0.Add(time.Minute), abandon, func(i seating.Instance) (seating.Handover, error) {
 		cancel() // the cluster step succeeded, but the caller gave up meanwhile
 		return seating.Handover{Student: open.Student, StudentKey: "ssh-ed25519 AAAA", Window: open.Window, ReadyAt: t0.Add(time.Minute)}, nil
 	})
@@ -80,7 +80,7 @@ func TestFailedClaimsInstanceIsNeverClaimedAgain(t *testing.T) {
 		t.Fatal(err)
 	}
 	at, abandon := t0.Add(time.Minute), t0.Add(2*time.Minute)
-	_, _, err := pg.ClaimPooled(ctx, inst.Lab, first.ID, at, abandon, func(i seating.Instance) (seating.Handover, error) {
+	_, _, err := pg.ClaimPooled(ctx, inst.Lab, 0, first.ID, at, abandon, func(i seating.Instance) (seating.Handover, error) {
 		during, err := pg.Get(ctx, i.ID)
 		if err != nil || during.Pool != session.PoolSpent {
 			t.Errorf("instance while the cluster step runs: pool %q, %v; want spent (committed before any key is written)", during.Pool, err)
@@ -90,7 +90,7 @@ func TestFailedClaimsInstanceIsNeverClaimedAgain(t *testing.T) {
 	if err == nil {
 		t.Fatal("ClaimPooled with a failing cluster step succeeded")
 	}
-	got, claimed, err := pg.ClaimPooled(ctx, inst.Lab, second.ID, at, abandon, func(i seating.Instance) (seating.Handover, error) {
+	got, claimed, err := pg.ClaimPooled(ctx, inst.Lab, 0, second.ID, at, abandon, func(i seating.Instance) (seating.Handover, error) {
 		t.Errorf("bob's claim reached instance %s", i.ID)
 		return seating.Handover{Student: "bob", StudentKey: "ssh-ed25519 BBBB", Window: second.Window, ReadyAt: at}, nil
 	})

@@ -3,9 +3,13 @@
 // header (kept in sessionStorage, gone with the tab): GET /adminStatus
 // (capacity, recent reaper runs, sessions failing run after run, the
 // waitlist per lab, the warm pool per lab when the server keeps one),
-// GET /adminSessions (live sessions), GET /adminAlerts (guardian alerts);
-// and acts with POST /adminReapNow (also {"dryRun": true}, a preview) and
-// POST /closeSession for a student (force-close, after a second click).
+// GET /adminSessions (live sessions), GET /adminAlerts (guardian alerts),
+// GET /adminReservations (the week's class reservations, and one day's
+// capacity timeline, hour by hour in the admin's own time); and acts with
+// POST /adminReapNow (also {"dryRun": true}, a preview), POST
+// /closeSession for a student (force-close, after a second click), POST
+// /adminReserve (book a class's seats) and POST /adminCancelReservation
+// (after a second click).
 // Every text shown comes from the server and is set with textContent,
 // never as markup: alerts carry what a workspace's user chose.
 "use strict";
@@ -121,11 +125,16 @@
 
   async function refresh() {
     window.clearTimeout(state.poll);
-    const [st, ss, al, hs] = await Promise.all([call("GET", "adminStatus"), call("GET", "adminSessions"),
+    const day = shownDay();
+    const [st, ss, al, hs, rs, tl] = await Promise.all([call("GET", "adminStatus"), call("GET", "adminSessions"),
       call("GET", "adminAlerts?limit=100" + (state.alertsFor ? "&session=" + encodeURIComponent(state.alertsFor) : "")),
-      call("GET", "homes?all=true")]);
+      call("GET", "homes?all=true"), call("GET", "adminReservations"),
+      call("GET", "adminReservations?from=" + encodeURIComponent(day.from.toISOString()) + "&to=" + encodeURIComponent(day.to.toISOString()))]);
     if (!state.token) return false;
-    const bad = [st, ss, al, hs].find((r) => !r.ok);
+    // A server that takes no reservations answers 404: no section then.
+    const booking = rs.status !== 404;
+    $("reservations-section").hidden = !booking;
+    const bad = [st, ss, al, hs].concat(booking ? [rs, tl] : []).find((r) => !r.ok);
     if (bad) {
       showMessage(errorText(bad), "error");
     } else if ($("message").className === "error") {
@@ -135,6 +144,8 @@
     if (st.ok) renderStatus(st.data);
     if (al.ok) renderAlerts(al.data.alerts || []);
     if (hs.ok) renderHomes(hs.data.homes || []);
+    if (rs.ok) renderReservations(rs.data.reservations || []);
+    if (tl.ok) renderTimeline(tl.data.timeline || []);
     $("updated").textContent = "updated " + new Date().toLocaleTimeString();
     state.poll = window.setTimeout(refresh, pollMs);
     return !bad;
@@ -242,13 +253,7 @@
   }
 
   async function deleteHome(h, button) {
-    if (button.dataset.armed !== "true") {
-      button.dataset.armed = "true";
-      button.textContent = "Really delete " + (h.student || "this student") + "'s files?";
-      window.clearTimeout(state.poll); // keep the armed button on screen
-      state.poll = window.setTimeout(refresh, pollMs * 2);
-      return;
-    }
+    if (arm(button, "Really delete " + (h.student || "this student") + "'s files?")) return;
     const r = await call("POST", "adminDeleteHome", { name: h.name }, true);
     showMessage(r.ok ? "deleted " + (h.student || "") + "'s home " + h.name : errorText(r), r.ok ? "info" : "error");
     await refresh();
@@ -275,7 +280,139 @@
     }));
   }
 
+  // --- reservations ----------------------------------------------------
+
+  // localInput is d as a datetime-local or date input's value, in the
+  // browser's own time (the inputs take no zone).
+  function localInput(d, dateOnly) {
+    const two = (n) => String(n).padStart(2, "0");
+    const date = d.getFullYear() + "-" + two(d.getMonth() + 1) + "-" + two(d.getDate());
+    return dateOnly ? date : date + "T" + two(d.getHours()) + ":" + two(d.getMinutes());
+  }
+
+  // shownDay is the day the timeline shows (the date input's, today when
+  // empty), from its local midnight to the next.
+  function shownDay() {
+    const input = $("timeline-day");
+    if (!input.value) input.value = localInput(new Date(), true);
+    const [y, m, d] = input.value.split("-").map(Number);
+    return { from: new Date(y, m - 1, d), to: new Date(y, m - 1, d + 1) };
+  }
+
+  function clock(iso) {
+    const d = new Date(iso);
+    return isNaN(d) ? String(iso) : d.toLocaleString([], { weekday: "short", day: "numeric", month: "short", hour: "2-digit", minute: "2-digit" });
+  }
+
+  function renderReservations(list) {
+    fill("reservations", "no-reservations", list.map((r) => {
+      const cancel = el("button", "Cancel", "danger");
+      cancel.type = "button";
+      cancel.dataset.cancelReservation = r.id;
+      cancel.addEventListener("click", () => cancelReservation(r, cancel));
+      const actions = el("td");
+      actions.appendChild(cancel);
+      const tr = row([r.course, r.lab, r.seats, clock(r.start), clock(r.end), r.bookedBy, actions]);
+      tr.dataset.reservation = r.id;
+      tr.dataset.course = r.course;
+      tr.dataset.lab = r.lab;
+      tr.dataset.seats = r.seats;
+      tr.dataset.start = r.start;
+      tr.dataset.end = r.end;
+      return tr;
+    }));
+  }
+
+  // renderTimeline shows the day an hour a row, a column per capacity
+  // bucket: reserved of capacity, what stays free and, in the present
+  // hour, what is in use.
+  function renderTimeline(slots) {
+    const kinds = [], labels = {}, hours = new Map();
+    slots.forEach((s) => {
+      if (!labels[s.kind]) { kinds.push(s.kind); labels[s.kind] = s.label; }
+      if (!hours.has(s.start)) hours.set(s.start, {});
+      hours.get(s.start)[s.kind] = s;
+    });
+    const head = $("timeline").tHead.rows[0];
+    head.replaceChildren.apply(head, [el("th", "Hour")].concat(kinds.map((k) => el("th", labels[k]))));
+    const now = Date.now();
+    fill("timeline", null, Array.from(hours.entries()).map(([start, byKind]) => {
+      const first = byKind[kinds.find((k) => byKind[k])];
+      const from = new Date(start);
+      const cells = [el("td", from.toLocaleTimeString([], { hour: "2-digit", minute: "2-digit" }))];
+      kinds.forEach((k) => {
+        const s = byKind[k];
+        const td = el("td", "", "slot");
+        if (s) {
+          td.textContent = s.reserved + " of " + s.capacity + " reserved, " + s.free + " free" + (s.used !== undefined ? " · " + s.used + " in use now" : "");
+          const bar = el("div", "", "bar"), fillBar = el("span");
+          fillBar.style.width = (s.capacity ? Math.min(100, 100 * s.reserved / s.capacity) : 0) + "%";
+          bar.appendChild(fillBar);
+          td.appendChild(bar);
+          if (s.capacity && s.free === 0) td.classList.add("full");
+          td.dataset.kind = k;
+          td.dataset.reserved = s.reserved;
+          td.dataset.free = s.free;
+          td.dataset.capacity = s.capacity;
+          if (s.used !== undefined) td.dataset.used = s.used;
+        }
+        cells.push(td);
+      });
+      const tr = row(cells);
+      tr.dataset.start = start;
+      if (from.getTime() <= now && now < new Date(first.end).getTime()) {
+        tr.className = "now";
+        tr.dataset.now = "true";
+      }
+      return tr;
+    }));
+  }
+
+  // reserve books the form's class; the timeline then shows its day.
+  async function reserve(ev) {
+    ev.preventDefault();
+    const start = new Date($("reserve-start").value), end = new Date($("reserve-end").value);
+    if (isNaN(start) || isNaN(end)) {
+      showMessage("give the class's start and end", "error");
+      return;
+    }
+    const body = { course: $("reserve-course").value.trim(), lab: $("reserve-lab").value.trim(),
+      seats: Number($("reserve-seats").value), start: start.toISOString(), end: end.toISOString() };
+    $("reserve-button").disabled = true;
+    const r = await call("POST", "adminReserve", body);
+    $("reserve-button").disabled = false;
+    if (!r.ok) {
+      showMessage(errorText(r), "error");
+      return;
+    }
+    const b = r.data.reservation;
+    showMessage("reserved " + b.seats + " seats of " + b.lab + " for " + b.course + ", " + clock(b.start) + " to " + clock(b.end), "info");
+    $("timeline-day").value = localInput(start, true);
+    await refresh();
+  }
+
+  // cancelReservation asks first, like a force-close.
+  async function cancelReservation(r, button) {
+    if (arm(button, "Really cancel " + r.course + "'s seats?")) return;
+    const c = await call("POST", "adminCancelReservation", { id: r.id });
+    showMessage(c.ok ? "cancelled " + r.course + "'s " + r.seats + " seats of " + r.lab + ": free at once" : errorText(c), c.ok ? "info" : "error");
+    await refresh();
+  }
+
   // --- actions ---------------------------------------------------------
+
+  // arm asks first: a destructive button's first click arms it (it says
+  // what a second click does) and reports true; the second click goes
+  // through. (No window.confirm: a modal dialog would stop the polling
+  // behind it.)
+  function arm(button, question) {
+    if (button.dataset.armed === "true") return false;
+    button.dataset.armed = "true";
+    button.textContent = question;
+    window.clearTimeout(state.poll); // keep the armed button on screen
+    state.poll = window.setTimeout(refresh, pollMs * 2);
+    return true;
+  }
 
   async function reap(body, title) {
     const buttons = [$("reap-now"), $("reap-preview")];
@@ -305,17 +442,9 @@
     await refresh();
   }
 
-  // forceClose asks first: the first click arms the button ("Really
-  // close?"), a second one closes. (No window.confirm: a modal dialog
-  // would stop the polling behind it.)
+  // forceClose closes a student's session after a second click (arm).
   async function forceClose(s, button) {
-    if (button.dataset.armed !== "true") {
-      button.dataset.armed = "true";
-      button.textContent = "Really close?";
-      window.clearTimeout(state.poll); // keep the armed button on screen
-      state.poll = window.setTimeout(refresh, pollMs * 2);
-      return;
-    }
+    if (arm(button, "Really close?")) return;
     const r = await call("POST", "closeSession", { student: s.student, id: s.id }, true);
     showMessage(r.ok ? "closed " + s.student + "'s session (" + r.data.status + ")" : errorText(r), r.ok ? "info" : "error");
     await refresh();
@@ -326,6 +455,13 @@
   $("reap-now").addEventListener("click", () => reap(undefined, "Reap now"));
   $("reap-preview").addEventListener("click", () => reap({ dryRun: true }, "Preview"));
   $("alerts-all").addEventListener("click", () => showAlerts(""));
+  $("reserve-form").addEventListener("submit", reserve);
+  $("timeline-day").addEventListener("change", () => refresh());
+  // The form starts with the next full hour, for an hour.
+  const next = new Date();
+  next.setHours(next.getHours() + 1, 0, 0, 0);
+  $("reserve-start").value = localInput(next);
+  $("reserve-end").value = localInput(new Date(next.getTime() + 3600 * 1000));
 
   if (state.token) {
     signIn(state.token);
