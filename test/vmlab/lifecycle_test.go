@@ -75,8 +75,11 @@ func waitGuestStopped(t *testing.T, d *stacktest.Deployment, vm string) {
 // controller deletes it, the garbage collector deletes the VM it owns,
 // KubeVirt shuts the guest down and its QEMU process ends. Nothing of
 // labkeep runs meanwhile, so the row stays as it was.
+//
+// It runs alone, before the tests that run two at a time: its session
+// lives two minutes, and a VM waiting that long in the scheduler beside
+// another test's guests would be gone before its guest ever started.
 func TestAnchorStopsTheRealGuest(t *testing.T) {
-	t.Parallel()
 	const lifetime, grace = 100 * time.Second, 20 * time.Second
 	d := deploy(t, stacktest.Options{Lifetime: lifetime, MaxLifetime: lifetime, DeadlineGrace: grace})
 	ctx := context.Background()

@@ -14,8 +14,9 @@
 // a guest under emulation keeps most of one busy while it boots, and the
 // local labs size a one-VM lab's guest so that two fit
 // (stack.LocalVMLabs); a VM that does not fit waits in the scheduler until
-// one ends. make run's test runs first, alone: it sets the process's
-// environment. Timings are logged, never asserted (speed lives in
+// one ends. make run's test and the anchor's run first, alone: the one
+// sets the process's environment, the other's session lives only two
+// minutes. Timings are logged, never asserted (speed lives in
 // benchmarks).
 package vmlab_test
 
