@@ -34,8 +34,9 @@ run: setup ## start the local stack and the functions until Ctrl-C
 # node in a VM (two emulated vCPUs each: the machine's two cores).
 # localrun/images, localrun/kubevirt and test/vmlab (BOOTS) then boot real
 # guests under software emulation, one vCPU each, busy for a minute or
-# more and measuring nothing: two packages at a time, and test/vmlab runs
-# two of its tests at a time, so both cores work.
+# more and measuring nothing: two packages at a time, so both cores work
+# (test/vmlab's own tests run one after another: its node holds one such
+# guest at a time).
 # Each go test's -json stream goes through localrun/cmd/skipcheck: it prints
 # go test's usual output and fails on any skip test/skips.md does not list.
 ALONE := ./guardian/e2e ./test/podlab ./test/guardianvm ./localrun/guestnode

@@ -14,12 +14,9 @@ import (
 // local guest disk (images.GuestDebian, Debian 12 with cloud-init, sshd
 // and the guest agent; nothing can be pulled here), and its nodes are
 // sized for a 2-core machine that emulates every guest instruction in
-// software: 1 GiB each, one vCPU each. A one-VM lab's guest may use nine
-// tenths of a CPU, so two such guests fit beside KubeVirt's own Pods
-// (test/vmlab runs two tests at a time; with a whole CPU each the second
-// guest would wait for the first to end); a lab of several VMs gets half
-// a CPU each, so three fit. Pod labs and everything else are kept as they
-// are.
+// software: 1 GiB each, one vCPU for a one-VM lab, half a CPU each for a
+// lab of several VMs (so three fit beside KubeVirt's own Pods). Pod labs
+// and everything else are kept as they are.
 func LocalVMLabs(catalog []byte) ([]byte, error) {
 	var f struct {
 		Labs []labs.Lab `json:"labs"`
@@ -32,7 +29,7 @@ func LocalVMLabs(catalog []byte) ([]byte, error) {
 			continue
 		}
 		l.Disk = labs.Disk{ContainerDisk: images.GuestDebian}
-		cpu := "900m"
+		cpu := "1"
 		if l.VMCount() > 1 {
 			cpu = "500m"
 		}

@@ -10,19 +10,13 @@
 // the scheduler cannot place says why; and `make run`'s functions boot a
 // real VM.
 //
-// The tests share one stack and run two at a time: the node has two CPUs,
-// a guest under emulation keeps most of one busy while it boots, and the
-// local labs size a one-VM lab's guest so that two fit
-// (stack.LocalVMLabs); a VM that does not fit waits in the scheduler until
-// one ends. make run's test and the anchor's run first, alone: the one
-// sets the process's environment, the other's session lives only two
-// minutes. Timings are logged, never asserted (speed lives in
-// benchmarks).
+// The tests share one stack and run one after another: the node has two
+// CPUs and a guest under emulation keeps one busy while it boots. Timings
+// are logged, never asserted (speed lives in benchmarks).
 package vmlab_test
 
 import (
 	"testing"
-	"time"
 
 	"labkeep/localrun/node"
 	"labkeep/localrun/stack"
@@ -30,12 +24,6 @@ import (
 )
 
 var st *stack.Stack
-
-// bootWithin bounds a guest's way from its open to running: its boot
-// under emulation (about a minute alone) and the wait in the scheduler
-// while the test beside it holds the node's CPUs (k8s-cluster's three
-// guests hold them for up to several minutes).
-const bootWithin = 20 * time.Minute
 
 func TestMain(m *testing.M) {
 	stacktest.Main(m, &st, stack.Options{Node: node.Options{KubeVirt: true, NoWorkspaceImage: true}})

@@ -33,7 +33,6 @@ var bigVMLab = fmt.Sprintf(`labs:
 // real Chromium. Without it the node would read "scheduled" until the
 // provision timeout failed the open.
 func TestUnschedulableVMSaysWhy(t *testing.T) {
-	t.Parallel()
 	d := stacktest.Deploy(t, st, stacktest.Options{LabsYAML: bigVMLab})
 	s := d.Opened("uma", "big-vm")
 	var node stacktest.NodeView

@@ -31,10 +31,9 @@ func authorized(k ssh.Signer) string {
 // through the platform's key) is refused after it: the guest holds exactly
 // the Secret's keys. The platform's own key keeps working.
 func TestWarmPoolGuestTakesTheClaimingStudentsKey(t *testing.T) {
-	t.Parallel()
 	platform := stacktest.NewKey(t)
 	d := deploy(t, stacktest.Options{WarmPool: "linux-vm=1", PlatformSSHKeys: []string{authorized(platform)}})
-	id := d.FillPool("linux-vm", 1, bootWithin)[0]
+	id := d.FillPool("linux-vm", 1, 10*time.Minute)[0]
 	row := d.Session(id)
 	n := row.Nodes[0]
 	addr := net.JoinHostPort(n.SSHHost, strconv.Itoa(int(n.SSHPort)))
