@@ -56,6 +56,16 @@
     return e;
   }
 
+  // danger is a destructive action's button, named by its data attribute
+  // key (value: what it acts on); onClick gets the button (see arm).
+  function danger(label, key, value, onClick) {
+    const b = el("button", label, "danger");
+    b.type = "button";
+    b.dataset[key] = value;
+    b.addEventListener("click", () => onClick(b));
+    return b;
+  }
+
   function row(cells) {
     const tr = document.createElement("tr");
     cells.forEach((c) => tr.appendChild(c instanceof Node ? c : el("td", c)));
@@ -211,12 +221,8 @@
       state.sessions[s.id] = s;
       const nodes = (s.nodes || []).map((n) => n.name + (n.ready ? " ✓" : " …") + (n.ssh && n.ssh.host ? " " + n.ssh.host : "") +
         (n.phase === "unschedulable" ? " (cannot be placed: " + n.phaseReason + ")" : "")).join(", ");
-      const close = el("button", "Close", "danger");
-      close.type = "button";
-      close.dataset.close = s.id;
-      close.addEventListener("click", () => forceClose(s, close));
       const actions = el("td");
-      actions.appendChild(close);
+      actions.appendChild(danger("Close", "close", s.id, (b) => forceClose(s, b)));
       const count = el("td");
       const show = el("button", s.alerts, "link");
       show.type = "button";
@@ -239,11 +245,7 @@
     fill("homes", "no-homes", list.map((h) => {
       const actions = el("td");
       if (!h.inUse) {
-        const del = el("button", "Delete", "danger");
-        del.type = "button";
-        del.dataset.deleteHome = h.name;
-        del.addEventListener("click", () => deleteHome(h, del));
-        actions.appendChild(del);
+        actions.appendChild(danger("Delete", "deleteHome", h.name, (b) => deleteHome(h, b)));
       }
       const tr = row([h.student || "(unknown)", h.group || "default", h.size, when(h.lastUse),
         h.inUse ? "in use" : h.deleteAt ? when(h.deleteAt) : "kept", actions]);
@@ -306,12 +308,8 @@
 
   function renderReservations(list) {
     fill("reservations", "no-reservations", list.map((r) => {
-      const cancel = el("button", "Cancel", "danger");
-      cancel.type = "button";
-      cancel.dataset.cancelReservation = r.id;
-      cancel.addEventListener("click", () => cancelReservation(r, cancel));
       const actions = el("td");
-      actions.appendChild(cancel);
+      actions.appendChild(danger("Cancel", "cancelReservation", r.id, (b) => cancelReservation(r, b)));
       const tr = row([r.course, r.lab, r.seats, clock(r.start), clock(r.end), r.bookedBy, actions]);
       tr.dataset.reservation = r.id;
       tr.dataset.course = r.course;
