@@ -123,7 +123,7 @@ func (c *Config) Settings() setting.Table {
 			"invalidates those of live workspaces", &c.WorkspaceSecret).Feeds(&k.WorkspaceKey),
 		setting.String("JWT_AUDIENCE", "when set, every token must carry this `aud` (one of its values)", &c.Tokens.Audience),
 		setting.String("JWT_ISSUER", "when set, every token must carry this `iss`", &c.Tokens.Issuer),
-		setting.String("JWT_COURSES_CLAIM", "the claim listing the courses a student is a member of (a list of strings, or one string); empty reads none", &c.Tokens.CoursesClaim),
+		setting.String("JWT_COURSES_CLAIM", "the claim listing the courses a student is a member of, or an instructor teaches (a list of strings, or one string); empty reads none", &c.Tokens.CoursesClaim),
 		setting.Duration("RESERVATION_LEAD", "a course's reserved seats are held from this long before its window starts, so that labs opened just before do not take them", &c.Reservations.Lead),
 		setting.Duration("RESERVATION_RELEASE", "reserved seats nobody took this long after the window's start are released to everyone", &c.Reservations.Release),
 		setting.Duration("RESERVATION_MAX_LENGTH", "the longest window a reservation may have", &c.Reservations.MaxLength),

@@ -44,12 +44,14 @@ type Server struct {
 	App *app.App
 	// URL is the base URL the functions answer on.
 	URL string
-	// StudentToken and AdminToken are issued as the portal would under
-	// the configured token rules (LABKEEP_JWT_*): valid for
-	// LABKEEP_JWT_MAX_LIFETIME, with the audience and issuer required.
-	StudentToken, AdminToken string
-	// EnvFile is the shell file that exports them (TOKEN, ADMIN_TOKEN,
-	// METRICS_TOKEN for /metrics, and LABKEEP_URL and LABKEEP_ADMIN_TOKEN
+	// StudentToken, InstructorToken and AdminToken are issued as the
+	// portal would under the configured token rules (LABKEEP_JWT_*):
+	// valid for LABKEEP_JWT_MAX_LIFETIME, with the audience and issuer
+	// required. The student is a member of SampleCourse and the
+	// instructor teaches it.
+	StudentToken, InstructorToken, AdminToken string
+	// EnvFile is the shell file that exports them (TOKEN,
+	// INSTRUCTOR_TOKEN, ADMIN_TOKEN, METRICS_TOKEN for /metrics, and LABKEEP_URL and LABKEEP_ADMIN_TOKEN
 	// for the labkeep CLI): the printed example calls work once it is
 	// sourced.
 	EnvFile        string
@@ -60,8 +62,13 @@ type Server struct {
 	log            *slog.Logger
 }
 
-// SampleStudent is the sub of the printed student token.
-const SampleStudent = "student-1"
+// SampleStudent is the sub of the printed student token, and
+// SampleCourse the course its courses claim lists and the printed
+// instructor token teaches.
+const (
+	SampleStudent = "student-1"
+	SampleCourse  = "cs-101"
+)
 
 // LocalAudience and LocalIssuer are the aud and iss make run's functions
 // require (LABKEEP_JWT_AUDIENCE and LABKEEP_JWT_ISSUER win) and its
@@ -184,8 +191,10 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 	}
 	s = &Server{App: a, URL: "http://" + ln.Addr().String(), done: make(chan error, 1), schedulerToken: cfg.SchedulerToken, log: log}
 	rules, now := cfg.Tokens, time.Now()
-	if s.StudentToken, err = rules.Issue([]byte(cfg.JWTSecret), SampleStudent, access.RoleStudent, now); err == nil {
-		s.AdminToken, err = rules.Issue([]byte(cfg.JWTSecret), "admin-1", access.RoleAdmin, now)
+	if s.StudentToken, err = rules.Issue([]byte(cfg.JWTSecret), SampleStudent, access.RoleStudent, now, SampleCourse); err == nil {
+		if s.InstructorToken, err = rules.Issue([]byte(cfg.JWTSecret), "instructor-1", access.RoleInstructor, now, SampleCourse); err == nil {
+			s.AdminToken, err = rules.Issue([]byte(cfg.JWTSecret), "admin-1", access.RoleAdmin, now)
+		}
 	}
 	if err != nil {
 		ln.Close()
@@ -209,8 +218,9 @@ func Start(ctx context.Context, st *stack.Stack, stateDir string, log *slog.Logg
 		cfg.Env, cfg.Kube.Namespace, cfg.Limits.MaxVMs, cfg.Policy.Lifetime, cfg.Policy.MaxLifetime, s.URL)
 	fmt.Fprintf(out, "  labs:          %v (from %s)\n", a.Labs.Names(), cfg.LabsFile)
 	fmt.Fprintf(out, "  student token: %s\n", s.StudentToken)
+	fmt.Fprintf(out, "  instructor token (books %s's classes): %s\n", SampleCourse, s.InstructorToken)
 	fmt.Fprintf(out, "  admin token:   %s\n", s.AdminToken)
-	fmt.Fprintf(out, "  first:         source %s   # sets $TOKEN, $ADMIN_TOKEN, $LABKEEP_URL, $LABKEEP_ADMIN_TOKEN, $METRICS_TOKEN\n", s.EnvFile)
+	fmt.Fprintf(out, "  first:         source %s   # sets $TOKEN, $INSTRUCTOR_TOKEN, $ADMIN_TOKEN, $LABKEEP_URL, $LABKEEP_ADMIN_TOKEN, $METRICS_TOKEN\n", s.EnvFile)
 	fmt.Fprintf(out, "  try:           curl -sS -H \"Authorization: Bearer $TOKEN\" -H 'Content-Type: application/json' -d '{\"lab\":\"linux-vm\"}' %s/openSession\n", s.URL)
 	fmt.Fprintf(out, "                 curl -sS -H \"Authorization: Bearer $TOKEN\" %s/getSession\n", s.URL)
 	fmt.Fprintf(out, "  reaper:        curl -sS -X POST -H \"Authorization: Bearer $ADMIN_TOKEN\" -H 'Content-Type: application/json' -d '{\"dryRun\":true}' %s/adminReapNow   # deletes nothing\n", s.URL)
@@ -252,7 +262,7 @@ const EnvFileName = "functions.env"
 func writeEnvFile(path string, s *Server) error {
 	var b strings.Builder
 	for _, kv := range [][2]string{
-		{"TOKEN", s.StudentToken}, {"ADMIN_TOKEN", s.AdminToken},
+		{"TOKEN", s.StudentToken}, {"INSTRUCTOR_TOKEN", s.InstructorToken}, {"ADMIN_TOKEN", s.AdminToken},
 		{"LABKEEP_URL", s.URL}, {"LABKEEP_ADMIN_TOKEN", s.AdminToken}, {"METRICS_TOKEN", s.App.Config.MetricsToken},
 	} {
 		fmt.Fprintf(&b, "export %s=%q\n", kv[0], kv[1])

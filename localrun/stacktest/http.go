@@ -28,25 +28,33 @@ func NewClient(t testing.TB, url string) Client {
 	return Client{t: t, URL: url, Now: time.Now}
 }
 
-// Token is a JWT for sub in role ("student" or "admin"), signed with
+// Token is a JWT for sub in role ("student", "instructor" or "admin"), signed with
 // JWTSecret and issued as a portal does under the functions' default token
 // rules: iat now by the functions' clock, valid for
 // httpapi.DefaultTokenMaxLifetime, longer than any clock a test sets
 // forward.
 func (c Client) Token(sub, role string) string {
 	c.t.Helper()
-	tok, err := access.DefaultTokenRules().Issue([]byte(JWTSecret), sub, role, c.Now())
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	return tok
+	return c.courseToken(sub, role)
 }
 
 // MemberToken is a student's Token that lists courses in the courses
 // claim, as a portal whose identity provider knows them issues it.
 func (c Client) MemberToken(sub string, courses ...string) string {
 	c.t.Helper()
-	tok, err := access.DefaultTokenRules().Issue([]byte(JWTSecret), sub, "student", c.Now(), courses...)
+	return c.courseToken(sub, access.RoleStudent, courses...)
+}
+
+// InstructorToken is an instructor's Token that lists the courses they
+// teach in the courses claim.
+func (c Client) InstructorToken(sub string, courses ...string) string {
+	c.t.Helper()
+	return c.courseToken(sub, access.RoleInstructor, courses...)
+}
+
+func (c Client) courseToken(sub, role string, courses ...string) string {
+	c.t.Helper()
+	tok, err := access.DefaultTokenRules().Issue([]byte(JWTSecret), sub, role, c.Now(), courses...)
 	if err != nil {
 		c.t.Fatal(err)
 	}

@@ -38,11 +38,17 @@ var (
 	ErrBadGateway = errors.New("bad_gateway")
 )
 
-// Roles a token may carry.
+// Roles a token may carry. An instructor is a student for their own
+// sessions and books, lists and cancels the class reservations of the
+// courses their token lists (Teaches); an admin acts on everything.
 const (
-	RoleStudent = "student"
-	RoleAdmin   = "admin"
+	RoleStudent    = "student"
+	RoleInstructor = "instructor"
+	RoleAdmin      = "admin"
 )
+
+// roles are the roles a token may carry, as a refusal names them.
+var roles = []string{RoleStudent, RoleInstructor, RoleAdmin}
 
 // Principal is the authenticated caller.
 type Principal struct {
@@ -50,12 +56,38 @@ type Principal struct {
 	Subject string
 	Role    string
 	// Courses are the courses the caller is a member of, from the claim
-	// TokenRules.CoursesClaim names: a course's reserved seats are theirs.
+	// TokenRules.CoursesClaim names: a course's reserved seats are theirs,
+	// and an instructor teaches them.
 	Courses []string
 }
 
 // Admin reports whether the caller may act on any student's session.
 func (p Principal) Admin() bool { return p.Role == RoleAdmin }
+
+// Books reports whether the caller may book class reservations at all:
+// an admin or an instructor.
+func (p Principal) Books() bool { return p.Role == RoleAdmin || p.Role == RoleInstructor }
+
+// Teaches reports whether the caller may book, see and cancel course's
+// reservations: an admin any course's, an instructor only those of the
+// courses their token lists.
+func (p Principal) Teaches(course string) bool {
+	taught := p.Taught()
+	return taught == nil || slices.Contains(taught, course)
+}
+
+// Taught are the courses whose reservations the caller may book, see and
+// cancel: nil for every course (an admin), else the instructor's own
+// (none, never nil, for anyone else).
+func (p Principal) Taught() []string {
+	switch {
+	case p.Admin():
+		return nil
+	case p.Role == RoleInstructor && p.Courses != nil:
+		return p.Courses
+	}
+	return []string{}
+}
 
 // Actor is who the caller is when they end a session.
 func (p Principal) Actor() session.Actor {
@@ -298,8 +330,8 @@ func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
 		return Principal{}, fmt.Errorf("%w: token has no sub", ErrUnauthorized)
 	case session.Reserved(c.Subject):
 		return Principal{}, fmt.Errorf("%w: token sub %q is reserved for the platform (%s…)", ErrUnauthorized, c.Subject, session.ReservedPrefix)
-	case c.Role != RoleStudent && c.Role != RoleAdmin:
-		return Principal{}, fmt.Errorf("%w: token role %q is neither %q nor %q", ErrUnauthorized, c.Role, RoleStudent, RoleAdmin)
+	case !slices.Contains(roles, c.Role):
+		return Principal{}, fmt.Errorf("%w: token role %q is none of %s", ErrUnauthorized, c.Role, strings.Join(roles, ", "))
 	}
 	if err := a.checkLifetime(c, now); err != nil {
 		return Principal{}, err

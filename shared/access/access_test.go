@@ -129,7 +129,9 @@ func TestAuthenticate(t *testing.T) {
 		{"any reserved sub, admin too", defaults, 0, "Bearer " + hs256(t, jwt.MapClaims{"sub": "labkeep:x", "role": RoleAdmin, "exp": at(time.Hour)}),
 			outcome{Refused: `unauthorized: token sub "labkeep:x" is reserved for the platform (labkeep:…)`}},
 		{"unknown role", defaults, 0, "Bearer " + hs256(t, jwt.MapClaims{"sub": "alice", "role": "root", "exp": at(time.Hour)}),
-			outcome{Refused: `unauthorized: token role "root" is neither "student" nor "admin"`}},
+			outcome{Refused: `unauthorized: token role "root" is none of student, instructor, admin`}},
+		{"an instructor with the courses they teach", defaults, 0, "Bearer " + hs256(t, jwt.MapClaims{"sub": "prof", "role": RoleInstructor, "groups": []string{"cs-101"}, "exp": at(time.Hour)}),
+			outcome{Principal: Principal{Subject: "prof", Role: RoleInstructor, Courses: []string{"cs-101"}}}},
 
 		// exp and the leeway.
 		{"no exp", defaults, 0, "Bearer " + hs256(t, claims(nil)), outcome{Refused: "exp claim is required"}},
@@ -246,6 +248,36 @@ func TestTokenRulesValidate(t *testing.T) {
 			a, err := tc.rules.Authenticator(authSecret, time.Now)
 			if (err == nil) != (tc.want == "") || (err == nil) != (a != nil) {
 				t.Errorf("Authenticator = %v, %v; want it to fail exactly when Validate does", a, err)
+			}
+		})
+	}
+}
+
+// Who books which course's reservations: an admin every course's, an
+// instructor their own courses' only, a student none.
+func TestTeaches(t *testing.T) {
+	type got struct {
+		Books           bool
+		Taught          []string
+		CS101, Math7    bool
+		EveryCourseSeen bool
+	}
+	tests := []struct {
+		name string
+		p    Principal
+		want got
+	}{
+		{"an admin, of no course", Principal{Subject: "ops", Role: RoleAdmin}, got{Books: true, CS101: true, Math7: true, EveryCourseSeen: true}},
+		{"an instructor of cs-101", Principal{Subject: "prof", Role: RoleInstructor, Courses: []string{"cs-101"}}, got{Books: true, Taught: []string{"cs-101"}, CS101: true}},
+		{"an instructor of no course", Principal{Subject: "prof", Role: RoleInstructor}, got{Books: true, Taught: []string{}}},
+		{"a student of cs-101", Principal{Subject: "ann", Role: RoleStudent, Courses: []string{"cs-101"}}, got{Taught: []string{}}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			taught := tc.p.Taught()
+			g := got{Books: tc.p.Books(), Taught: taught, CS101: tc.p.Teaches("cs-101"), Math7: tc.p.Teaches("math-7"), EveryCourseSeen: taught == nil}
+			if diff := cmp.Diff(tc.want, g); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
 	}

@@ -158,12 +158,18 @@ func (a *API) admin(w http.ResponseWriter, r *http.Request) bool {
 // adminCaller authenticates r and requires the admin role (401 or 403
 // written otherwise), returning the admin.
 func (a *API) adminCaller(w http.ResponseWriter, r *http.Request) (access.Principal, bool) {
+	return a.callerWhere(w, r, access.Principal.Admin, "the admin role")
+}
+
+// callerWhere authenticates r and requires may of the caller (401, or 403
+// saying the path needs roles, written otherwise), returning the caller.
+func (a *API) callerWhere(w http.ResponseWriter, r *http.Request, may func(access.Principal) bool, roles string) (access.Principal, bool) {
 	p, ok := a.Authenticate(w, r)
 	if !ok {
 		return p, false
 	}
-	if !p.Admin() {
-		a.writeError(w, r, fmt.Errorf("%w: %s needs the admin role", access.ErrForbidden, r.URL.Path), nil)
+	if !may(p) {
+		a.writeError(w, r, fmt.Errorf("%w: %s needs %s", access.ErrForbidden, r.URL.Path, roles), nil)
 		return p, false
 	}
 	return p, true

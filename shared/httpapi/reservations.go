@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"slices"
+	"strings"
 	"time"
 
 	"labkeep/shared/access"
@@ -18,7 +19,7 @@ import (
 type ReservationDesk interface {
 	Book(ctx context.Context, r reservation.Reservation, by string) (reservation.Booked, error)
 	List(ctx context.Context, from, to time.Time) ([]reservation.Booked, error)
-	Cancel(ctx context.Context, id int64) (reservation.Booked, error)
+	Cancel(ctx context.Context, id int64, courses []string) (reservation.Booked, error)
 	// Timeline is each capacity bucket from from to to in spans of step,
 	// with what the standing reservations hold in each.
 	Timeline(ctx context.Context, from, to time.Time, step time.Duration) ([]reservation.Slot, error)
@@ -95,12 +96,21 @@ func (a *API) timeline(ctx context.Context, desk ReservationDesk, from, to time.
 	return out, nil
 }
 
+// bookerCaller authenticates r and requires a role that books
+// reservations, an admin or an instructor (401 or 403 written otherwise),
+// returning the caller.
+func (a *API) bookerCaller(w http.ResponseWriter, r *http.Request) (access.Principal, bool) {
+	return a.callerWhere(w, r, access.Principal.Books, "the admin or instructor role")
+}
+
 // serveReservations registers the reservations' endpoints on mux: POST
 // /adminReserve, GET /adminReservations and POST /adminCancelReservation
-// for admins, GET /reservations for a student's own classes.
+// for admins (every course) and instructors (the courses their token
+// lists: access.Principal.Teaches), GET /reservations for a student's
+// own classes.
 func (a *API) serveReservations(mux *http.ServeMux, desk ReservationDesk) {
 	mux.HandleFunc("/adminReserve", func(w http.ResponseWriter, r *http.Request) {
-		p, ok := a.adminCaller(w, r)
+		p, ok := a.bookerCaller(w, r)
 		if !ok {
 			return
 		}
@@ -115,6 +125,14 @@ func (a *API) serveReservations(mux *http.ServeMux, desk ReservationDesk) {
 			a.writeError(w, r, err, nil)
 			return
 		}
+		if !p.Teaches(body.Course) {
+			taught := "none"
+			if len(p.Taught()) > 0 {
+				taught = strings.Join(p.Taught(), ", ")
+			}
+			a.writeErrorFor(w, r, p, fmt.Errorf("%w: an instructor books only the courses their token lists (%s), not %q", access.ErrForbidden, taught, body.Course), nil)
+			return
+		}
 		b, err := desk.Book(r.Context(), reservation.Reservation{Course: body.Course, Lab: body.Lab, Seats: body.Seats, Start: body.Start, End: body.End}, p.Subject)
 		if err != nil {
 			a.writeErrorFor(w, r, p, err, nil)
@@ -122,8 +140,10 @@ func (a *API) serveReservations(mux *http.ServeMux, desk ReservationDesk) {
 		}
 		writeJSON(w, http.StatusCreated, map[string]any{"reservation": reservationView(b)})
 	})
+	// An instructor sees their own courses' reservations and the whole
+	// timeline: the seats free are what they may book.
 	mux.HandleFunc("/adminReservations", func(w http.ResponseWriter, r *http.Request) {
-		p, ok := a.adminCaller(w, r)
+		p, ok := a.bookerCaller(w, r)
 		if !ok {
 			return
 		}
@@ -152,9 +172,11 @@ func (a *API) serveReservations(mux *http.ServeMux, desk ReservationDesk) {
 			a.writeErrorFor(w, r, p, err, nil)
 			return
 		}
-		out := make([]reservationJSON, len(list))
-		for i, b := range list {
-			out[i] = reservationView(b)
+		out := []reservationJSON{}
+		for _, b := range list {
+			if p.Teaches(b.Course) {
+				out = append(out, reservationView(b))
+			}
 		}
 		slots, err := a.timeline(r.Context(), desk, from, to)
 		if err != nil {
@@ -199,7 +221,7 @@ func (a *API) serveReservations(mux *http.ServeMux, desk ReservationDesk) {
 		writeJSON(w, http.StatusOK, map[string]any{"serverTime": now, "reservations": out})
 	})
 	mux.HandleFunc("/adminCancelReservation", func(w http.ResponseWriter, r *http.Request) {
-		p, ok := a.adminCaller(w, r)
+		p, ok := a.bookerCaller(w, r)
 		if !ok {
 			return
 		}
@@ -214,7 +236,7 @@ func (a *API) serveReservations(mux *http.ServeMux, desk ReservationDesk) {
 			a.writeErrorFor(w, r, p, fmt.Errorf("%w: id is required (a reservation's, as /adminReservations lists it)", access.ErrBadRequest), nil)
 			return
 		}
-		b, err := desk.Cancel(r.Context(), body.ID)
+		b, err := desk.Cancel(r.Context(), body.ID, p.Taught())
 		if err != nil {
 			a.writeErrorFor(w, r, p, err, nil)
 			return

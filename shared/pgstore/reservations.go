@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -72,14 +73,19 @@ func (p *PG) Reservations(ctx context.Context, from, to time.Time) ([]reservatio
 }
 
 // Cancel implements reservation.Store.
-func (p *PG) Cancel(ctx context.Context, id int64, at time.Time) (reservation.Booked, error) {
+func (p *PG) Cancel(ctx context.Context, id int64, courses []string, at time.Time) (reservation.Booked, error) {
+	// A nil slice is SQL NULL: any course.
 	rows, err := p.conns.Query(ctx, `UPDATE reservations SET cancelled_at = $2
-		WHERE id = $1 AND cancelled_at IS NULL RETURNING `+reservationColumns, id, at)
+		WHERE id = $1 AND cancelled_at IS NULL AND ($3::text[] IS NULL OR course = ANY($3))
+		RETURNING `+reservationColumns, id, at, courses)
 	if err != nil {
 		return reservation.Booked{}, err
 	}
 	b, err := pgx.CollectExactlyOneRow(rows, scanBooked)
 	if errors.Is(err, pgx.ErrNoRows) {
+		if courses != nil {
+			return b, fmt.Errorf("%w: no reservation %d of your courses (%s), or it was cancelled already", reservation.ErrNoReservation, id, strings.Join(courses, ", "))
+		}
 		return b, fmt.Errorf("%w: no reservation %d (or it was cancelled already)", reservation.ErrNoReservation, id)
 	}
 	return b, err

@@ -34,9 +34,10 @@ type Store interface {
 	// Reservations lists the standing reservations whose windows overlap
 	// from to to, by start.
 	Reservations(ctx context.Context, from, to time.Time) ([]Booked, error)
-	// Cancel ends standing reservation id at at and returns it;
-	// ErrNoReservation if there is none.
-	Cancel(ctx context.Context, id int64, at time.Time) (Booked, error)
+	// Cancel ends standing reservation id at at and returns it, if it is
+	// of one of courses (nil: of any course); ErrNoReservation if there
+	// is none.
+	Cancel(ctx context.Context, id int64, courses []string, at time.Time) (Booked, error)
 }
 
 // Catalog is the labs a reservation may name.
@@ -90,9 +91,12 @@ func (d *Desk) Book(ctx context.Context, r Reservation, by string) (Booked, erro
 	})
 }
 
-// Cancel cancels reservation id now: its seats are free at once.
-func (d *Desk) Cancel(ctx context.Context, id int64) (Booked, error) {
-	return d.store.Cancel(ctx, id, d.now().UTC())
+// Cancel cancels reservation id now, if it is of one of courses (nil: of
+// any course, as an admin cancels): its seats are free at once.
+// ErrNoReservation if there is no such standing reservation, so a
+// reservation of another course looks like none.
+func (d *Desk) Cancel(ctx context.Context, id int64, courses []string) (Booked, error) {
+	return d.store.Cancel(ctx, id, courses, d.now().UTC())
 }
 
 // List lists the standing reservations whose windows overlap from to to.

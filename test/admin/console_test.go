@@ -26,7 +26,11 @@ type consoleState struct {
 	Homes    []row  `json:"homes"`
 	// Reservations and Timeline are the class reservations' section
 	// (Booking: shown).
-	Booking      bool      `json:"booking"`
+	Booking bool `json:"booking"`
+	// AdminParts: any of the parts only an admin reads is shown; Role is
+	// the role the header names beside the signed-in subject.
+	AdminParts   bool      `json:"adminParts"`
+	Role         string    `json:"role"`
 	Reservations []row     `json:"reservations"`
 	Timeline     []hourRow `json:"timeline"`
 	Result       result    `json:"result"`
@@ -65,6 +69,7 @@ const readConsole = `(() => {
     capacity: $("capacity").textContent,
     sessions: rows("sessions"), failing: rows("failing"), runs: rows("runs"), alerts: rows("alerts"), homes: rows("homes"),
     booking: !$("reservations-section").hidden, reservations: rows("reservations"),
+    adminParts: [...document.querySelectorAll(".admin-part")].some((p) => !p.hidden), role: $("who-role").textContent,
     timeline: [...$("timeline").tBodies[0].rows].map((tr) => ({ data: { ...tr.dataset }, slots: [...tr.cells].slice(1).map((c) => ({ ...c.dataset })) })),
     result: { shown: !$("reap-result").hidden, dryRun: $("reap-result").dataset.dryRun || "", failures: $("reap-result").dataset.failures || "",
       counts: $("reap-counts").textContent, errors: [...$("reap-failures").children].map((li) => li.textContent) },
@@ -111,10 +116,16 @@ func (a admin) click(sel string) {
 // signIn opens d's admin console in a new tab of b with an admin token.
 func signIn(t *testing.T, b *browser.Browser, d *stacktest.Deployment) admin {
 	t.Helper()
+	return signInWith(t, b, d, d.Token("ops", "admin"))
+}
+
+// signInWith opens d's admin console in a new tab of b with token.
+func signInWith(t *testing.T, b *browser.Browser, d *stacktest.Deployment, token string) admin {
+	t.Helper()
 	a := admin{t: t, tab: b.Tab(t)}
 	a.tab.Do(time.Minute, chromedp.Navigate(b.Reach(t, d.Server.URL)+"/portal/admin.html"), chromedp.WaitVisible(chromedp.CSS("#signin")))
 	a.tab.Do(30*time.Second,
-		chromedp.SetValue(chromedp.CSS("#token"), d.Token("ops", "admin")),
+		chromedp.SetValue(chromedp.CSS("#token"), token),
 		chromedp.Click(chromedp.CSS("#signin-button")),
 		chromedp.WaitVisible(chromedp.CSS("#console")))
 	return a

@@ -112,11 +112,33 @@ func TestBookingsNeverPassTheCapacity(t *testing.T) {
 		t.Errorf("refused bookings changed the reservations (-before +after):\n%s", diff)
 	}
 
-	// A cancel frees its seats at once; a second cancel finds none.
-	if _, err := desk.Cancel(ctx, booked[0]); err != nil {
+	// An instructor cancels only their own courses' reservations: one of
+	// another course, or by an instructor of none, is not found and
+	// stands.
+	for _, courses := range [][]string{{"net-201", "math-7"}, {}} {
+		if _, err := desk.Cancel(ctx, booked[0], courses); !errors.Is(err, reservation.ErrNoReservation) {
+			t.Errorf("cancelling reservation %d as an instructor of %v: %v; want ErrNoReservation", booked[0], courses, err)
+		}
+	}
+	if diff := cmp.Diff(before, list()); diff != "" {
+		t.Errorf("another course's instructor changed the reservations (-before +after):\n%s", diff)
+	}
+	all, err := desk.List(ctx, start, start.Add(time.Hour))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := desk.Cancel(ctx, booked[0]); !errors.Is(err, reservation.ErrNoReservation) {
+	var course string
+	for _, b := range all {
+		if b.ID == booked[0] {
+			course = b.Course
+		}
+	}
+	// A cancel frees its seats at once (here by the course's instructor);
+	// a second cancel (here an admin's) finds none.
+	if _, err := desk.Cancel(ctx, booked[0], []string{"math-7", course}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := desk.Cancel(ctx, booked[0], nil); !errors.Is(err, reservation.ErrNoReservation) {
 		t.Errorf("cancelling it again: %v; want ErrNoReservation", err)
 	}
 	if _, err := desk.Book(ctx, reservation.Reservation{Course: "late", Lab: "shell", Seats: 3, Start: start, End: start.Add(time.Hour)}, "instructor"); err != nil {

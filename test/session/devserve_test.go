@@ -29,12 +29,21 @@ func TestMakeRunServesTheFunctions(t *testing.T) {
 	}, &out)
 	ns := srv.App.Config.Kube.Namespace
 	t.Logf("printed:\n%s", out.String())
-	for _, want := range []string{srv.URL, srv.StudentToken, srv.AdminToken, "k8s-cluster linux-vm shell", "max 3 VMs"} {
+	for _, want := range []string{srv.URL, srv.StudentToken, srv.InstructorToken, srv.AdminToken, "k8s-cluster linux-vm shell", "max 3 VMs"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("output lacks %q", want)
 		}
 	}
 	c := stacktest.NewClient(t, srv.URL)
+	// The printed instructor token reads the reservations and books only
+	// its own course.
+	if r := c.Do("GET", "/adminReservations", srv.InstructorToken, "", ""); r.Status != http.StatusOK {
+		t.Errorf("the instructor token's reservations = %d %s", r.Status, r.Body)
+	}
+	other := `{"course":"math-7","lab":"shell","seats":1,"start":"` + time.Now().Add(24*time.Hour).UTC().Format(time.RFC3339) + `","end":"` + time.Now().Add(25*time.Hour).UTC().Format(time.RFC3339) + `"}`
+	if r := c.Do("POST", "/adminReserve", srv.InstructorToken, other, "application/json"); r.Status != http.StatusForbidden || !strings.Contains(r.Message, "("+devserve.SampleCourse+")") {
+		t.Errorf("the instructor token booking another course = %d %s; want 403 naming %s", r.Status, r.Body, devserve.SampleCourse)
+	}
 	// aud and iss are required, as every shipped template requires them:
 	// a token without them is refused.
 	bare, err := access.Sign([]byte(srv.App.Config.JWTSecret), devserve.SampleStudent, access.RoleStudent, time.Now().Add(time.Hour))

@@ -128,7 +128,7 @@ func run() error {
 	fmt.Printf("  admin CLI:  source %s && go run ./functions/cmd/labkeep admin sessions   (or reap --dry-run, close ID, status)\n", fns.EnvFile)
 	if fns.App.Portal != nil {
 		fmt.Printf("  portal:     %s%s (sign in with the student token above)\n", browserURL(fns.URL), portal.Prefix)
-		fmt.Printf("  admin:      %s%sadmin.html (sign in with the admin token above)\n", browserURL(fns.URL), portal.Prefix)
+		fmt.Printf("  admin:      %s%sadmin.html (sign in with the admin token above; the instructor token books classes)\n", browserURL(fns.URL), portal.Prefix)
 	}
 	fmt.Printf("Press Ctrl-C to stop everything.\n\n")
 	<-ctx.Done()

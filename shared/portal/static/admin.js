@@ -1,6 +1,8 @@
 // admin.js: labkeep's admin console (admin.html). It reads the admin
 // endpoints of its own origin with an admin JWT in the Authorization
-// header (kept in sessionStorage, gone with the tab): GET /adminStatus
+// header (kept in sessionStorage, gone with the tab); an instructor's JWT
+// gets the class reservations alone (their courses', which the server
+// decides): GET /adminStatus
 // (capacity, recent reaper runs, sessions failing run after run, the
 // waitlist per lab, the warm pool per lab when the server keeps one),
 // GET /adminSessions (live sessions), GET /adminAlerts (guardian alerts),
@@ -26,14 +28,15 @@
   // call sends one request to the API (labkeepRequest, request.js).
   // again: resend a change the network dropped (a preview and a
   // force-close, whose repetition changes nothing more; never Reap now,
-  // which would count as a second run).
+  // which would count as a second run). A token refused (401) signs out;
+  // a refused read signs out in refresh, a refused action is said.
   async function call(method, path, body, again) {
     const sent = await window.labkeepRequest(new URL(path, api), method, state.token, body, again);
     if (sent.offline) {
       return { status: 0, ok: false, data: null, offline: sent.offline };
     }
     const res = sent.res;
-    if (res.status === 401 || res.status === 403) {
+    if (res.status === 401) {
       signOut(errorText({ status: res.status, data: sent.data }));
     }
     return { status: res.status, ok: res.ok, data: sent.data };
@@ -97,13 +100,19 @@
 
   // --- sign-in ---------------------------------------------------------
 
-  function subject(token) {
+  // claims are the token's claims, read only to choose what to show:
+  // the server checks every request.
+  function claims(token) {
     try {
-      const claims = JSON.parse(atob(token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/")));
-      return claims.sub || "?";
+      return JSON.parse(atob(token.split(".")[1].replace(/-/g, "+").replace(/_/g, "/"))) || {};
     } catch (e) {
-      return "?";
+      return {};
     }
+  }
+
+  // instructor: the console shows only the class reservations.
+  function instructor() {
+    return claims(state.token).role === "instructor";
   }
 
   async function signIn(token) {
@@ -116,7 +125,8 @@
     const ok = await refresh();
     if (!ok) return;
     $("signin").hidden = true;
-    $("who-name").textContent = subject(state.token);
+    $("who-name").textContent = claims(state.token).sub || "?";
+    $("who-role").textContent = instructor() ? "(instructor: your courses' class reservations)" : "";
     $("who").hidden = false;
     $("console").hidden = false;
   }
@@ -136,24 +146,35 @@
   async function refresh() {
     window.clearTimeout(state.poll);
     const day = shownDay();
-    const [st, ss, al, hs, rs, tl] = await Promise.all([call("GET", "adminStatus"), call("GET", "adminSessions"),
-      call("GET", "adminAlerts?limit=100" + (state.alertsFor ? "&session=" + encodeURIComponent(state.alertsFor) : "")),
-      call("GET", "homes?all=true"), call("GET", "adminReservations"),
+    // An instructor reads the reservations alone; the rest is the admin's.
+    const admin = !instructor();
+    document.querySelectorAll(".admin-part").forEach((p) => { p.hidden = !admin; });
+    const skipped = Promise.resolve({ status: 0, ok: true, skipped: true });
+    const [st, ss, al, hs, rs, tl] = await Promise.all([admin ? call("GET", "adminStatus") : skipped, admin ? call("GET", "adminSessions") : skipped,
+      admin ? call("GET", "adminAlerts?limit=100" + (state.alertsFor ? "&session=" + encodeURIComponent(state.alertsFor) : "")) : skipped,
+      admin ? call("GET", "homes?all=true") : skipped, call("GET", "adminReservations"),
       call("GET", "adminReservations?from=" + encodeURIComponent(day.from.toISOString()) + "&to=" + encodeURIComponent(day.to.toISOString()))]);
     if (!state.token) return false;
+    const refused = [st, ss, al, hs, rs, tl].find((r) => r.status === 403);
+    if (refused) {
+      signOut(errorText(refused));
+      return false;
+    }
     // A server that takes no reservations answers 404: no section then.
     const booking = rs.status !== 404;
     $("reservations-section").hidden = !booking;
     const bad = [st, ss, al, hs].concat(booking ? [rs, tl] : []).find((r) => !r.ok);
     if (bad) {
       showMessage(errorText(bad), "error");
+    } else if (!admin && !booking) {
+      showMessage("this server books no class reservations", "error");
     } else if ($("message").className === "error") {
       showMessage("", "");
     }
-    if (ss.ok) renderSessions(ss.data.sessions || []);
-    if (st.ok) renderStatus(st.data);
-    if (al.ok) renderAlerts(al.data.alerts || []);
-    if (hs.ok) renderHomes(hs.data.homes || []);
+    if (ss.ok && !ss.skipped) renderSessions(ss.data.sessions || []);
+    if (st.ok && !st.skipped) renderStatus(st.data);
+    if (al.ok && !al.skipped) renderAlerts(al.data.alerts || []);
+    if (hs.ok && !hs.skipped) renderHomes(hs.data.homes || []);
     if (rs.ok) renderReservations(rs.data.reservations || []);
     if (tl.ok) renderTimeline(tl.data.timeline || []);
     $("updated").textContent = "updated " + new Date().toLocaleTimeString();
