@@ -61,9 +61,10 @@ func (p *PG) ClaimPooled(ctx context.Context, lab string, class int64, replaces 
 			return err
 		}
 		claimed, err = one(tx.Query(ctx, `UPDATE sessions SET student = $2, student_key = $3, started_at = $4,
-			expires_at = $5, max_expires_at = $6, ready_at = $7, pool = 'claimed', claimed_for = $8
+			expires_at = $5, max_expires_at = $6, ready_at = $7, pool = 'claimed', claimed_for = $8,
+			reservation_id = coalesce(nullif($9::bigint, 0), reservation_id)
 			WHERE id = $1 AND pool = 'spent' AND status = 'running' RETURNING `+columns,
-			inst.ID, h.Student, h.StudentKey, h.StartedAt, h.ExpiresAt, h.MaxExpiresAt, nullTime(h.ReadyAt), replaces))
+			inst.ID, h.Student, h.StudentKey, h.StartedAt, h.ExpiresAt, h.MaxExpiresAt, nullTime(h.ReadyAt), replaces, h.Seat))
 		return err
 	})
 	if err != nil {

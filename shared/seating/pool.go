@@ -70,6 +70,10 @@ type Handover struct {
 	lifetime.Window
 	// ReadyAt is when the student could log in: their time to ready.
 	ReadyAt time.Time
+	// Seat is the reservation whose seat the student takes (0: none),
+	// recorded with the handover itself, so a member's seat is never
+	// counted free while their instance runs.
+	Seat int64
 }
 
 // PoolStore is the database side of the warm pool.
@@ -133,11 +137,12 @@ const ClaimTimeout = 30 * time.Second
 
 // claim gives the open's row sess (or a waitlist entry with sess.ID)
 // a ready pool instance of lab, one held for reservation class when not
-// 0 (its member's); ok is false when none could be claimed, and the open
+// 0 (its member's), and records the session in reservation seat's seat
+// when not 0; ok is false when none could be claimed, and the open
 // provisions cold. Called under the capacity lock, only when nobody waits
 // ahead of the student in their bucket's line (or they take a seat their
 // class reserved).
-func (u *Usher) claim(ctx context.Context, sess session.Session, lab labs.Lab, class int64) (claimed session.Session, ok bool) {
+func (u *Usher) claim(ctx context.Context, sess session.Session, lab labs.Lab, class, seat int64) (claimed session.Session, ok bool) {
 	p := u.pool
 	if p == nil {
 		return session.Session{}, false
@@ -148,7 +153,7 @@ func (u *Usher) claim(ctx context.Context, sess session.Session, lab labs.Lab, c
 	defer cancel()
 	instance, claimed, err := p.Store.ClaimPooled(ctx, lab.Name, class, sess.ID, now, now.Add(2*ClaimTimeout), func(inst Instance) (Handover, error) {
 		tried = true
-		h := Handover{Student: sess.Student, StudentKey: sess.StudentKey, Window: u.rows.Policy.Open(u.now())}
+		h := Handover{Student: sess.Student, StudentKey: sess.StudentKey, Window: u.rows.Policy.Open(u.now()), Seat: seat}
 		if err := p.Cluster.Claim(cctx, inst, sess.StudentKey, lab); err != nil {
 			return h, err
 		}
@@ -159,7 +164,7 @@ func (u *Usher) claim(ctx context.Context, sess session.Session, lab labs.Lab, c
 	switch {
 	case err == nil:
 		u.metrics.PoolClaimed(lab.Name, ClaimOK)
-		u.log.Info("claimed from the warm pool", "session", claimed.ID, "lab", lab.Name, "student", sess.Student, "for", sess.ID, "reservation", class)
+		u.log.Info("claimed from the warm pool", "session", claimed.ID, "lab", lab.Name, "student", sess.Student, "for", sess.ID, "from reservation", class, "seat of", seat)
 		u.rows.Ready(claimed)
 		return claimed, true
 	case !tried && instance.ID == "" && errors.Is(err, session.ErrNoSession):

@@ -225,21 +225,17 @@ func (u *Usher) Seat(ctx context.Context, sess session.Session, lab labs.Lab, wa
 		}
 		in.Warm = u.warm(lab, in.Seat)
 		if Decide(in).Verdict == Claim {
-			// A member claims their class's own instance first.
-			claimed, ok := session.Session{}, false
+			// A member claims their class's own instance first; whichever
+			// instance they get takes their seat with the handover.
+			claimed, ok, taken := session.Session{}, false, int64(0)
 			if in.Seat {
-				claimed, ok = u.claim(ctx, sess, lab, seat)
+				taken = seat
+				claimed, ok = u.claim(ctx, sess, lab, seat, taken)
 			}
 			if !ok && u.warm(lab, false) {
-				claimed, ok = u.claim(ctx, sess, lab, 0)
+				claimed, ok = u.claim(ctx, sess, lab, 0, taken)
 			}
 			if ok {
-				if in.Seat {
-					// The instance is the member's: its seat is taken.
-					if err := u.booked.TakeSeat(ctx, claimed.ID, seat); err != nil {
-						u.log.Warn("cannot record a reserved seat taken; it counts as free until the instance ends", "session", claimed.ID, "reservation", seat, "err", err)
-					}
-				}
 				return false, session.Standing{Session: &claimed}, nil
 			}
 			in.Warm = false

@@ -35,7 +35,8 @@ func (m *memStore) Create(_ context.Context, s session.Session) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	for _, r := range m.rows {
-		if r.Student == s.Student && r.Status.Live() {
+		// Unclaimed warm instances share one student, as in the real store.
+		if r.Student == s.Student && r.Status.Live() && !s.Pool.Unclaimed() {
 			return session.ErrSessionExists
 		}
 	}
@@ -69,7 +70,18 @@ func (m *memStore) Latest(ctx context.Context, student string) (session.Session,
 	return m.LiveFor(ctx, student)
 }
 
-func (m *memStore) ListLive(context.Context) ([]session.Session, error) { return nil, nil }
+func (m *memStore) ListLive(context.Context) ([]session.Session, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []session.Session
+	for _, r := range m.rows {
+		if r.Status.Live() {
+			out = append(out, r)
+		}
+	}
+	slices.SortFunc(out, func(a, b session.Session) int { return strings.Compare(a.ID, b.ID) })
+	return out, nil
+}
 
 func (m *memStore) MarkRunning(_ context.Context, id string, at time.Time, nodes []session.Node) (session.Session, error) {
 	m.mu.Lock()
@@ -162,7 +174,7 @@ func (m *memStore) finishLive(reason session.EndReason) {
 
 // fakeCluster counts VMs, records calls and fails where told.
 type fakeCluster struct {
-	vms          int
+	vms, pods    int
 	countErr     error
 	provisionErr error
 	teardownErr  error
@@ -173,14 +185,16 @@ type fakeCluster struct {
 }
 
 func (f *fakeCluster) CountVMs(context.Context) (int, error)           { return f.vms, f.countErr }
-func (f *fakeCluster) CountWorkspacePods(context.Context) (int, error) { return 0, f.countErr }
+func (f *fakeCluster) CountWorkspacePods(context.Context) (int, error) { return f.pods, f.countErr }
 
 func (f *fakeCluster) Provision(_ context.Context, s session.Session, lab labs.Lab) error {
 	f.provisioned = append(f.provisioned, s.ID)
 	if f.onProvision != nil {
 		f.onProvision()
 	}
-	if f.provisionErr == nil {
+	if f.provisionErr == nil && lab.Kind == labs.KindPod {
+		f.pods++
+	} else if f.provisionErr == nil {
 		f.vms += lab.VMCount()
 	}
 	return f.provisionErr

@@ -354,7 +354,7 @@ func (u *Usher) serveEntry(ctx context.Context, head Entry, lab labs.Lab, c Capa
 	// new capacity, else it needs room in its bucket.
 	in := Input{Lab: lab.Name, Capacity: c, Warm: u.warm(lab, false), Wait: true}
 	if Decide(in).Verdict == Claim {
-		if claimed, ok := u.claim(ctx, session.Session{ID: head.ID, Student: head.Student, StudentKey: head.StudentKey}, lab, 0); ok {
+		if claimed, ok := u.claim(ctx, session.Session{ID: head.ID, Student: head.Student, StudentKey: head.StudentKey}, lab, 0, 0); ok {
 			u.metrics.QueueEvent(lab.Name, QueueServed)
 			u.log.Info("served from the waitlist by the warm pool", "session", claimed.ID, "student", head.Student, "waited", u.now().Sub(head.EnqueuedAt))
 			return true, nil

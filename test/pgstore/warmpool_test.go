@@ -6,7 +6,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/go-cmp/cmp"
+
+	"labkeep/shared/labs"
 	"labkeep/shared/pgstore"
+	"labkeep/shared/reservation"
 	"labkeep/shared/seating"
 	"labkeep/shared/session"
 )
@@ -104,5 +108,45 @@ func TestFailedClaimsInstanceIsNeverClaimedAgain(t *testing.T) {
 		if s, err := pg.LiveFor(ctx, student); err == nil && s.ID == inst.ID {
 			t.Errorf("LiveFor(%q) returned the spent instance", student)
 		}
+	}
+}
+
+// A member who gets an instance of the general pool takes their class's
+// seat with the handover itself: the claimed session names the
+// reservation, and the reservation counts the seat taken, with no moment
+// between where the seat counts as free. A claim for no seat leaves the
+// instance in no reservation.
+func TestClaimTakesTheSeatWithTheHandover(t *testing.T) {
+	pg := openStore(t)
+	ctx := context.Background()
+	start := t0.Add(time.Minute)
+	class, err := pg.Reserve(ctx, reservation.Booked{Hold: reservation.Hold{Reservation: reservation.Reservation{Course: "cs-101", Lab: "shell", Seats: 2,
+		Start: start, End: start.Add(time.Hour)}, Kind: labs.KindPod, PerSeat: 1}, BookedBy: "prof", BookedAt: t0},
+		start, start.Add(time.Hour), func([]reservation.Hold) error { return nil })
+	if err != nil {
+		t.Fatal(err)
+	}
+	at, abandon := start.Add(time.Minute), start.Add(2*time.Minute)
+	for _, tc := range []struct {
+		student string
+		seat    int64
+	}{{"ann", class.ID}, {"bob", 0}} {
+		inst, open := pooledAndOpen(t, pg, tc.student)
+		_, claimed, err := pg.ClaimPooled(ctx, inst.Lab, 0, open.ID, at, abandon, func(seating.Instance) (seating.Handover, error) {
+			return seating.Handover{Student: tc.student, StudentKey: "ssh-ed25519 AAAA", Window: open.Window, ReadyAt: at, Seat: tc.seat}, nil
+		})
+		if err != nil {
+			t.Fatalf("%s's claim: %v", tc.student, err)
+		}
+		if claimed.Reservation != tc.seat {
+			t.Errorf("%s's claimed session is in reservation %d; want %d", tc.student, claimed.Reservation, tc.seat)
+		}
+	}
+	_, uses, err := pg.Holding(ctx, at, at.Add(time.Minute))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(reservation.Use{Taken: 1}, uses[class.ID]); diff != "" {
+		t.Errorf("the class's seats after ann's claim (-want +got):\n%s", diff)
 	}
 }
