@@ -78,16 +78,24 @@ func BenchmarkTableOpenToReadyPoolVsCold(b *testing.B) {
 			pooled := warm.FillPool("shell", 1, 3*time.Minute)
 			fromPool = append(fromPool, openToLogin(b, warm, fmt.Sprintf("warm-%d", i), pooled[0]))
 		}
-		p, c := benchtable.Quantile(fromPool, 0.5), benchtable.Quantile(fromCold, 0.5)
-		b.ReportMetric(float64(p.Milliseconds()), "pool-ms")
-		b.ReportMetric(float64(c.Milliseconds()), "cold-ms")
-		benchtable.Record(b, benchtable.Row{
+		recordMedians(b, benchtable.Row{
 			Group: "Warm pool", Case: "shell lab, workspace Pod on the real node", Figure: "open → first SSH login (median)",
-			Value: float64(p.Milliseconds()), Unit: "ms",
-			Baseline: "cold provision of the same lab", BaselineValue: benchtable.F(float64(c.Milliseconds())),
-			Note: fmt.Sprintf("%d samples each; pool %v, cold %v", samples, fromPool, fromCold),
-		})
+			Baseline: "cold provision of the same lab",
+			Note:     fmt.Sprintf("%d samples each; pool %v, cold %v", samples, fromPool, fromCold),
+		}, fromPool, fromCold, "pool-ms", "cold-ms")
 	}
+}
+
+// recordMedians records row with the median of got as its value and the
+// median of base as its baseline, in milliseconds, and reports both as
+// the metrics gotMetric and baseMetric.
+func recordMedians(b *testing.B, row benchtable.Row, got, base []time.Duration, gotMetric, baseMetric string) {
+	b.Helper()
+	g, c := benchtable.Quantile(got, 0.5), benchtable.Quantile(base, 0.5)
+	b.ReportMetric(float64(g.Milliseconds()), gotMetric)
+	b.ReportMetric(float64(c.Milliseconds()), baseMetric)
+	row.Value, row.Unit, row.BaselineValue = float64(g.Milliseconds()), "ms", benchtable.F(float64(c.Milliseconds()))
+	benchtable.Record(b, row)
 }
 
 // openToLogin opens the shell lab for name on d and returns the wall time
