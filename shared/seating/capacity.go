@@ -95,9 +95,11 @@ type Decision struct {
 // ready means claim it (it holds its capacity already, and nobody is
 // passed over); otherwise there is room only if the bucket has it beside
 // the reserved seats and nobody waits in its line (an open must never
-// jump the line). Without room the student queues if they wait, or is
-// refused. Used is only read when no claim is decided, so the caller
-// counts after a claim failed.
+// jump the line). When the count failed, the namespace's ResourceQuota
+// keeps the cap, and anyone else is let in only while no seats are held
+// (the quota knows nothing of reservations). Without room the student
+// queues if they wait, or is refused. Used is only read when no claim is
+// decided, so the caller counts after a claim failed.
 func Decide(in Input) Decision {
 	if in.Need <= 0 {
 		return Decision{Verdict: Cold}
@@ -116,6 +118,10 @@ func Decide(in Input) Decision {
 		}
 	case in.Waiting == 0 && in.Warm:
 		return Decision{Verdict: Claim}
+	case in.CountFailed && in.Reserved > 0:
+		// The ResourceQuota keeps the cap, but not the classes' seats:
+		// with none to count beside, they are kept for their members.
+		reason = fmt.Sprintf("%s in use cannot be counted now and %d are held for reserved classes", Label(in.Kind), in.Reserved)
 	case in.CountFailed:
 	case in.Used+in.Need+in.Reserved > in.Limit && in.Reserved > 0:
 		reason = fmt.Sprintf("%d of %d %s in use and %d held for reserved classes, lab %s needs %d",

@@ -33,6 +33,11 @@ func TestDecide(t *testing.T) {
 			Input{Lab: "three", Capacity: vm3, Used: 99, CountFailed: true}, Decision{Verdict: Cold}},
 		"the count failed and someone waits: still no jumping": {
 			Input{Lab: "three", Capacity: vm3, CountFailed: true, Waiting: 1}, Decision{Verdict: Refuse, Reason: "1 students wait for capacity"}},
+		"the count failed while reserved seats are held: they stay the classes'": {
+			Input{Lab: "shell", Capacity: Capacity{Kind: labs.KindPod, Need: 1, Limit: 8}, CountFailed: true, Reserved: 5},
+			Decision{Verdict: Refuse, Reason: "workspace Pods in use cannot be counted now and 5 are held for reserved classes"}},
+		"the count failed, a member takes their seat: the ResourceQuota decides": {
+			Input{Lab: "shell", Capacity: Capacity{Kind: labs.KindPod, Need: 1, Limit: 8}, CountFailed: true, Reserved: 5, Seat: true}, Decision{Verdict: Cold}},
 		"reserved seats held: room only beside them": {
 			Input{Lab: "shell", Capacity: Capacity{Kind: labs.KindPod, Need: 1, Limit: 8}, Used: 3, Reserved: 5},
 			Decision{Verdict: Refuse, Reason: "3 of 8 workspace Pods in use and 5 held for reserved classes, lab shell needs 1"}},
