@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
+	"sync"
 	"time"
 
 	"labkeep/shared/labs"
@@ -33,6 +34,45 @@ type Starter struct {
 	// Metrics counts opens, extensions, endings and time to ready; nil
 	// counts nothing.
 	Metrics Metrics
+
+	// looked is when follow last looked at each running VM session.
+	looked lastLooks
+}
+
+// FollowEvery is how often, at most, one process looks at a running VM
+// session's nodes in the cluster (follow): a student's page polling
+// getSession back to back costs the API server one read per session
+// every FollowEvery, not one per poll, and a guest that came back on a
+// new address shows it within that (its reboot takes longer).
+const FollowEvery = 5 * time.Second
+
+// lastLooks remembers when each session was last looked at.
+type lastLooks struct {
+	mu sync.Mutex
+	at map[string]time.Time
+}
+
+// due reports whether id was not looked at within FollowEvery before now,
+// and then records now as its last look. Entries older than that are
+// dropped as the map grows, so ended sessions do not pile up.
+func (l *lastLooks) due(id string, now time.Time) bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if last, ok := l.at[id]; ok && now.Sub(last) < FollowEvery && !now.Before(last) {
+		return false
+	}
+	if l.at == nil {
+		l.at = map[string]time.Time{}
+	}
+	if len(l.at) >= 4096 {
+		for k, t := range l.at {
+			if now.Sub(t) >= FollowEvery {
+				delete(l.at, k)
+			}
+		}
+	}
+	l.at[id] = now
+	return true
 }
 
 // Clock is the Starter's now, as rows record it (UTC, microseconds).
@@ -215,8 +255,13 @@ func (s *Starter) Refresh(ctx context.Context, sess Session) Session {
 // powered off from inside comes back (the VM's run strategy) on a new
 // virt-launcher Pod with a new address, and reads booting until it is
 // ready again. A workspace Pod keeps its address for its life, so Pod
-// sessions are not looked at. Only a change is written.
+// sessions are not looked at. A session is looked at once per
+// FollowEvery (in between, its row is as recorded); only a change is
+// written.
 func (s *Starter) follow(ctx context.Context, sess Session) Session {
+	if !s.looked.due(sess.ID, s.Now()) {
+		return sess
+	}
 	nodes, _, _, ok := s.observe(ctx, sess)
 	if !ok || slices.Equal(nodes, sess.Nodes) {
 		return sess
