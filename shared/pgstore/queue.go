@@ -58,9 +58,9 @@ func (p *PG) Line(ctx context.Context) ([]seating.Entry, error) {
 }
 
 // Touch implements seating.Waitlist. A poll never moves polled_at back.
-func (p *PG) Touch(ctx context.Context, student string, at time.Time) (seating.Entry, error) {
+func (p *PG) Touch(ctx context.Context, student string, at, since time.Time) (seating.Entry, error) {
 	return oneEntry(p.conns.Query(ctx, `UPDATE waitlist SET polled_at = greatest(polled_at, $2)
-		WHERE student = $1 RETURNING `+entryColumns, student, at))
+		WHERE student = $1 AND polled_at >= $3 RETURNING `+entryColumns, student, at, since))
 }
 
 // Leave implements seating.Waitlist.

@@ -105,11 +105,11 @@ func (w *memWaitlist) take(drop func(Entry) bool) []Entry {
 	return out
 }
 
-func (w *memWaitlist) Touch(_ context.Context, student string, at time.Time) (Entry, error) {
+func (w *memWaitlist) Touch(_ context.Context, student string, at, since time.Time) (Entry, error) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	for i, e := range w.line {
-		if e.Student == student {
+		if e.Student == student && !e.PolledAt.Before(since) {
 			if at.After(e.PolledAt) {
 				w.line[i].PolledAt = at
 			}

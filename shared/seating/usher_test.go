@@ -492,3 +492,30 @@ func TestWaitingIsIssuedTheKeyOnce(t *testing.T) {
 		})
 	}
 }
+
+// A student who stopped polling for longer than QueueIdle has lost their
+// place even when nobody else polled meanwhile: their own late poll does
+// not revive the entry, and it is gone once the line is counted.
+func TestAnIdleEntryIsNotRevivedByItsOwnPoll(t *testing.T) {
+	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+	c := &fakeCluster{vms: 4} // the VM limit is reached
+	store := newStore()
+	w := &memWaitlist{store: store}
+	svc := newService(t, c, &now, store, func(cfg *Config) {
+		cfg.Limits.QueueIdle = 2 * time.Minute
+		cfg.Waitlist = w
+	})
+	ctx := context.Background()
+	if st, err := svc.OpenWaiting(ctx, "ann", "one", ""); err != nil || st.Waiting == nil {
+		t.Fatalf("ann's open with wait = %+v, %v; want waiting", st, err)
+	}
+	now = now.Add(2*time.Minute + time.Second)
+	for range 2 {
+		if st, err := svc.Get(ctx, "ann", ""); !errors.Is(err, session.ErrNoSession) {
+			t.Fatalf("ann's poll after she went idle = %+v, %v; want no session", st, err)
+		}
+	}
+	if st, err := svc.OpenWaiting(ctx, "bob", "one", ""); err != nil || st.Waiting == nil || st.Waiting.Place.Position != 1 {
+		t.Fatalf("bob's open with wait = %+v, %v; want first in line", st.Waiting, err)
+	}
+}

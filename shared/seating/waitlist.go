@@ -52,8 +52,11 @@ type Waitlist interface {
 	// Line is every entry, in arrival order.
 	Line(ctx context.Context) ([]Entry, error)
 	// Touch records a sign of life of the student's entry at at and
-	// returns it; session.ErrNoSession if the student does not wait.
-	Touch(ctx context.Context, student string, at time.Time) (Entry, error)
+	// returns it, if it had one since since (zero: whenever);
+	// session.ErrNoSession if the student does not wait or their entry
+	// went idle before since (an idle entry is never revived: it is
+	// dropped before anyone counts the line).
+	Touch(ctx context.Context, student string, at, since time.Time) (Entry, error)
 	// Leave removes the student's entry and returns it; session.ErrNoSession if
 	// the student does not wait.
 	Leave(ctx context.Context, student string) (Entry, error)
@@ -85,17 +88,20 @@ const (
 )
 
 // Queued implements session.Seating: the student's entry with its place,
-// after a sign of life; session.ErrNoSession if they do not wait. Idle
-// entries of others are dropped first, so the place is current.
+// after a sign of life; session.ErrNoSession if they do not wait, or
+// their entry went idle (Limits.QueueIdle) before this poll. Idle entries
+// of others are then dropped, so the place is current. A student who does
+// not wait costs one query: every poll of a running session asks.
 func (u *Usher) Queued(ctx context.Context, student string) (line.Waiting, error) {
 	if u.waitlist == nil {
 		return line.Waiting{}, session.ErrNoSession
 	}
-	u.dropIdle(ctx)
-	e, err := u.waitlist.Touch(ctx, student, u.now())
+	now := u.now()
+	e, err := u.waitlist.Touch(ctx, student, now, now.Add(-u.limits.QueueIdle))
 	if err != nil {
 		return line.Waiting{}, err
 	}
+	u.dropIdle(ctx)
 	w, err := u.placeOf(ctx, e)
 	if err != nil || w.Place.Position != 1 || w.Place.ETA > 0 {
 		return w, err
@@ -106,7 +112,7 @@ func (u *Usher) Queued(ctx context.Context, student string) (line.Waiting, error
 	// serves the line. If it was served, ErrNoSession sends the caller to
 	// the session.
 	u.Freed(ctx)
-	if e, err = u.waitlist.Touch(ctx, student, u.now()); err != nil {
+	if e, err = u.waitlist.Touch(ctx, student, u.now(), time.Time{}); err != nil {
 		return line.Waiting{}, err
 	}
 	return u.placeOf(ctx, e)
@@ -234,7 +240,7 @@ func (u *Usher) Leave(ctx context.Context, student, id string, actor session.Act
 		return session.Session{}, session.ErrNoSession
 	}
 	if id != "" {
-		e, err := u.waitlist.Touch(ctx, student, u.now())
+		e, err := u.waitlist.Touch(ctx, student, u.now(), time.Time{})
 		if err != nil {
 			return session.Session{}, err
 		}
