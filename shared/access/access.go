@@ -15,6 +15,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
@@ -265,12 +266,17 @@ type Authenticator struct {
 	secret []byte
 	rules  TokenRules
 	now    func() time.Time
+	// timely checks exp, nbf, iat, aud and iss at every use.
+	timely *jwt.Validator
+	// read are the tokens whose signature and fixed claims were checked
+	// already in this process.
+	read readTokens
 }
 
 // NewAuthenticator returns an Authenticator for secret under
 // DefaultTokenRules; now is the clock of every time check.
 func NewAuthenticator(secret []byte, now func() time.Time) *Authenticator {
-	return &Authenticator{secret: secret, rules: DefaultTokenRules(), now: now}
+	return newAuthenticator(secret, DefaultTokenRules(), now)
 }
 
 // Authenticator returns an Authenticator for secret that enforces r; now
@@ -279,7 +285,52 @@ func (r TokenRules) Authenticator(secret []byte, now func() time.Time) (*Authent
 	if err := r.Validate(); err != nil {
 		return nil, err
 	}
-	return &Authenticator{secret: secret, rules: r, now: now}, nil
+	return newAuthenticator(secret, r, now), nil
+}
+
+func newAuthenticator(secret []byte, r TokenRules, now func() time.Time) *Authenticator {
+	opts := []jwt.ParserOption{jwt.WithExpirationRequired(), jwt.WithIssuedAt(), jwt.WithLeeway(r.Leeway), jwt.WithTimeFunc(now)}
+	if r.Audience != "" {
+		opts = append(opts, jwt.WithAudience(r.Audience))
+	}
+	if r.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(r.Issuer))
+	}
+	return &Authenticator{secret: secret, rules: r, now: now, timely: jwt.NewValidator(opts...)}
+}
+
+// readToken is a token whose signature and fixed claims (sub, role,
+// courses) passed: what is left to check at each use is its times.
+type readToken struct {
+	claims    Claims
+	principal Principal
+}
+
+// readTokens remembers the tokens read, so a student's page polling with
+// one token costs one signature check and one JSON decode, not one per
+// request. Only a token signed with the secret is kept; at most
+// maxReadTokens (then the memory starts again).
+type readTokens struct {
+	mu     sync.Mutex
+	tokens map[string]readToken
+}
+
+const maxReadTokens = 10000
+
+func (t *readTokens) get(token string) (readToken, bool) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r, ok := t.tokens[token]
+	return r, ok
+}
+
+func (t *readTokens) put(token string, r readToken) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if t.tokens == nil || len(t.tokens) >= maxReadTokens {
+		t.tokens = map[string]readToken{}
+	}
+	t.tokens[token] = r
 }
 
 // Authenticate returns the caller of r. Returns ErrUnauthorized (with the
@@ -288,31 +339,27 @@ func (r TokenRules) Authenticator(secret []byte, now func() time.Time) (*Authent
 // has a sub the platform reserves (session.Reserved),
 // is expired, not yet valid or issued in the future, is valid for longer
 // than the rules allow, or lacks the audience or issuer they require.
+// The times are checked at every call; the rest once per token.
 func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
 	h := r.Header.Get("Authorization")
 	scheme, token, ok := strings.Cut(h, " ")
 	if h == "" {
 		return Principal{}, fmt.Errorf("%w: missing Authorization header", ErrUnauthorized)
 	}
-	if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
+	token = strings.TrimSpace(token)
+	if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
 		return Principal{}, fmt.Errorf("%w: Authorization must be \"Bearer <token>\"", ErrUnauthorized)
 	}
+	t, ok := a.read.get(token)
+	if !ok {
+		var err error
+		if t, err = a.readToken(token); err != nil {
+			return Principal{}, err
+		}
+		a.read.put(token, t)
+	}
 	now := a.now()
-	opts := []jwt.ParserOption{
-		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}),
-		jwt.WithExpirationRequired(),
-		jwt.WithIssuedAt(),
-		jwt.WithLeeway(a.rules.Leeway),
-		jwt.WithTimeFunc(func() time.Time { return now }),
-	}
-	if a.rules.Audience != "" {
-		opts = append(opts, jwt.WithAudience(a.rules.Audience))
-	}
-	if a.rules.Issuer != "" {
-		opts = append(opts, jwt.WithIssuer(a.rules.Issuer))
-	}
-	var c Claims
-	_, err := jwt.ParseWithClaims(strings.TrimSpace(token), &c, func(*jwt.Token) (any, error) { return a.secret, nil }, opts...)
+	err := a.timely.Validate(t.claims)
 	switch {
 	case errors.Is(err, jwt.ErrTokenExpired):
 		return Principal{}, fmt.Errorf("%w: token expired", ErrUnauthorized)
@@ -326,21 +373,36 @@ func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
 		return Principal{}, fmt.Errorf("%w: token issuer is not %q", ErrUnauthorized, a.rules.Issuer)
 	case err != nil:
 		return Principal{}, fmt.Errorf("%w: invalid token: %v", ErrUnauthorized, err)
-	case c.Subject == "":
-		return Principal{}, fmt.Errorf("%w: token has no sub", ErrUnauthorized)
-	case session.Reserved(c.Subject):
-		return Principal{}, fmt.Errorf("%w: token sub %q is reserved for the platform (%s…)", ErrUnauthorized, c.Subject, session.ReservedPrefix)
-	case !slices.Contains(roles, c.Role):
-		return Principal{}, fmt.Errorf("%w: token role %q is none of %s", ErrUnauthorized, c.Role, strings.Join(roles, ", "))
 	}
-	if err := a.checkLifetime(c, now); err != nil {
+	if err := a.checkLifetime(t.claims, now); err != nil {
 		return Principal{}, err
+	}
+	return t.principal, nil
+}
+
+// readToken checks token's signature (HS256 with the secret) and the
+// claims that never change (sub, role, courses), not its times.
+func (a *Authenticator) readToken(token string) (readToken, error) {
+	var c Claims
+	_, err := jwt.ParseWithClaims(token, &c, func(*jwt.Token) (any, error) { return a.secret, nil },
+		jwt.WithValidMethods([]string{jwt.SigningMethodHS256.Alg()}), jwt.WithoutClaimsValidation())
+	switch {
+	case err != nil:
+		return readToken{}, fmt.Errorf("%w: invalid token: %v", ErrUnauthorized, err)
+	case c.Subject == "":
+		return readToken{}, fmt.Errorf("%w: token has no sub", ErrUnauthorized)
+	case session.Reserved(c.Subject):
+		return readToken{}, fmt.Errorf("%w: token sub %q is reserved for the platform (%s…)", ErrUnauthorized, c.Subject, session.ReservedPrefix)
+	case !slices.Contains(roles, c.Role):
+		return readToken{}, fmt.Errorf("%w: token role %q is none of %s", ErrUnauthorized, c.Role, strings.Join(roles, ", "))
 	}
 	courses, err := c.courses(a.rules.CoursesClaim)
 	if err != nil {
-		return Principal{}, fmt.Errorf("%w: %v", ErrUnauthorized, err)
+		return readToken{}, fmt.Errorf("%w: %v", ErrUnauthorized, err)
 	}
-	return Principal{Subject: c.Subject, Role: c.Role, Courses: courses}, nil
+	// Clipped: a caller appending to the courses never writes into the
+	// remembered token's.
+	return readToken{claims: c, principal: Principal{Subject: c.Subject, Role: c.Role, Courses: slices.Clip(courses)}}, nil
 }
 
 // checkLifetime applies MaxLifetime (see TokenRules) to a token whose exp

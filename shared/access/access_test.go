@@ -282,3 +282,27 @@ func TestTeaches(t *testing.T) {
 		})
 	}
 }
+
+// A token is read once, but its times are checked at every use: the same
+// token passes, then is refused once it expires (beyond the leeway) on
+// the same Authenticator, and a copy with a byte of its signature changed
+// is refused though the original was read.
+func TestAReadTokenIsCheckedAtEveryUse(t *testing.T) {
+	now := authT0
+	a := NewAuthenticator(authSecret, func() time.Time { return now })
+	tok := hs256(t, jwt.MapClaims{"sub": "alice", "role": RoleStudent, "exp": at(time.Hour)})
+	tampered := tok[:len(tok)-2] + map[bool]string{true: "A", false: "B"}[tok[len(tok)-2] != 'A'] + tok[len(tok)-1:]
+	var got []outcome
+	for _, step := range []struct {
+		after time.Duration
+		token string
+	}{{0, tok}, {time.Hour - time.Minute, tok}, {0, tampered}, {time.Minute + DefaultTokenLeeway + time.Second, tok}} {
+		now = now.Add(step.after)
+		got = append(got, authenticate(t, a, "Bearer "+step.token))
+	}
+	alice := outcome{Principal: Principal{Subject: "alice", Role: RoleStudent}}
+	want := []outcome{alice, alice, {Refused: "unauthorized: invalid token: token signature is invalid: signature is invalid"}, {Refused: "unauthorized: token expired"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
