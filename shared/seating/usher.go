@@ -155,6 +155,11 @@ type Usher struct {
 	clock    func() time.Time
 	log      *slog.Logger
 	metrics  Metrics
+	// turn is held by the one open of this process that waits for, or
+	// holds, the capacity lock (turn.go); counts are what the decisions
+	// under it counted last.
+	turn   chan struct{}
+	counts *lastCounts
 }
 
 var _ session.Seating = (*Usher)(nil)
@@ -163,7 +168,7 @@ var _ session.Seating = (*Usher)(nil)
 func NewUsher(c Config) *Usher {
 	u := &Usher{rows: c.Rows, store: c.Store, cluster: c.Cluster, labs: c.Labs, limits: c.Limits,
 		waitlist: c.Waitlist, pool: c.Pool, homes: c.Homes, booked: c.Reservations, rules: c.ReservationRules,
-		clock: c.Now, log: c.Log, metrics: c.Metrics}
+		clock: c.Now, log: c.Log, metrics: c.Metrics, turn: make(chan struct{}, 1), counts: newLastCounts()}
 	if u.metrics == nil {
 		u.metrics = noMetrics{}
 	}
@@ -201,14 +206,26 @@ func (u *Usher) lock(ctx context.Context) (unlock func(), timedOut bool, err err
 // back with its place (started false, placed.Waiting, err nil).
 func (u *Usher) Seat(ctx context.Context, sess session.Session, lab labs.Lab, wait bool) (started bool, placed session.Standing, err error) {
 	if c := CapacityOf(lab, u.limits); c.Need > 0 {
-		unlock, timedOut, err := u.lock(ctx)
+		// Its turn in this process first, then the database's lock, within
+		// one CapacityWait; a count made meanwhile may refuse it at once.
+		wctx, cancel := context.WithTimeout(ctx, u.limits.CapacityWait)
+		defer cancel()
+		release, err := u.takeTurn(wctx, sess, lab, c, wait)
+		if err == nil {
+			defer release()
+			var unlock func()
+			if unlock, err = u.store.LockCapacity(wctx); err == nil {
+				defer unlock()
+			}
+		}
 		switch {
-		case err != nil && timedOut:
+		case errors.Is(err, session.ErrNoCapacity):
+			return false, placed, err
+		case err != nil && wctx.Err() != nil && ctx.Err() == nil:
 			return false, placed, fmt.Errorf("%w: waited %s for the capacity lock (other opens are queued)", session.ErrNoCapacity, u.limits.CapacityWait)
 		case err != nil:
 			return false, placed, fmt.Errorf("capacity lock: %w", err)
 		}
-		defer unlock()
 		// The open may have queued long enough for its row to be finished
 		// (a close, or the reaper's ghost rule): create nothing then.
 		if _, err := u.rows.ConfirmLive(ctx, sess.ID); err != nil {
@@ -244,7 +261,9 @@ func (u *Usher) Seat(ctx context.Context, sess session.Session, lab labs.Lab, wa
 			u.log.Warn("cannot count capacity in use; relying on the ResourceQuota", "counting", Label(c.Kind), "session", sess.ID, "err", err)
 			in.CountFailed = true
 		}
-		switch d := Decide(in); d.Verdict {
+		d := Decide(in)
+		u.recordDecision(in, d)
+		switch d.Verdict {
 		case Queue:
 			w, err := u.enqueue(ctx, sess)
 			if err != nil {

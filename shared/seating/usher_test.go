@@ -3,11 +3,13 @@ package seating
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -517,5 +519,71 @@ func TestAnIdleEntryIsNotRevivedByItsOwnPoll(t *testing.T) {
 	}
 	if st, err := svc.OpenWaiting(ctx, "bob", "one", ""); err != nil || st.Waiting == nil || st.Waiting.Place.Position != 1 {
 		t.Fatalf("bob's open with wait = %+v, %v; want first in line", st.Waiting, err)
+	}
+}
+
+// slowLock is a store whose capacity lock excludes (one holder at a
+// time), is held at least hold, and counts how often it was taken.
+type slowLock struct {
+	*memStore
+	sem   chan struct{}
+	hold  time.Duration
+	taken atomic.Int32
+}
+
+func (s *slowLock) LockCapacity(ctx context.Context) (func(), error) {
+	select {
+	case s.sem <- struct{}{}:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	s.taken.Add(1)
+	time.Sleep(s.hold)
+	return func() { <-s.sem }, nil
+}
+
+// A burst of 30 students at a 4-VM capacity: exactly 4 are admitted, and
+// the refusals come from the counts the decisions before them made while
+// they waited, most without taking the capacity lock at all (with every
+// open taking it, it would be taken 30 times); a student who would wait
+// joins the line instead, under the lock.
+func TestABurstIsRefusedWithoutTheLock(t *testing.T) {
+	now := time.Date(2026, 1, 1, 9, 0, 0, 0, time.UTC)
+	c := &fakeCluster{}
+	store := &slowLock{memStore: newStore(), sem: make(chan struct{}, 1), hold: 20 * time.Millisecond}
+	svc := newService(t, c, &now, store.memStore, func(cfg *Config) {
+		cfg.Store = store
+		cfg.Waitlist = &memWaitlist{store: store.memStore}
+		cfg.Limits.QueueIdle = time.Hour
+	})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var opened, refused int
+	var other []error
+	for i := range 30 {
+		wg.Go(func() {
+			_, err := svc.Open(context.Background(), fmt.Sprintf("s-%d", i), "one", "")
+			mu.Lock()
+			defer mu.Unlock()
+			switch {
+			case err == nil:
+				opened++
+			case errors.Is(err, session.ErrNoCapacity) && strings.Contains(err.Error(), "4 of 4 VMs in use"):
+				refused++
+			default:
+				other = append(other, err)
+			}
+		})
+	}
+	wg.Wait()
+	if opened != 4 || refused != 26 || len(other) > 0 || c.vms != 4 {
+		t.Fatalf("%d opened, %d refused naming the full capacity, others %v, %d VMs; want 4, 26, none, 4", opened, refused, other, c.vms)
+	}
+	if n := store.taken.Load(); n >= 30 {
+		t.Errorf("the capacity lock was taken %d times for 30 opens; want the refusals decided without it", n)
+	}
+	st, err := svc.OpenWaiting(context.Background(), "late", "one", "")
+	if err != nil || st.Waiting == nil {
+		t.Errorf("an open that waits after the burst = %+v, %v; want a place in line", st, err)
 	}
 }

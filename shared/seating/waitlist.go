@@ -288,6 +288,8 @@ func (u *Usher) enqueue(ctx context.Context, sess session.Session) (line.Waiting
 // everything that frees capacity calls it at once (and so waits for the
 // capacity lock when someone waits).
 func (u *Usher) ServeWaitlist(ctx context.Context) (served int, err error) {
+	// Capacity may have been freed: no count made before refuses anyone.
+	u.counts.forget()
 	if u.waitlist == nil {
 		return 0, nil
 	}

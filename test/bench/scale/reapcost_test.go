@@ -152,8 +152,8 @@ func newMeteredReaper(b *testing.B, d *stacktest.Deployment) *meteredReaper {
 	b.Cleanup(m.store.Close)
 	// The sessions the run hands capacity to (the waitlist) are served
 	// through the same counted store and cluster.
-	rows := *d.App.Sessions.Starter
-	rows.Store, rows.Cluster = m.store, cluster
+	app := d.App.Sessions.Starter
+	rows := session.Starter{Store: m.store, Cluster: cluster, Policy: app.Policy, CleanupTimeout: app.CleanupTimeout, Now: app.Now, Log: app.Log, Metrics: app.Metrics}
 	usher := seating.NewUsher(seating.Config{
 		Rows: &rows, Store: m.store, Cluster: cluster, Labs: d.App.Labs,
 		Limits: d.App.Config.Limits, Waitlist: m.store, Now: d.Clock.Now, Log: stacktest.Discard(),
