@@ -39,9 +39,10 @@ var (
 	ErrBadGateway = errors.New("bad_gateway")
 )
 
-// Roles a token may carry. An instructor is a student for their own
-// sessions and books, lists and cancels the class reservations of the
-// courses their token lists (Teaches); an admin acts on everything.
+// Roles a token may carry. An instructor opens their own sessions as a
+// student of no course (SeatsIn) and books, lists and cancels the class
+// reservations of the courses their token lists (Teaches); an admin acts
+// on everything.
 const (
 	RoleStudent    = "student"
 	RoleInstructor = "instructor"
@@ -64,6 +65,17 @@ type Principal struct {
 
 // Admin reports whether the caller may act on any student's session.
 func (p Principal) Admin() bool { return p.Role == RoleAdmin }
+
+// SeatsIn are the courses whose reserved seats the caller takes when they
+// open a lab for themself: a student's courses. An instructor's courses
+// are those they teach, and a class's seats are its students': an
+// instructor (or an admin) opens in the general line.
+func (p Principal) SeatsIn() []string {
+	if p.Role != RoleStudent {
+		return nil
+	}
+	return p.Courses
+}
 
 // Books reports whether the caller may book class reservations at all:
 // an admin or an instructor.
@@ -377,7 +389,10 @@ func (a *Authenticator) Authenticate(r *http.Request) (Principal, error) {
 	if err := a.checkLifetime(t.claims, now); err != nil {
 		return Principal{}, err
 	}
-	return t.principal, nil
+	// A copy: no request may change the remembered token's courses.
+	p := t.principal
+	p.Courses = slices.Clone(p.Courses)
+	return p, nil
 }
 
 // readToken checks token's signature (HS256 with the secret) and the
@@ -400,9 +415,7 @@ func (a *Authenticator) readToken(token string) (readToken, error) {
 	if err != nil {
 		return readToken{}, fmt.Errorf("%w: %v", ErrUnauthorized, err)
 	}
-	// Clipped: a caller appending to the courses never writes into the
-	// remembered token's.
-	return readToken{claims: c, principal: Principal{Subject: c.Subject, Role: c.Role, Courses: slices.Clip(courses)}}, nil
+	return readToken{claims: c, principal: Principal{Subject: c.Subject, Role: c.Role, Courses: courses}}, nil
 }
 
 // checkLifetime applies MaxLifetime (see TokenRules) to a token whose exp

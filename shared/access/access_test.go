@@ -254,9 +254,11 @@ func TestTokenRulesValidate(t *testing.T) {
 }
 
 // Who books which course's reservations: an admin every course's, an
-// instructor their own courses' only, a student none.
+// instructor their own courses' only, a student none; only a student takes
+// a seat their courses reserved.
 func TestTeaches(t *testing.T) {
 	type got struct {
+		SeatsIn         []string
 		Books           bool
 		Taught          []string
 		CS101, Math7    bool
@@ -268,14 +270,14 @@ func TestTeaches(t *testing.T) {
 		want got
 	}{
 		{"an admin, of no course", Principal{Subject: "ops", Role: RoleAdmin}, got{Books: true, CS101: true, Math7: true, EveryCourseSeen: true}},
-		{"an instructor of cs-101", Principal{Subject: "prof", Role: RoleInstructor, Courses: []string{"cs-101"}}, got{Books: true, Taught: []string{"cs-101"}, CS101: true}},
+		{"an instructor of cs-101", Principal{Subject: "prof", Role: RoleInstructor, Courses: []string{"cs-101"}}, got{Books: true, Taught: []string{"cs-101"}, CS101: true}}, // takes no seat of cs-101
 		{"an instructor of no course", Principal{Subject: "prof", Role: RoleInstructor}, got{Books: true, Taught: []string{}}},
-		{"a student of cs-101", Principal{Subject: "ann", Role: RoleStudent, Courses: []string{"cs-101"}}, got{Taught: []string{}}},
+		{"a student of cs-101", Principal{Subject: "ann", Role: RoleStudent, Courses: []string{"cs-101"}}, got{SeatsIn: []string{"cs-101"}, Taught: []string{}}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			taught := tc.p.Taught()
-			g := got{Books: tc.p.Books(), Taught: taught, CS101: tc.p.Teaches("cs-101"), Math7: tc.p.Teaches("math-7"), EveryCourseSeen: taught == nil}
+			g := got{SeatsIn: tc.p.SeatsIn(), Books: tc.p.Books(), Taught: taught, CS101: tc.p.Teaches("cs-101"), Math7: tc.p.Teaches("math-7"), EveryCourseSeen: taught == nil}
 			if diff := cmp.Diff(tc.want, g); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}

@@ -214,11 +214,11 @@ func (a *API) open(w http.ResponseWriter, r *http.Request) {
 	if req.Wait {
 		open = a.svc.OpenWaiting
 	}
-	// The caller's courses are theirs alone: an admin opening for a
+	// The caller's seats are theirs alone: an admin opening for a
 	// student opens in the general line.
 	var courses []string
 	if student == p.Subject {
-		courses = p.Courses
+		courses = p.SeatsIn()
 	}
 	st, err := open(r.Context(), student, req.Lab, req.PublicKey, courses...)
 	if st.Waiting != nil {

@@ -185,9 +185,10 @@ func (a *API) serveReservations(mux *http.ServeMux, desk ReservationDesk) {
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"from": from.UTC(), "to": to.UTC(), "reservations": out, "timeline": slots})
 	})
-	// A student's own classes: the reservations of their courses that
-	// have not ended, for a week ahead, each with when its members are
-	// let in (start) and until when their seats are held (heldUntil).
+	// A student's own classes: the reservations of the courses whose
+	// seats they take (access.Principal.SeatsIn) that have not ended, for
+	// a week ahead, each with when its members are let in (start) and
+	// until when their seats are held (heldUntil).
 	mux.HandleFunc("/reservations", func(w http.ResponseWriter, r *http.Request) {
 		p, ok := a.Authenticate(w, r)
 		if !ok {
@@ -206,14 +207,14 @@ func (a *API) serveReservations(mux *http.ServeMux, desk ReservationDesk) {
 			HeldUntil time.Time `json:"heldUntil"`
 		}
 		out := []class{}
-		if len(p.Courses) > 0 {
+		if seats := p.SeatsIn(); len(seats) > 0 {
 			list, err := desk.List(r.Context(), now, now.Add(defaultListSpan))
 			if err != nil {
 				a.writeErrorFor(w, r, p, err, nil)
 				return
 			}
 			for _, b := range list {
-				if slices.Contains(p.Courses, b.Course) {
+				if slices.Contains(seats, b.Course) {
 					out = append(out, class{Course: b.Course, Lab: b.Lab, Start: b.Start, End: b.End, HeldUntil: desk.Rules().HeldUntil(b.Hold)})
 				}
 			}

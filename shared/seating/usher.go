@@ -205,6 +205,7 @@ func (u *Usher) lock(ctx context.Context) (unlock func(), timedOut bool, err err
 // an open that finds no room joins the line under the same lock and comes
 // back with its place (started false, placed.Waiting, err nil).
 func (u *Usher) Seat(ctx context.Context, sess session.Session, lab labs.Lab, wait bool) (started bool, placed session.Standing, err error) {
+	admitted := func() {} // records the admission's count (below)
 	if c := CapacityOf(lab, u.limits); c.Need > 0 {
 		// Its turn in this process first, then the database's lock, within
 		// one CapacityWait; a count made meanwhile may refuse it at once.
@@ -261,16 +262,20 @@ func (u *Usher) Seat(ctx context.Context, sess session.Session, lab labs.Lab, wa
 			u.log.Warn("cannot count capacity in use; relying on the ResourceQuota", "counting", Label(c.Kind), "session", sess.ID, "err", err)
 			in.CountFailed = true
 		}
+		// What the decision counted is recorded once it took effect, for
+		// the opens waiting their turn (turn.go): an admission only once
+		// its objects exist, so a failed one refuses nobody.
 		d := Decide(in)
-		u.recordDecision(in, d)
 		switch d.Verdict {
 		case Queue:
 			w, err := u.enqueue(ctx, sess)
 			if err != nil {
 				return false, placed, err
 			}
+			u.recordDecision(in, d)
 			return false, session.Standing{Waiting: &w}, nil
 		case Refuse:
+			u.recordDecision(in, d)
 			return false, placed, fmt.Errorf("%w: %s", session.ErrNoCapacity, d.Reason)
 		}
 		if in.Seat {
@@ -278,6 +283,7 @@ func (u *Usher) Seat(ctx context.Context, sess session.Session, lab labs.Lab, wa
 				return false, placed, fmt.Errorf("taking a reserved seat: %w", err)
 			}
 		}
+		admitted = func() { u.recordDecision(in, d) }
 	}
 	if err := u.cluster.Provision(ctx, sess, lab); err != nil {
 		if errors.Is(err, session.ErrNoCapacity) {
@@ -285,6 +291,7 @@ func (u *Usher) Seat(ctx context.Context, sess session.Session, lab labs.Lab, wa
 		}
 		return true, placed, fmt.Errorf("%w: %w", session.ErrProvisioning, err)
 	}
+	admitted()
 	return true, placed, nil
 }
 

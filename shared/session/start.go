@@ -48,31 +48,37 @@ const FollowEvery = 5 * time.Second
 
 // lastLooks remembers when each session was last looked at.
 type lastLooks struct {
-	mu sync.Mutex
-	at map[string]time.Time
+	mu     sync.Mutex
+	at     map[string]time.Time
+	pruned time.Time
 }
 
-// due reports whether id was not looked at within FollowEvery before now,
-// and then records now as its last look. Entries older than that are
-// dropped as the map grows, so ended sessions do not pile up.
+// due reports whether id was not looked at within FollowEvery before now.
 func (l *lastLooks) due(id string, now time.Time) bool {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	if last, ok := l.at[id]; ok && now.Sub(last) < FollowEvery && !now.Before(last) {
-		return false
-	}
+	last, ok := l.at[id]
+	return !ok || now.Sub(last) >= FollowEvery || now.Before(last)
+}
+
+// looked records that id was looked at now. Entries older than
+// FollowEvery are dropped, at most once per FollowEvery, once there are
+// many, so ended sessions do not pile up.
+func (l *lastLooks) looked(id string, now time.Time) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
 	if l.at == nil {
 		l.at = map[string]time.Time{}
 	}
-	if len(l.at) >= 4096 {
+	if len(l.at) >= 4096 && now.Sub(l.pruned) >= FollowEvery {
 		for k, t := range l.at {
 			if now.Sub(t) >= FollowEvery {
 				delete(l.at, k)
 			}
 		}
+		l.pruned = now
 	}
 	l.at[id] = now
-	return true
 }
 
 // Clock is the Starter's now, as rows record it (UTC, microseconds).
@@ -256,14 +262,19 @@ func (s *Starter) Refresh(ctx context.Context, sess Session) Session {
 // virt-launcher Pod with a new address, and reads booting until it is
 // ready again. A workspace Pod keeps its address for its life, so Pod
 // sessions are not looked at. A session is looked at once per
-// FollowEvery (in between, its row is as recorded); only a change is
-// written.
+// FollowEvery (in between, its row is as recorded; a look that could not
+// read the cluster does not count); only a change is written.
 func (s *Starter) follow(ctx context.Context, sess Session) Session {
-	if !s.looked.due(sess.ID, s.Now()) {
+	now := s.Now()
+	if !s.looked.due(sess.ID, now) {
 		return sess
 	}
 	nodes, _, _, ok := s.observe(ctx, sess)
-	if !ok || slices.Equal(nodes, sess.Nodes) {
+	if !ok {
+		return sess // looked at again at the next poll
+	}
+	s.looked.looked(sess.ID, now)
+	if slices.Equal(nodes, sess.Nodes) {
 		return sess
 	}
 	updated, err := s.Store.SetNodes(ctx, sess.ID, nodes)

@@ -115,6 +115,11 @@ func TestReservedSeatsGoToTheClass(t *testing.T) {
 	if r := e.Open("other-late", "linux-vm"); r.Status != 503 {
 		t.Errorf("another student at a free seat the class holds = %d %s; want 503", r.Status, r.Body)
 	}
+	// The class's instructor takes no seat of it: their own lab opens in
+	// the general line.
+	if r := e.Do("POST", "/openSession", e.InstructorToken("prof", "cs-101"), `{"lab":"linux-vm"}`, ""); r.Status != 503 {
+		t.Errorf("cs-101's instructor at a free seat the class holds = %d %s; want 503", r.Status, r.Body)
+	}
 	// After the release nobody's seat is held.
 	e.Clock.Set(at.Add(rules.Release))
 	if r := e.Open("other-late", "linux-vm"); r.Status != 201 {
