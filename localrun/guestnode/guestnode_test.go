@@ -2,6 +2,7 @@ package guestnode_test
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
@@ -62,10 +63,17 @@ func TestGuestNodeJoinsAndRunsAPod(t *testing.T) {
 		}
 		return got.Status.Phase == corev1.PodRunning, string(got.Status.Phase) + " " + podWhy(got) + "\n" + n.Console(3000)
 	})
-	logs, err := cs.CoreV1().Pods("default").GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
-	if err != nil {
-		t.Fatalf("logs through the kubelet: %v", err)
-	}
+	// Running is the container started, not its two reads done: on the
+	// emulated CPU the second line came later than the first look (seen
+	// in a make test run: the output held only "0::/").
+	var logs []byte
+	poll.Eventually(t, 2*time.Minute, func() (bool, string) {
+		logs, err = cs.CoreV1().Pods("default").GetLogs(pod.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			return false, "logs through the kubelet: " + err.Error()
+		}
+		return strings.Count(string(logs), "\n") >= 2, fmt.Sprintf("both reads' output; so far %q", logs)
+	})
 	for _, want := range []string{"0::/", "memory", "pids"} {
 		if !strings.Contains(string(logs), want) {
 			t.Errorf("the Pod's output lacks %q (a private cgroup namespace on cgroup v2):\n%s", want, logs)
