@@ -126,9 +126,9 @@ func (a *API) serveReservations(mux *http.ServeMux, desk ReservationDesk) {
 			return
 		}
 		if !p.Teaches(body.Course) {
-			taught := "none"
-			if len(p.Taught()) > 0 {
-				taught = strings.Join(p.Taught(), ", ")
+			taught := strings.Join(p.Taught(), ", ")
+			if taught == "" {
+				taught = "none"
 			}
 			a.writeErrorFor(w, r, p, fmt.Errorf("%w: an instructor books only the courses their token lists (%s), not %q", access.ErrForbidden, taught, body.Course), nil)
 			return

@@ -9,8 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"golang.org/x/crypto/ssh"
-
 	"labkeep/localrun/benchtable"
 	"labkeep/localrun/stacktest"
 	"labkeep/shared/reservation"
@@ -135,14 +133,11 @@ func warmClass(t testing.TB, d *stacktest.Deployment, id int64, T time.Time, n i
 // and waits for their first SSH login.
 func memberOpens(t testing.TB, d *stacktest.Deployment, name, course string, ready []string) *student {
 	t.Helper()
-	key := stacktest.NewKey(t)
-	s := &student{t: t, d: d, name: name, key: key, openedAt: time.Now()}
-	body := fmt.Sprintf(`{"lab":"lab-shell","publicKey":%q}`, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key.PublicKey()))))
-	open := d.Do("POST", "/openSession", d.MemberToken(name, course), body, "")
-	if open.Status != http.StatusCreated || !slices.Contains(ready, open.Session.ID) || open.Session.Status != "running" {
-		t.Fatalf("member's open = %d %s; want one of the class's ready instances %v, running", open.Status, open.Body, ready)
+	s := openLabWith(t, d, d.MemberToken(name, course), name, "lab-shell", stacktest.NewKey(t))
+	if !slices.Contains(ready, s.opened.ID) || s.opened.Status != "running" {
+		t.Fatalf("member's open = %s %s; want one of the class's ready instances %v, running", s.opened.ID, s.opened.Status, ready)
 	}
-	s.opened, s.running, s.runningAt = open.Session, open.Session, time.Now()
+	s.running, s.runningAt = s.opened, time.Now()
 	s.waitSSH(30 * time.Second)
 	return s
 }

@@ -52,12 +52,18 @@ type student struct {
 // half of publicKey. The open must answer 201 with the session's host key.
 func openLab(t testing.TB, d *stacktest.Deployment, name, lab string, own ssh.Signer) *student {
 	t.Helper()
+	return openLabWith(t, d, d.Token(name, "student"), name, lab, own)
+}
+
+// openLabWith is openLab with the student's token.
+func openLabWith(t testing.TB, d *stacktest.Deployment, token, name, lab string, own ssh.Signer) *student {
+	t.Helper()
 	body := fmt.Sprintf(`{"lab":%q}`, lab)
 	if own != nil {
 		body = fmt.Sprintf(`{"lab":%q,"publicKey":%q}`, lab, strings.TrimSpace(string(ssh.MarshalAuthorizedKey(own.PublicKey()))))
 	}
 	start := time.Now()
-	r := d.Do("POST", "/openSession", d.Token(name, "student"), body, "")
+	r := d.Do("POST", "/openSession", token, body, "")
 	if r.Status != http.StatusCreated {
 		t.Fatalf("open %s for %s = %d %s", lab, name, r.Status, r.Body)
 	}
