@@ -392,7 +392,7 @@ func (u *Usher) classLab(h reservation.Hold) (labs.Lab, Capacity, bool) {
 // within the limit (no room beyond that: fewer are made, and the rest at a
 // later run).
 func (u *Usher) growClass(ctx context.Context, id int64, rep *PoolReport) error {
-	unlock, _, err := u.lock(ctx)
+	unlock, _, err := u.lock(ctx, "", nil)
 	if err != nil {
 		return fmt.Errorf("capacity lock: %w", err)
 	}
@@ -500,7 +500,7 @@ func (u *Usher) spareBooting(ctx context.Context, lab string, in []warmpool.Inst
 // the plan is made again there with the free capacity and the line as
 // they are then.
 func (u *Usher) grow(ctx context.Context, lab labs.Lab, c Capacity, in warmpool.Input, rep *PoolReport) error {
-	unlock, _, err := u.lock(ctx)
+	unlock, _, err := u.lock(ctx, "", nil)
 	if err != nil {
 		return fmt.Errorf("capacity lock: %w", err)
 	}

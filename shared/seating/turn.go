@@ -72,15 +72,16 @@ func (l *lastCounts) forget() {
 	l.changed = make(chan struct{})
 }
 
-// takeTurn waits for this process's turn at the capacity lock, or for a
-// count that refuses the open (refusal), whichever comes first; release
-// ends the turn. ctx bounds the wait.
-func (u *Usher) takeTurn(ctx context.Context, sess session.Session, lab labs.Lab, c Capacity, wait bool) (release func(), err error) {
-	_, _, began, _ := u.counts.last(c.Kind)
+// takeTurn waits for this process's turn at the capacity lock, or, when
+// refuse is not nil, for a count of bucket kind made while it waits that
+// refuse refuses, whichever comes first; release ends the turn. ctx
+// bounds the wait.
+func (u *Usher) takeTurn(ctx context.Context, kind labs.Kind, refuse func(counted) error) (release func(), err error) {
+	_, _, began, _ := u.counts.last(kind)
 	for {
-		last, ok, _, changed := u.counts.last(c.Kind)
-		if ok && last.seq > began {
-			if err := u.refusal(last, sess, lab, c, wait); err != nil {
+		last, ok, _, changed := u.counts.last(kind)
+		if ok && last.seq > began && refuse != nil {
+			if err := refuse(last); err != nil {
 				return nil, err
 			}
 		}

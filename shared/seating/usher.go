@@ -189,13 +189,24 @@ func (u *Usher) warm(lab labs.Lab, seat bool) bool {
 	return u.pool != nil && lab.Home == nil && (seat || slices.Contains(u.pool.Schedule.Labs(), lab.Name))
 }
 
-// lock takes the capacity lock, waiting at most Limits.CapacityWait;
-// timedOut reports that the wait ran out while the caller still waited.
-func (u *Usher) lock(ctx context.Context) (unlock func(), timedOut bool, err error) {
+// lock takes this process's turn, then the database's capacity lock,
+// waiting at most Limits.CapacityWait for both; timedOut reports that the
+// wait ran out while the caller still waited. While it waits for its
+// turn, refuse (when not nil) is asked about every count a decision
+// under the lock records in bucket kind, and its error ends the wait
+// (turn.go). unlock releases both.
+func (u *Usher) lock(ctx context.Context, kind labs.Kind, refuse func(counted) error) (unlock func(), timedOut bool, err error) {
 	lctx, cancel := context.WithTimeout(ctx, u.limits.CapacityWait)
 	defer cancel()
-	unlock, err = u.store.LockCapacity(lctx)
-	return unlock, lctx.Err() != nil && ctx.Err() == nil, err
+	release, err := u.takeTurn(lctx, kind, refuse)
+	if err == nil {
+		var dbUnlock func()
+		if dbUnlock, err = u.store.LockCapacity(lctx); err == nil {
+			return func() { dbUnlock(); release() }, false, nil
+		}
+		release()
+	}
+	return nil, lctx.Err() != nil && ctx.Err() == nil && !errors.Is(err, session.ErrNoCapacity), err
 }
 
 // Seat implements session.Seating: it checks capacity and creates the
@@ -207,26 +218,17 @@ func (u *Usher) lock(ctx context.Context) (unlock func(), timedOut bool, err err
 func (u *Usher) Seat(ctx context.Context, sess session.Session, lab labs.Lab, wait bool) (started bool, placed session.Standing, err error) {
 	admitted := func() {} // records the admission's count (below)
 	if c := CapacityOf(lab, u.limits); c.Need > 0 {
-		// Its turn in this process first, then the database's lock, within
-		// one CapacityWait; a count made meanwhile may refuse it at once.
-		wctx, cancel := context.WithTimeout(ctx, u.limits.CapacityWait)
-		defer cancel()
-		release, err := u.takeTurn(wctx, sess, lab, c, wait)
-		if err == nil {
-			defer release()
-			var unlock func()
-			if unlock, err = u.store.LockCapacity(wctx); err == nil {
-				defer unlock()
-			}
-		}
+		// A count made while it waits may refuse it at once.
+		unlock, timedOut, err := u.lock(ctx, c.Kind, func(last counted) error { return u.refusal(last, sess, lab, c, wait) })
 		switch {
 		case errors.Is(err, session.ErrNoCapacity):
 			return false, placed, err
-		case err != nil && wctx.Err() != nil && ctx.Err() == nil:
+		case err != nil && timedOut:
 			return false, placed, fmt.Errorf("%w: waited %s for the capacity lock (other opens are queued)", session.ErrNoCapacity, u.limits.CapacityWait)
 		case err != nil:
 			return false, placed, fmt.Errorf("capacity lock: %w", err)
 		}
+		defer unlock()
 		// The open may have queued long enough for its row to be finished
 		// (a close, or the reaper's ghost rule): create nothing then.
 		if _, err := u.rows.ConfirmLive(ctx, sess.ID); err != nil {

@@ -312,7 +312,7 @@ func (u *Usher) ServeWaitlist(ctx context.Context) (served int, err error) {
 // catalog; again reports that the line changed, so another round may
 // serve more.
 func (u *Usher) serveRound(ctx context.Context) (served int, again bool, err error) {
-	unlock, _, err := u.lock(ctx)
+	unlock, _, err := u.lock(ctx, "", nil)
 	if err != nil {
 		return 0, false, fmt.Errorf("capacity lock: %w", err)
 	}
